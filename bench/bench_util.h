@@ -1,0 +1,37 @@
+// Shared by the benchmarks: timing, medians and the machine's memory
+// bandwidth, so every figure can be reported next to what the hardware does.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <vector>
+
+namespace specline::bench {
+
+inline double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+inline double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n == 0 ? 0.0 : (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
+}
+
+// memcpy bandwidth in GB/s over a buffer much larger than the caches,
+// counting bytes read plus bytes written (the STREAM "copy" convention).
+inline double CopyBandwidthGBs(size_t bytes = size_t{512} << 20, int repeats = 5) {
+  std::vector<char> src(bytes, 1), dst(bytes, 0);
+  std::vector<double> t;
+  for (int r = 0; r < repeats; ++r) {
+    const double t0 = Now();
+    std::memcpy(dst.data(), src.data(), bytes);
+    t.push_back(Now() - t0);
+    src[r] = dst[bytes - 1 - r];  // keep the copy observable
+  }
+  return 2.0 * bytes / Median(t) / 1e9;
+}
+
+}  // namespace specline::bench

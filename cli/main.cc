@@ -1,0 +1,36 @@
+// specline: command-line entry point.
+#include <cstring>
+#include <exception>
+#include <iostream>
+
+#include "cli/commands.h"
+
+namespace {
+
+const char kUsage[] = R"(usage: specline COMMAND [options]
+commands:
+  generate            stream a completion from a local model
+  make-random-model   write a randomly initialised Llama-shaped model
+  info                print a model's config and tensors
+Run `specline COMMAND --help` for a command's options.
+)";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "help")) {
+    std::cout << kUsage;
+    return argc < 2 ? 2 : 0;
+  }
+  try {
+    const std::string cmd = argv[1];
+    if (cmd == "generate") return specline::cli::GenerateCommand(argc, argv);
+    if (cmd == "make-random-model") return specline::cli::RandomModelCommand(argc, argv);
+    if (cmd == "info") return specline::cli::InfoCommand(argc, argv);
+    std::cerr << "unknown command: " << cmd << "\n" << kUsage;
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 1;
+  }
+}

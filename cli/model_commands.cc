@@ -1,0 +1,101 @@
+// `specline make-random-model` and `specline info`.
+#include <iostream>
+#include <map>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "model/formats/random_model.h"
+
+namespace specline::cli {
+namespace {
+
+const char kRandomUsage[] = R"(usage: specline make-random-model --out PATH [options]
+  --format llama2c|gguf|hf   (default gguf)
+  --dtype F32|F16|BF16|Q8_0|Q4_0|Q4_1   weight type (gguf: all; hf: float types;
+                             llama2c: F32)
+  --dim N --hidden-dim N --layers N --heads N --kv-heads N --head-dim N
+  --vocab N --seq-len N --rope-theta F --seed N
+  --tied                     share the embedding with the LM head
+  --arch llama|qwen2|qwen3   qwen2 adds qkv bias, qwen3 q/k norm
+Shape of stories110M: --dim 768 --hidden-dim 2048 --layers 12 --heads 12 --vocab 32000
+)";
+
+DType ParseDType(const std::string& s) {
+  static const std::map<std::string, DType> kTypes = {
+      {"F32", DType::kF32},   {"F16", DType::kF16},   {"BF16", DType::kBF16},
+      {"Q8_0", DType::kQ8_0}, {"Q4_0", DType::kQ4_0}, {"Q4_1", DType::kQ4_1}};
+  auto it = kTypes.find(s);
+  if (it == kTypes.end()) throw std::invalid_argument("--dtype: unknown type " + s);
+  return it->second;
+}
+
+ModelFormat ParseFormat(const std::string& s) {
+  if (s == "llama2c") return ModelFormat::kLlama2c;
+  if (s == "gguf") return ModelFormat::kGguf;
+  if (s == "hf") return ModelFormat::kHuggingFace;
+  throw std::invalid_argument("--format: expected llama2c, gguf or hf, got " + s);
+}
+
+}  // namespace
+
+int RandomModelCommand(int argc, char** argv) {
+  Args args(argc, argv, 2,
+            {"out", "format", "dtype", "dim", "hidden-dim", "layers", "heads", "kv-heads",
+             "head-dim", "vocab", "seq-len", "rope-theta", "seed", "arch"},
+            {"tied", "help"});
+  if (args.Has("help") || !args.Has("out")) {
+    std::cout << kRandomUsage;
+    return args.Has("help") ? 0 : 2;
+  }
+  ModelConfig c;
+  c.arch = args.Str("arch", "llama");
+  c.dim = args.Int("dim", 288);
+  c.hidden_dim = args.Int("hidden-dim", 768);
+  c.n_layers = args.Int("layers", 6);
+  c.n_heads = args.Int("heads", 6);
+  c.n_kv_heads = args.Int("kv-heads", c.n_heads);
+  c.head_dim = args.Int("head-dim", c.n_heads > 0 ? c.dim / c.n_heads : 0);
+  c.vocab_size = args.Int("vocab", 32000);
+  c.max_seq_len = args.Int("seq-len", 1024);
+  c.rope_theta = static_cast<float>(args.Float("rope-theta", 10000.0));
+  c.tied_embeddings = args.Has("tied");
+  c.qkv_bias = c.arch == "qwen2";
+  c.qk_norm = c.arch == "qwen3";
+  const ModelFormat format = ParseFormat(args.Str("format", "gguf"));
+  c.rope_style = (format == ModelFormat::kHuggingFace || c.arch != "llama") ? RopeStyle::kHalf
+                                                                           : RopeStyle::kInterleaved;
+  if (std::string err = c.Validate(); !err.empty()) {
+    std::cerr << "invalid shape: " << err << "\n";
+    return 2;
+  }
+  WriteRandomModel(c, format, args.Str("out"), args.U64("seed", 1),
+                   ParseDType(args.Str("dtype", "F32")));
+  std::cerr << "wrote " << args.Str("out") << "\n";
+  return 0;
+}
+
+int InfoCommand(int argc, char** argv) {
+  Args args(argc, argv, 2, {"model"}, {"tensors", "help"});
+  if (args.Has("help") || !args.Has("model")) {
+    std::cout << "usage: specline info --model PATH [--tensors]\n";
+    return args.Has("help") ? 0 : 2;
+  }
+  auto model = OpenModel(args.Str("model"));
+  const ModelConfig& c = model->config();
+  std::cout << "arch " << c.arch << ", dim " << c.dim << ", hidden " << c.hidden_dim
+            << ", layers " << c.n_layers << ", heads " << c.n_heads << "/" << c.n_kv_heads
+            << " (head_dim " << c.head_dim << "), vocab " << c.vocab_size << ", context "
+            << c.max_seq_len << ", rope_theta " << c.rope_theta
+            << (c.tied_embeddings ? ", tied embeddings" : "") << (c.qkv_bias ? ", qkv bias" : "")
+            << (c.qk_norm ? ", q/k norm" : "") << "\n";
+  if (args.Has("tensors")) {
+    for (const TensorInfo* t : model->Tensors()) {
+      std::cout << t->name << " " << DTypeName(t->dtype) << " [";
+      for (size_t i = 0; i < t->shape.size(); ++i) std::cout << (i ? ", " : "") << t->shape[i];
+      std::cout << "]\n";
+    }
+  }
+  return 0;
+}
+
+}  // namespace specline::cli

@@ -1,0 +1,67 @@
+// Element types of weight tensors, and the block layouts of the quantized
+// ones. Shared by the model loaders (to validate sizes) and the CPU kernels
+// (to decode). Block layouts follow GGML so GGUF tensors are used in place,
+// straight from the memory map.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+namespace specline {
+
+enum class DType : uint8_t {
+  kF32,
+  kF16,
+  kBF16,
+  kQ8_0,  // blocks of 32: fp16 scale d, int8 q[32]; x = d * q
+  kQ4_0,  // blocks of 32: fp16 scale d, 16 bytes of nibbles; x = d * (q - 8)
+  kQ4_1,  // blocks of 32: fp16 scale d, fp16 min m, 16 bytes; x = d * q + m
+};
+
+// Elements per block (1 for the plain float types).
+constexpr int64_t BlockElems(DType t) {
+  switch (t) {
+    case DType::kQ8_0:
+    case DType::kQ4_0:
+    case DType::kQ4_1:
+      return 32;
+    default:
+      return 1;
+  }
+}
+
+// Bytes per block.
+constexpr int64_t BlockBytes(DType t) {
+  switch (t) {
+    case DType::kF32: return 4;
+    case DType::kF16: return 2;
+    case DType::kBF16: return 2;
+    case DType::kQ8_0: return 2 + 32;
+    case DType::kQ4_0: return 2 + 16;
+    case DType::kQ4_1: return 2 + 2 + 16;
+  }
+  return 0;
+}
+
+// Bytes taken by one row of `cols` elements, or nullopt when `cols` is not a
+// whole number of blocks.
+constexpr std::optional<int64_t> RowBytes(DType t, int64_t cols) {
+  if (cols < 0 || cols % BlockElems(t) != 0) return std::nullopt;
+  return cols / BlockElems(t) * BlockBytes(t);
+}
+
+constexpr std::string_view DTypeName(DType t) {
+  switch (t) {
+    case DType::kF32: return "F32";
+    case DType::kF16: return "F16";
+    case DType::kBF16: return "BF16";
+    case DType::kQ8_0: return "Q8_0";
+    case DType::kQ4_0: return "Q4_0";
+    case DType::kQ4_1: return "Q4_1";
+  }
+  return "?";
+}
+
+}  // namespace specline

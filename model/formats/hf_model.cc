@@ -1,0 +1,197 @@
+// A Hugging Face model directory as a ModelSource: config.json plus
+// model.safetensors, or shards listed by model.safetensors.index.json.
+// Tensor names are already canonical; q/k are in rotate_half (kHalf) layout.
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "model/formats/basic_source.h"
+#include "model/formats/safetensors.h"
+
+namespace specline {
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+json ReadJson(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ModelFormatError(path + ": cannot open");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  try {
+    return json::parse(ss.str());
+  } catch (const json::exception& e) {
+    throw ModelFormatError(path + ": invalid JSON: " + e.what());
+  }
+}
+
+class HfSource : public BasicModelSource {
+ public:
+  explicit HfSource(const std::string& dir)
+      : BasicModelSource(ModelFormat::kHuggingFace, dir) {
+    config_path_ = (fs::path(dir) / "config.json").string();
+    LoadTensors(dir);
+    ReadConfig(ReadJson(config_path_));
+  }
+
+ private:
+  [[noreturn]] void Fail(const std::string& file, const std::string& what) const {
+    throw ModelFormatError(file + ": " + what);
+  }
+
+  // An integer field; `fallback` when absent or null, error when required.
+  int64_t Int(const json& j, const char* key, std::optional<int64_t> fallback) const {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) {
+      if (fallback) return *fallback;
+      Fail(config_path_, std::string("missing \"") + key + "\"");
+    }
+    if (!it->is_number_integer() || it->get<int64_t>() < 0 ||
+        it->get<int64_t>() > INT32_MAX) {
+      Fail(config_path_, std::string("\"") + key + "\" must be a non-negative integer");
+    }
+    return it->get<int64_t>();
+  }
+
+  double Float(const json& j, const char* key, double fallback) const {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) return fallback;
+    if (!it->is_number()) Fail(config_path_, std::string("\"") + key + "\" must be a number");
+    return it->get<double>();
+  }
+
+  bool Bool(const json& j, const char* key, bool fallback) const {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) return fallback;
+    if (!it->is_boolean()) Fail(config_path_, std::string("\"") + key + "\" must be true or false");
+    return it->get<bool>();
+  }
+
+  void ReadConfig(const json& j) {
+    if (!j.is_object()) Fail(config_path_, "not a JSON object");
+    auto mt = j.find("model_type");
+    if (mt == j.end() || !mt->is_string()) Fail(config_path_, "missing \"model_type\"");
+    const std::string type = mt->get<std::string>();
+    if (type != "llama" && type != "mistral" && type != "qwen2" && type != "qwen3") {
+      Fail(config_path_, "unsupported model_type '" + type +
+                             "' (supported: llama, mistral, qwen2, qwen3)");
+    }
+    ModelConfig& c = config_;
+    c.arch = type;
+    c.rope_style = RopeStyle::kHalf;  // transformers' rotate_half
+    c.dim = static_cast<int>(Int(j, "hidden_size", std::nullopt));
+    c.hidden_dim = static_cast<int>(Int(j, "intermediate_size", std::nullopt));
+    c.n_layers = static_cast<int>(Int(j, "num_hidden_layers", std::nullopt));
+    c.n_heads = static_cast<int>(Int(j, "num_attention_heads", std::nullopt));
+    c.n_kv_heads = static_cast<int>(Int(j, "num_key_value_heads", c.n_heads));
+    c.head_dim = static_cast<int>(
+        Int(j, "head_dim", c.n_heads > 0 ? c.dim / c.n_heads : 0));
+    c.vocab_size = static_cast<int>(Int(j, "vocab_size", std::nullopt));
+    c.max_seq_len = static_cast<int>(Int(j, "max_position_embeddings", 2048));
+    // transformers' defaults for these Llama-family configs.
+    c.norm_eps = static_cast<float>(Float(j, "rms_norm_eps", 1e-6));
+    // transformers >= 5 writes "rope_parameters" {rope_theta, rope_type,
+    // scaling keys}; older configs have a top-level rope_theta and an
+    // optional "rope_scaling" object. Accept both.
+    auto rp = j.find("rope_parameters");
+    const bool new_style = rp != j.end() && rp->is_object();
+    c.rope_theta = static_cast<float>(
+        new_style ? Float(*rp, "rope_theta", Float(j, "rope_theta", 10000.0))
+                  : Float(j, "rope_theta", 10000.0));
+    c.tied_embeddings = Bool(j, "tie_word_embeddings", false);
+
+    // A sliding window no shorter than the context changes nothing; a shorter
+    // one (Mistral 7B v0.1: 4096) is exactly full attention up to the window,
+    // so the context is capped there rather than attending wrongly beyond it.
+    bool sliding = type == "mistral" || Bool(j, "use_sliding_window", false);
+    if (sliding) {
+      int64_t window = Int(j, "sliding_window", c.max_seq_len);
+      if (window > 0 && window < c.max_seq_len) c.max_seq_len = static_cast<int>(window);
+    }
+
+    auto rs = new_style ? rp : j.find("rope_scaling");
+    if (rs != j.end() && !rs->is_null()) {
+      if (!rs->is_object()) Fail(config_path_, "\"rope_scaling\" must be an object");
+      std::string rtype;
+      for (const char* k : {"rope_type", "type"}) {
+        auto it = rs->find(k);
+        if (it != rs->end() && it->is_string()) { rtype = it->get<std::string>(); break; }
+      }
+      if (rtype == "llama3") {
+        Llama3RopeScaling s;
+        s.factor = static_cast<float>(Float(*rs, "factor", s.factor));
+        s.low_freq_factor = static_cast<float>(Float(*rs, "low_freq_factor", s.low_freq_factor));
+        s.high_freq_factor = static_cast<float>(Float(*rs, "high_freq_factor", s.high_freq_factor));
+        s.original_max_position = static_cast<int>(
+            Int(*rs, "original_max_position_embeddings", s.original_max_position));
+        c.llama3_scaling = s;
+      } else if (rtype != "default" && !rtype.empty()) {
+        Fail(config_path_, "unsupported rope_scaling type '" + rtype + "'");
+      }
+    }
+
+    // Qwen2 always has q/k/v biases and Qwen3 always q/k norms; Llama's
+    // attention_bias adds them too. Validation then insists the tensors exist.
+    c.qkv_bias = type == "qwen2" || Bool(j, "attention_bias", false) ||
+                 Find("model.layers.0.self_attn.q_proj.bias") != nullptr;
+    c.qk_norm = type == "qwen3" ||
+                Find("model.layers.0.self_attn.q_norm.weight") != nullptr;
+  }
+
+  void AddFile(const SafetensorsFile& f, const std::set<std::string>* only) {
+    KeepMap(f.map());
+    for (const auto& [name, t] : f.tensors()) {
+      if (!only || only->count(name)) AddTensor(t);
+    }
+  }
+
+  void LoadTensors(const std::string& dir) {
+    const fs::path index_path = fs::path(dir) / "model.safetensors.index.json";
+    const fs::path single = fs::path(dir) / "model.safetensors";
+    std::error_code ec;
+    if (fs::exists(index_path, ec)) {
+      const std::string ip = index_path.string();
+      json idx = ReadJson(ip);
+      auto wm = idx.is_object() ? idx.find("weight_map") : idx.end();
+      if (wm == idx.end() || !wm->is_object()) Fail(ip, "missing \"weight_map\" object");
+      std::map<std::string, std::set<std::string>> by_shard;
+      for (auto& [name, file] : wm->items()) {
+        if (!file.is_string()) Fail(ip, "weight_map entry '" + name + "' is not a file name");
+        std::string shard = file.get<std::string>();
+        // Shards live beside the index; refuse paths that leave the directory.
+        if (shard.empty() || shard.find('/') != std::string::npos ||
+            shard.find('\\') != std::string::npos || shard == "." || shard == "..") {
+          Fail(ip, "weight_map entry '" + name + "' names an invalid shard '" + shard + "'");
+        }
+        by_shard[shard].insert(name);
+      }
+      for (const auto& [shard, names] : by_shard) {
+        auto f = SafetensorsFile::Open((fs::path(dir) / shard).string());
+        for (const std::string& name : names) {
+          if (!f->tensors().count(name)) {
+            Fail(f->path(), "tensor '" + name + "' listed in " + ip + " is not in this shard");
+          }
+        }
+        AddFile(*f, &names);
+      }
+    } else if (fs::exists(single, ec)) {
+      AddFile(*SafetensorsFile::Open(single.string()), nullptr);
+    } else {
+      Fail(dir, "no model.safetensors or model.safetensors.index.json");
+    }
+  }
+
+  std::string config_path_;
+};
+
+}  // namespace
+
+std::unique_ptr<ModelSource> OpenHfModel(const std::string& dir) {
+  return std::make_unique<HfSource>(dir);
+}
+
+}  // namespace specline

@@ -1,0 +1,19 @@
+// Encoding fp32 values into the weight dtypes (the GGML block layouts for the
+// quantized ones), for the model writers. The reference rounding of ggml's
+// quantize_row_*_ref, so files match what llama.cpp's tools would write.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/dtype.h"
+
+namespace specline {
+
+// Encodes `n` fp32 values (a multiple of BlockElems(dtype)) as `dtype`. A
+// matrix is encoded row after row, which is the same as encoding it whole
+// because rows are a whole number of blocks. Throws std::invalid_argument
+// when n is not.
+std::vector<uint8_t> EncodeValues(DType dtype, const float* src, int64_t n);
+
+}  // namespace specline

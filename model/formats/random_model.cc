@@ -1,0 +1,317 @@
+#include "model/formats/random_model.h"
+
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+#include "model/formats/gguf_names.h"
+#include "model/formats/gguf_writer.h"
+#include "model/formats/quantize.h"
+#include "model/formats/rope_factors.h"
+#include "model/formats/rope_layout.h"
+#include "model/formats/safetensors.h"
+
+namespace specline {
+
+namespace {
+
+// splitmix64: tiny, fast, and identical on every platform (unlike the
+// standard library's distributions), so a (config, seed) pair names the same
+// weights everywhere.
+uint64_t SplitMix(uint64_t& state) {
+  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+uint64_t HashName(const std::string& s) {
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a
+  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
+  return h;
+}
+
+// `n` values center + uniform(-half_width, half_width).
+std::vector<float> Uniform(uint64_t seed, const std::string& name, int64_t n,
+                           float center, float half_width) {
+  uint64_t state = seed ^ HashName(name);
+  std::vector<float> v(n);
+  for (float& x : v) {
+    float u = static_cast<float>(SplitMix(state) >> 40) * (1.0f / 16777216.0f);
+    x = center + (2.0f * u - 1.0f) * half_width;
+  }
+  return v;
+}
+
+// The double whose shortest decimal form is that of `f`, so config.json says
+// 1e-05 rather than 9.999999747378752e-06.
+double Shortest(float f) {
+  char buf[32];
+  auto r = std::to_chars(buf, buf + sizeof buf, f);
+  return std::strtod(std::string(buf, r.ptr).c_str(), nullptr);
+}
+
+bool IsInterleavedArch(const std::string& arch) {
+  return arch == "llama" || arch == "mistral";
+}
+
+void CheckConfig(const ModelConfig& c) {
+  std::string err = c.Validate();
+  if (!err.empty()) throw std::invalid_argument("invalid model config: " + err);
+  if (c.arch != "llama" && c.arch != "mistral" && c.arch != "qwen2" && c.arch != "qwen3") {
+    throw std::invalid_argument("unsupported arch " + c.arch);
+  }
+  // Keep each architecture to what its Hugging Face class has, so the written
+  // config.json means exactly this model to transformers too.
+  if (c.qkv_bias != (c.arch == "qwen2")) {
+    throw std::invalid_argument("qkv_bias must be set exactly for arch qwen2");
+  }
+  if (c.qk_norm != (c.arch == "qwen3")) {
+    throw std::invalid_argument("qk_norm must be set exactly for arch qwen3");
+  }
+}
+
+// A tensor's half-layout rows reordered to interleaved when it is q or k
+// (weight, bias or norm) of an interleaved-layout format.
+std::vector<float> ToFileLayout(const RandomTensor& t, const ModelConfig& c) {
+  auto ends_with = [&](const char* s) {
+    size_t n = std::strlen(s);
+    return t.name.size() >= n && t.name.compare(t.name.size() - n, n, s) == 0;
+  };
+  int64_t heads = 0;
+  if (ends_with("q_proj.weight") || ends_with("q_proj.bias")) heads = c.n_heads;
+  if (ends_with("k_proj.weight") || ends_with("k_proj.bias")) heads = c.n_kv_heads;
+  if (ends_with("q_norm.weight") || ends_with("k_norm.weight")) heads = 1;
+  if (heads == 0) return t.values;
+  const int64_t row_elems = t.shape.size() == 2 ? t.shape[1] : 1;
+  std::vector<float> out(t.values.size());
+  HalfToInterleavedRows(t.values.data(), out.data(), heads, c.head_dim,
+                        row_elems * 4);
+  return out;
+}
+
+void WriteLlama2c(const ModelConfig& c, const std::vector<RandomTensor>& tensors,
+                  const std::string& path, DType dtype) {
+  if (dtype != DType::kF32) throw std::invalid_argument("llama2.c checkpoints are fp32 only");
+  if (!IsInterleavedArch(c.arch) || c.head_dim * c.n_heads != c.dim ||
+      c.rope_theta != 10000.0f || c.norm_eps != 1e-5f || c.llama3_scaling) {
+    throw std::invalid_argument(
+        "llama2.c checkpoints hold only plain Llama models (head_dim * n_heads "
+        "== dim, rope_theta 10000, norm_eps 1e-5, no rope scaling)");
+  }
+  std::map<std::string, std::vector<float>> by_name;
+  for (const RandomTensor& t : tensors) by_name[t.name] = ToFileLayout(t, c);
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) throw std::runtime_error("cannot write " + path);
+  const int32_t header[7] = {c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads,
+                             c.tied_embeddings ? c.vocab_size : -c.vocab_size,
+                             c.max_seq_len};
+  out.write(reinterpret_cast<const char*>(header), sizeof header);
+  auto put = [&](const std::string& name) {
+    const std::vector<float>& v = by_name.at(name);
+    out.write(reinterpret_cast<const char*>(v.data()), v.size() * 4);
+  };
+  put("model.embed_tokens.weight");
+  for (const char* stem :
+       {"input_layernorm", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+        "self_attn.o_proj", "post_attention_layernorm", "mlp.gate_proj",
+        "mlp.down_proj", "mlp.up_proj"}) {
+    for (int l = 0; l < c.n_layers; ++l) {
+      put("model.layers." + std::to_string(l) + "." + stem + ".weight");
+    }
+  }
+  put("model.norm.weight");
+  // freq_cis_real / imag as llama2.c's export writes them (run.c ignores them).
+  const int half = c.head_dim / 2;
+  std::vector<float> re(int64_t{c.max_seq_len} * half), im(re.size());
+  for (int p = 0; p < c.max_seq_len; ++p) {
+    for (int i = 0; i < half; ++i) {
+      double freq = 1.0 / std::pow(10000.0, 2.0 * i / c.head_dim);
+      re[int64_t{p} * half + i] = static_cast<float>(std::cos(p * freq));
+      im[int64_t{p} * half + i] = static_cast<float>(std::sin(p * freq));
+    }
+  }
+  out.write(reinterpret_cast<const char*>(re.data()), re.size() * 4);
+  out.write(reinterpret_cast<const char*>(im.data()), im.size() * 4);
+  if (!c.tied_embeddings) put("lm_head.weight");
+  if (!out.flush()) throw std::runtime_error("error writing " + path);
+}
+
+uint32_t GgufFileType(DType d) {
+  // llama.cpp's LLAMA_FTYPE_* for "mostly <dtype>".
+  switch (d) {
+    case DType::kF32: return 0;
+    case DType::kF16: return 1;
+    case DType::kQ4_0: return 2;
+    case DType::kQ4_1: return 3;
+    case DType::kQ8_0: return 7;
+    case DType::kBF16: return 32;
+  }
+  return 0;
+}
+
+void WriteGguf(const ModelConfig& c, const std::vector<RandomTensor>& tensors,
+               const std::string& path, DType dtype) {
+  GgufWriter w;
+  const std::string a = c.arch + ".";
+  w.SetString("general.architecture", c.arch);
+  w.SetString("general.name", "specline-random");
+  w.SetU32("general.file_type", GgufFileType(dtype));
+  w.SetU32(a + "context_length", c.max_seq_len);
+  w.SetU32(a + "embedding_length", c.dim);
+  w.SetU32(a + "feed_forward_length", c.hidden_dim);
+  w.SetU32(a + "block_count", c.n_layers);
+  w.SetU32(a + "attention.head_count", c.n_heads);
+  w.SetU32(a + "attention.head_count_kv", c.n_kv_heads);
+  w.SetU32(a + "attention.key_length", c.head_dim);
+  w.SetU32(a + "attention.value_length", c.head_dim);
+  w.SetU32(a + "rope.dimension_count", c.head_dim);
+  w.SetF32(a + "rope.freq_base", c.rope_theta);
+  w.SetF32(a + "attention.layer_norm_rms_epsilon", c.norm_eps);
+  w.SetU32(a + "vocab_size", c.vocab_size);
+  const bool interleave = IsInterleavedArch(c.arch);
+  for (const RandomTensor& t : tensors) {
+    std::vector<float> v = interleave ? ToFileLayout(t, c) : t.values;
+    DType d = t.shape.size() == 2 ? dtype : DType::kF32;
+    auto name = HfToGgufName(t.name);
+    if (!name) throw std::logic_error("no GGUF name for " + t.name);
+    if (!RowBytes(d, t.shape.back())) {
+      throw std::invalid_argument("tensor " + t.name + ": row length " +
+                                  std::to_string(t.shape.back()) +
+                                  " is not a multiple of the " +
+                                  std::string(DTypeName(d)) + " block size");
+    }
+    w.AddTensorFromF32(*name, d, t.shape, v.data());
+  }
+  if (c.llama3_scaling) {
+    std::vector<float> f = Llama3RopeFactors(*c.llama3_scaling, c.rope_theta, c.head_dim);
+    w.SetU32(a + "rope.scaling.original_context_length",
+             c.llama3_scaling->original_max_position);
+    w.AddTensorFromF32("rope_freqs.weight", DType::kF32, {int64_t(f.size())}, f.data());
+  }
+  w.Write(path);
+}
+
+void WriteHf(const ModelConfig& c, const std::vector<RandomTensor>& tensors,
+             const std::string& dir, DType dtype) {
+  if (dtype != DType::kF32 && dtype != DType::kF16 && dtype != DType::kBF16) {
+    throw std::invalid_argument("Hugging Face safetensors hold F32, F16 or BF16, not " +
+                                std::string(DTypeName(dtype)));
+  }
+  namespace fs = std::filesystem;
+  fs::create_directories(dir);
+  static const std::map<std::string, std::string> kClass = {
+      {"llama", "LlamaForCausalLM"}, {"mistral", "MistralForCausalLM"},
+      {"qwen2", "Qwen2ForCausalLM"}, {"qwen3", "Qwen3ForCausalLM"}};
+  nlohmann::ordered_json j;
+  j["architectures"] = {kClass.at(c.arch)};
+  j["model_type"] = c.arch;
+  j["hidden_size"] = c.dim;
+  j["intermediate_size"] = c.hidden_dim;
+  j["num_hidden_layers"] = c.n_layers;
+  j["num_attention_heads"] = c.n_heads;
+  j["num_key_value_heads"] = c.n_kv_heads;
+  j["head_dim"] = c.head_dim;
+  j["vocab_size"] = c.vocab_size;
+  j["max_position_embeddings"] = c.max_seq_len;
+  j["rms_norm_eps"] = Shortest(c.norm_eps);
+  j["rope_theta"] = Shortest(c.rope_theta);
+  j["tie_word_embeddings"] = c.tied_embeddings;
+  j["hidden_act"] = "silu";
+  j["attention_bias"] = c.qkv_bias;
+  if (c.arch == "mistral" || c.arch == "qwen2" || c.arch == "qwen3") {
+    j["sliding_window"] = nullptr;
+    j["use_sliding_window"] = false;
+  }
+  if (c.llama3_scaling) {
+    const Llama3RopeScaling& s = *c.llama3_scaling;
+    j["rope_scaling"] = {{"rope_type", "llama3"},
+                         {"factor", Shortest(s.factor)},
+                         {"low_freq_factor", Shortest(s.low_freq_factor)},
+                         {"high_freq_factor", Shortest(s.high_freq_factor)},
+                         {"original_max_position_embeddings", s.original_max_position}};
+  } else {
+    j["rope_scaling"] = nullptr;
+  }
+  j["torch_dtype"] = dtype == DType::kF32 ? "float32"
+                     : dtype == DType::kF16 ? "float16" : "bfloat16";
+  {
+    std::ofstream out(fs::path(dir) / "config.json", std::ios::trunc);
+    out << j.dump(2) << "\n";
+    if (!out.flush()) throw std::runtime_error("cannot write config.json in " + dir);
+  }
+  std::vector<std::vector<uint8_t>> bytes;
+  bytes.reserve(tensors.size());
+  std::vector<TensorInfo> infos;
+  for (const RandomTensor& t : tensors) {
+    bytes.push_back(EncodeValues(dtype, t.values.data(), t.values.size()));
+    TensorInfo info;
+    info.name = t.name;
+    info.dtype = dtype;
+    info.shape = t.shape;
+    info.data = bytes.back().data();
+    info.nbytes = static_cast<int64_t>(bytes.back().size());
+    infos.push_back(std::move(info));
+  }
+  WriteSafetensors((fs::path(dir) / "model.safetensors").string(), infos,
+                   {{"format", "pt"}});
+}
+
+}  // namespace
+
+std::vector<RandomTensor> RandomModelTensors(const ModelConfig& c, uint64_t seed) {
+  CheckConfig(c);
+  const int64_t dim = c.dim, hidden = c.hidden_dim, hd = c.head_dim;
+  const int64_t q_rows = c.n_heads * hd, kv_rows = c.n_kv_heads * hd;
+  const float kSqrt3 = std::sqrt(3.0f);
+  std::vector<RandomTensor> out;
+  auto matrix = [&](const std::string& name, int64_t rows, int64_t cols, float std) {
+    out.push_back({name, {rows, cols}, Uniform(seed, name, rows * cols, 0.0f, std * kSqrt3)});
+  };
+  auto vec = [&](const std::string& name, int64_t n, float center, float half_width) {
+    out.push_back({name, {n}, Uniform(seed, name, n, center, half_width)});
+  };
+  const float emb_std = 2.0f / std::sqrt(static_cast<float>(dim));
+  matrix("model.embed_tokens.weight", c.vocab_size, dim, emb_std);
+  for (int l = 0; l < c.n_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    vec(p + "input_layernorm.weight", dim, 1.0f, 0.1f);
+    matrix(p + "self_attn.q_proj.weight", q_rows, dim, 1.0f / std::sqrt(float(dim)));
+    matrix(p + "self_attn.k_proj.weight", kv_rows, dim, 1.0f / std::sqrt(float(dim)));
+    matrix(p + "self_attn.v_proj.weight", kv_rows, dim, 1.0f / std::sqrt(float(dim)));
+    if (c.qkv_bias) {
+      vec(p + "self_attn.q_proj.bias", q_rows, 0.0f, 0.1f);
+      vec(p + "self_attn.k_proj.bias", kv_rows, 0.0f, 0.1f);
+      vec(p + "self_attn.v_proj.bias", kv_rows, 0.0f, 0.1f);
+    }
+    if (c.qk_norm) {
+      vec(p + "self_attn.q_norm.weight", hd, 1.0f, 0.1f);
+      vec(p + "self_attn.k_norm.weight", hd, 1.0f, 0.1f);
+    }
+    matrix(p + "self_attn.o_proj.weight", dim, q_rows, 1.0f / std::sqrt(float(q_rows)));
+    vec(p + "post_attention_layernorm.weight", dim, 1.0f, 0.1f);
+    matrix(p + "mlp.gate_proj.weight", hidden, dim, 1.0f / std::sqrt(float(dim)));
+    matrix(p + "mlp.up_proj.weight", hidden, dim, 1.0f / std::sqrt(float(dim)));
+    matrix(p + "mlp.down_proj.weight", dim, hidden, 1.0f / std::sqrt(float(hidden)));
+  }
+  vec("model.norm.weight", dim, 1.0f, 0.1f);
+  if (!c.tied_embeddings) matrix("lm_head.weight", c.vocab_size, dim, emb_std);
+  return out;
+}
+
+void WriteRandomModel(const ModelConfig& config, ModelFormat format,
+                      const std::string& path, uint64_t seed, DType weight_dtype) {
+  std::vector<RandomTensor> tensors = RandomModelTensors(config, seed);
+  switch (format) {
+    case ModelFormat::kLlama2c: WriteLlama2c(config, tensors, path, weight_dtype); break;
+    case ModelFormat::kGguf: WriteGguf(config, tensors, path, weight_dtype); break;
+    case ModelFormat::kHuggingFace: WriteHf(config, tensors, path, weight_dtype); break;
+  }
+}
+
+}  // namespace specline

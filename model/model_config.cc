@@ -1,0 +1,59 @@
+#include "model/model_config.h"
+
+#include <cmath>
+
+namespace specline {
+
+std::string ModelConfig::Validate() const {
+  // Sizes beyond these are corrupt headers, not models; the bounds also keep
+  // every product of two of them inside int64.
+  constexpr int kMaxSize = 1 << 24;
+  auto bad_size = [&](const char* name, int v) -> std::string {
+    if (v <= 0 || v > kMaxSize) {
+      return std::string(name) + " must be in [1, " + std::to_string(kMaxSize) +
+             "], got " + std::to_string(v);
+    }
+    return "";
+  };
+  if (arch.empty()) return "arch is empty";
+  for (auto [name, v] : {std::pair{"dim", dim},
+                         {"hidden_dim", hidden_dim},
+                         {"n_layers", n_layers},
+                         {"n_heads", n_heads},
+                         {"n_kv_heads", n_kv_heads},
+                         {"head_dim", head_dim},
+                         {"vocab_size", vocab_size},
+                         {"max_seq_len", max_seq_len}}) {
+    std::string e = bad_size(name, v);
+    if (!e.empty()) return e;
+  }
+  if (n_heads % n_kv_heads != 0) {
+    return "n_heads (" + std::to_string(n_heads) +
+           ") is not a multiple of n_kv_heads (" + std::to_string(n_kv_heads) + ")";
+  }
+  if (head_dim % 2 != 0) {
+    return "head_dim (" + std::to_string(head_dim) + ") must be even for RoPE";
+  }
+  if (!(std::isfinite(norm_eps) && norm_eps > 0.0f)) {
+    return "norm_eps must be positive, got " + std::to_string(norm_eps);
+  }
+  if (!(std::isfinite(rope_theta) && rope_theta > 1.0f)) {
+    return "rope_theta must be greater than 1, got " + std::to_string(rope_theta);
+  }
+  if (llama3_scaling) {
+    const Llama3RopeScaling& s = *llama3_scaling;
+    if (!(std::isfinite(s.factor) && s.factor > 0.0f)) {
+      return "llama3 rope scaling factor must be positive";
+    }
+    if (!(std::isfinite(s.low_freq_factor) && std::isfinite(s.high_freq_factor) &&
+          s.low_freq_factor > 0.0f && s.high_freq_factor > s.low_freq_factor)) {
+      return "llama3 rope scaling needs 0 < low_freq_factor < high_freq_factor";
+    }
+    if (s.original_max_position <= 0) {
+      return "llama3 rope scaling original_max_position must be positive";
+    }
+  }
+  return "";
+}
+
+}  // namespace specline

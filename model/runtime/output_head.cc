@@ -1,0 +1,32 @@
+#include "model/runtime/output_head.h"
+
+#include "model/runtime/weights.h"
+
+namespace specline {
+
+OutputHead::OutputHead(const ModelSource& src, std::shared_ptr<kernels::ThreadPool> pool)
+    : pool_(std::move(pool)) {
+  const ModelConfig& c = src.config();
+  norm_ = VectorOf(src.Require("model.norm.weight", {c.dim}));
+  eps_ = c.norm_eps;
+  const TensorInfo* head = src.Find("lm_head.weight");
+  if (head == nullptr || c.tied_embeddings) head = &src.Require("model.embed_tokens.weight");
+  lm_head_ = MatrixOf(src.Require(head->name, {c.vocab_size, c.dim}));
+}
+
+void OutputHead::Logits(const float* hidden, int64_t n, float* logits) {
+  const int64_t dim = lm_head_.cols;
+  normed_.resize(n * dim);
+  for (int64_t i = 0; i < n; ++i) {
+    kernels::RmsNorm(hidden + i * dim, norm_.data(), eps_, dim, normed_.data() + i * dim);
+  }
+  kernels::MatMul(lm_head_, normed_.data(), n, logits, *pool_);
+}
+
+std::vector<float> OutputHead::Logits(const float* hidden, int64_t n) {
+  std::vector<float> out(n * lm_head_.rows);
+  Logits(hidden, n, out.data());
+  return out;
+}
+
+}  // namespace specline

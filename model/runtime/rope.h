@@ -1,0 +1,30 @@
+// Rotary position embedding: frequencies (with Llama 3 scaling) and the
+// rotation of q/k heads in either pairing layout.
+#pragma once
+
+#include <vector>
+
+#include "model/model_config.h"
+
+namespace specline {
+
+class Rope {
+ public:
+  explicit Rope(const ModelConfig& config);
+
+  int head_dim() const { return head_dim_; }
+
+  // cos/sin for one position: head_dim/2 values each.
+  void Angles(int32_t pos, float* cos_out, float* sin_out) const;
+
+  // Rotates n_heads consecutive heads of x in place using precomputed
+  // cos/sin of their position.
+  void Apply(float* x, int n_heads, const float* cos_v, const float* sin_v) const;
+
+ private:
+  int head_dim_;
+  RopeStyle style_;
+  std::vector<double> inv_freq_;  // head_dim/2
+};
+
+}  // namespace specline

@@ -1,0 +1,270 @@
+#include "model/runtime/stage_slice.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <unordered_map>
+
+#include "absl/strings/str_cat.h"
+
+namespace specline {
+namespace {
+
+int KvBlocks(const SliceOptions& o) {
+  return (o.kv_capacity_tokens + o.kv_block_size - 1) / o.kv_block_size;
+}
+
+void AddBias(float* rows, int64_t n, const std::vector<float>& bias) {
+  if (bias.empty()) return;
+  const int64_t width = static_cast<int64_t>(bias.size());
+  for (int64_t i = 0; i < n; ++i) kernels::AddInPlace(rows + i * width, bias.data(), width);
+}
+
+// Qwen3's per-head RMSNorm of q and k, before RoPE.
+void HeadNorm(float* rows, int64_t n_heads_total, const std::vector<float>& w, float eps) {
+  if (w.empty()) return;
+  const int64_t hd = static_cast<int64_t>(w.size());
+  for (int64_t h = 0; h < n_heads_total; ++h) {
+    kernels::RmsNorm(rows + h * hd, w.data(), eps, hd, rows + h * hd);
+  }
+}
+
+}  // namespace
+
+StageSlice::StageSlice(const ModelSource& src, int begin, int end, const SliceOptions& options,
+                       std::shared_ptr<kernels::ThreadPool> pool)
+    : config_(src.config()),
+      begin_(begin),
+      end_(end),
+      pool_(std::move(pool)),
+      kv_(KvCacheShape{end - begin, src.config().n_kv_heads, src.config().head_dim,
+                       options.kv_block_size, KvBlocks(options)}),
+      rope_(src.config()) {
+  if (begin < 0 || end > config_.n_layers || begin >= end) {
+    throw std::invalid_argument(absl::StrCat("layer range [", begin, ", ", end,
+                                             ") is not inside [0, ", config_.n_layers, ")"));
+  }
+  if (!pool_) throw std::invalid_argument("StageSlice needs a thread pool");
+  if (begin_ == 0) {
+    embedding_ = MatrixOf(
+        src.Require("model.embed_tokens.weight", {config_.vocab_size, config_.dim}));
+  }
+  layers_.reserve(end - begin);
+  for (int l = begin; l < end; ++l) layers_.push_back(LayerWeights::Load(src, l));
+}
+
+absl::Status StageSlice::ValidateAndReserve(const SliceInput& in) {
+  const size_t n = in.slots.size();
+  if (begin_ == 0) {
+    if (in.tokens.size() != n) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("first slice needs one token per slot: ", in.tokens.size(),
+                       " tokens for ", n, " slots"));
+    }
+    for (size_t i = 0; i < n; ++i) {
+      if (in.tokens[i] < 0 || in.tokens[i] >= config_.vocab_size) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "slot ", i, ": token ", in.tokens[i], " outside vocabulary of ", config_.vocab_size));
+      }
+    }
+  } else if (in.hidden.size() != n * config_.dim) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "hidden input has ", in.hidden.size(), " values, expected ", n, " x ", config_.dim));
+  }
+  // Per sequence: first position, count, and that positions run consecutively.
+  struct Run {
+    int32_t first = 0, count = 0;
+  };
+  std::unordered_map<uint64_t, Run> runs;
+  std::vector<uint64_t> order;
+  for (size_t i = 0; i < n; ++i) {
+    const SlotRef& s = in.slots[i];
+    if (s.pos < 0 || s.pos >= config_.max_seq_len) {
+      return absl::InvalidArgumentError(absl::StrCat("slot ", i, ": position ", s.pos,
+                                                     " outside [0, ", config_.max_seq_len, ")"));
+    }
+    auto [it, fresh] = runs.try_emplace(s.seq_id, Run{s.pos, 0});
+    if (fresh) order.push_back(s.seq_id);
+    Run& r = it->second;
+    if (s.pos != r.first + r.count) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("slot ", i, ": sequence ", s.seq_id, " position ", s.pos,
+                       " does not follow its previous slot (", r.first + r.count - 1, ")"));
+    }
+    ++r.count;
+  }
+  // Capacity: sequences that give blocks back go first, and the net demand
+  // must fit, so no Reserve below can fail half-way.
+  int64_t net = 0;
+  const int bs = kv_.shape().block_size;
+  std::vector<std::pair<int64_t, uint64_t>> by_net;
+  for (uint64_t seq : order) {
+    const Run& r = runs[seq];
+    const int32_t len = kv_.Length(seq);
+    if (r.first > len) {
+      return absl::InvalidArgumentError(absl::StrCat("sequence ", seq, ": position ", r.first,
+                                                     " leaves a gap after cached length ", len));
+    }
+    const int64_t held = (len + bs - 1) / bs;
+    const int64_t need = (int64_t{r.first} + r.count + bs - 1) / bs;
+    by_net.emplace_back(need - held, seq);
+    net += need - held;
+  }
+  if (net > kv_.free_blocks()) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "KV cache of layers [", begin_, ", ", end_, ") is full: need ", net, " blocks, ",
+        kv_.free_blocks(), " free"));
+  }
+  std::sort(by_net.begin(), by_net.end());
+  for (const auto& [_, seq] : by_net) {
+    absl::Status st = kv_.Reserve(seq, runs[seq].first, runs[seq].count);
+    if (!st.ok()) return st;  // unreachable after the checks above
+  }
+  return absl::OkStatus();
+}
+
+void StageSlice::Embed(std::span<const int32_t> tokens, float* out) const {
+  const int64_t dim = config_.dim;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const auto* row = static_cast<const uint8_t*>(embedding_.data) +
+                      int64_t{tokens[i]} * embedding_.row_bytes;
+    kernels::DequantizeRow(embedding_.dtype, row, dim, out + i * dim);
+  }
+}
+
+absl::Status StageSlice::Forward(const SliceInput& in, std::span<const int> tap_indices,
+                                 SliceOutput* out) {
+  for (int t : tap_indices) {
+    if (!CanTap(t)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tap ", t, " is outside layers [", begin_, ", ", end_, "] of this slice"));
+    }
+  }
+  if (absl::Status st = ValidateAndReserve(in); !st.ok()) return st;
+
+  const int64_t n = static_cast<int64_t>(in.slots.size());
+  const int64_t dim = config_.dim;
+  out->hidden.resize(n * dim);
+  float* x = out->hidden.data();
+  if (begin_ == 0) {
+    Embed(in.tokens, x);
+  } else {
+    std::copy(in.hidden.begin(), in.hidden.end(), x);
+  }
+
+  // Taps come out in the order requested, filled as x passes each boundary.
+  out->taps.assign(tap_indices.size(), Tap{});
+  auto take_taps = [&](int index) {
+    for (size_t k = 0; k < tap_indices.size(); ++k) {
+      if (tap_indices[k] != index) continue;
+      out->taps[k].index = index;
+      out->taps[k].hidden.assign(x, x + n * dim);
+    }
+  };
+  // RoPE angles depend only on the position: compute once for all layers.
+  const int half = config_.head_dim / 2;
+  cos_.resize(n * half);
+  sin_.resize(n * half);
+  for (int64_t i = 0; i < n; ++i) {
+    rope_.Angles(in.slots[i].pos, cos_.data() + i * half, sin_.data() + i * half);
+  }
+
+  take_taps(begin_);
+  for (int l = begin_; l < end_; ++l) {
+    RunLayer(l - begin_, in.slots, x);
+    take_taps(l + 1);
+  }
+  return absl::OkStatus();
+}
+
+void StageSlice::RunLayer(int local, std::span<const SlotRef> slots, float* x) {
+  const LayerWeights& w = layers_[local];
+  const ModelConfig& c = config_;
+  const int64_t n = static_cast<int64_t>(slots.size());
+  const int64_t dim = c.dim;
+  const int64_t q_dim = int64_t{c.n_heads} * c.head_dim;
+  const int64_t kv_dim = int64_t{c.n_kv_heads} * c.head_dim;
+  const int half = c.head_dim / 2;
+  xb_.resize(n * dim);
+  q_.resize(n * q_dim);
+  k_.resize(n * kv_dim);
+  v_.resize(n * kv_dim);
+  att_.resize(n * q_dim);
+
+  // Attention block.
+  for (int64_t i = 0; i < n; ++i) {
+    kernels::RmsNorm(x + i * dim, w.attn_norm.data(), c.norm_eps, dim, xb_.data() + i * dim);
+  }
+  kernels::MatMul(w.wq, xb_.data(), n, q_.data(), *pool_);
+  kernels::MatMul(w.wk, xb_.data(), n, k_.data(), *pool_);
+  kernels::MatMul(w.wv, xb_.data(), n, v_.data(), *pool_);
+  AddBias(q_.data(), n, w.bq);
+  AddBias(k_.data(), n, w.bk);
+  AddBias(v_.data(), n, w.bv);
+  HeadNorm(q_.data(), n * c.n_heads, w.q_norm, c.norm_eps);
+  HeadNorm(k_.data(), n * c.n_kv_heads, w.k_norm, c.norm_eps);
+  for (int64_t i = 0; i < n; ++i) {
+    const float* cs = cos_.data() + i * half;
+    const float* sn = sin_.data() + i * half;
+    rope_.Apply(q_.data() + i * q_dim, c.n_heads, cs, sn);
+    rope_.Apply(k_.data() + i * kv_dim, c.n_kv_heads, cs, sn);
+    // Every slot's K/V is cached before any attention runs, so a prefill
+    // chunk's tokens see each other (causally) within this one call.
+    std::copy_n(k_.data() + i * kv_dim, kv_dim, kv_.K(local, slots[i].seq_id, slots[i].pos));
+    std::copy_n(v_.data() + i * kv_dim, kv_dim, kv_.V(local, slots[i].seq_id, slots[i].pos));
+  }
+  Attention(local, slots, q_.data(), att_.data());
+  kernels::MatMul(w.wo, att_.data(), n, xb_.data(), *pool_);
+  kernels::AddInPlace(x, xb_.data(), n * dim);
+
+  // MLP block.
+  hb_.resize(n * c.hidden_dim);
+  hb2_.resize(n * c.hidden_dim);
+  for (int64_t i = 0; i < n; ++i) {
+    kernels::RmsNorm(x + i * dim, w.ffn_norm.data(), c.norm_eps, dim, xb_.data() + i * dim);
+  }
+  kernels::MatMul(w.w_gate, xb_.data(), n, hb_.data(), *pool_);
+  kernels::MatMul(w.w_up, xb_.data(), n, hb2_.data(), *pool_);
+  kernels::SwiGlu(hb_.data(), hb2_.data(), n * c.hidden_dim);
+  kernels::MatMul(w.w_down, hb_.data(), n, xb_.data(), *pool_);
+  kernels::AddInPlace(x, xb_.data(), n * dim);
+}
+
+void StageSlice::Attention(int local, std::span<const SlotRef> slots, const float* q,
+                           float* out) {
+  const ModelConfig& c = config_;
+  const int64_t n = static_cast<int64_t>(slots.size());
+  const int hd = c.head_dim;
+  const int group = c.n_heads / c.n_kv_heads;
+  const int bs = kv_.shape().block_size;
+  const int64_t row = kv_.row_elems();
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const int64_t q_dim = int64_t{c.n_heads} * hd;
+
+  pool_->ParallelFor(n * c.n_heads, [&](int64_t lo, int64_t hi) {
+    thread_local std::vector<float> scores;
+    for (int64_t task = lo; task < hi; ++task) {
+      const int64_t i = task / c.n_heads;
+      const int h = static_cast<int>(task % c.n_heads);
+      const int kvh = h / group;
+      const SlotRef& s = slots[i];
+      const float* qh = q + i * q_dim + int64_t{h} * hd;
+      float* oh = out + i * q_dim + int64_t{h} * hd;
+      std::span<const int32_t> table = kv_.BlockTable(s.seq_id);
+      const int32_t len = s.pos + 1;  // causal: positions [0, pos]
+      scores.resize(len);
+      for (int32_t t = 0; t < len; ++t) {
+        const float* krow = kv_.KBlock(local, table[t / bs]) + (t % bs) * row + kvh * hd;
+        scores[t] = kernels::Dot(qh, krow, hd) * scale;
+      }
+      kernels::Softmax(scores.data(), len);
+      std::fill_n(oh, hd, 0.0f);
+      for (int32_t t = 0; t < len; ++t) {
+        const float* vrow = kv_.VBlock(local, table[t / bs]) + (t % bs) * row + kvh * hd;
+        kernels::Axpy(scores[t], vrow, oh, hd);
+      }
+    }
+  });
+}
+
+}  // namespace specline

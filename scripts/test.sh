@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Builds (via setup.sh) and runs the whole test suite, then the model-file
+# fuzz test under AddressSanitizer.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+BUILD_DIR=${SPECLINE_BUILD_DIR:-build}
+ctest --test-dir "$BUILD_DIR" --output-on-failure -j"$(nproc)"
+
+# Loaders must survive arbitrary bytes: run the fuzz test with ASan + UBSan.
+ASAN_DIR=${BUILD_DIR}-asan
+cmake -S . -B "$ASAN_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DSPECLINE_SANITIZE=address,undefined -DSPECLINE_BUILD_BENCH=OFF >/dev/null
+cmake --build "$ASAN_DIR" -j"$(nproc)" --target loader_fuzz_test
+UBSAN_OPTIONS=halt_on_error=1 "$ASAN_DIR/tests/loader_fuzz_test"

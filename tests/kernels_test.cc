@@ -1,0 +1,525 @@
+// Tests of the CPU kernels (kernels/cpu): the GGML block layouts against
+// hand-built bytes, MatMul against a double-precision reference for every
+// weight dtype, the vector ops against naive loops, fp16/bf16 conversions at
+// their edge cases, and the thread pool's partitioning and determinism.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <mutex>
+#include <random>
+#include <stdexcept>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "kernels/cpu/fp16_portable.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/cpu/thread_pool.h"
+#include "kernels/dtype.h"
+
+namespace specline::kernels {
+namespace {
+
+constexpr DType kAllTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16,
+                               DType::kQ8_0, DType::kQ4_0, DType::kQ4_1};
+
+float Bits(uint32_t u) { return detail::BitsToF32(u); }
+uint32_t Bits(float f) { return detail::F32ToBits(f); }
+
+// Appends a little-endian 16-bit value, as GGUF stores the block scales.
+void PutU16(std::vector<uint8_t>& out, uint16_t v) {
+  out.push_back(static_cast<uint8_t>(v & 0xff));
+  out.push_back(static_cast<uint8_t>(v >> 8));
+}
+
+// ---------------------------------------------------------------------------
+// DequantizeRow against blocks built byte by byte from the layout spec.
+
+TEST(DequantizeRowTest, Q8_0HandBuiltBlocks) {
+  std::vector<uint8_t> bytes;
+  PutU16(bytes, 0x3800);  // d = 0.5
+  for (int i = 0; i < 32; ++i) bytes.push_back(static_cast<uint8_t>(int8_t(i - 16)));
+  PutU16(bytes, 0xc000);  // d = -2
+  for (int i = 0; i < 32; ++i) bytes.push_back(static_cast<uint8_t>(int8_t(i * 4 - 128)));
+  ASSERT_EQ(bytes.size(), 2u * BlockBytes(DType::kQ8_0));
+  std::vector<float> out(64);
+  DequantizeRow(DType::kQ8_0, bytes.data(), 64, out.data());
+  for (int i = 0; i < 32; ++i) {
+    EXPECT_EQ(out[i], 0.5f * (i - 16)) << i;
+    EXPECT_EQ(out[32 + i], -2.0f * (i * 4 - 128)) << i;
+  }
+}
+
+TEST(DequantizeRowTest, Q4_0NibbleOrder) {
+  // Byte j: low nibble = element j, high nibble = element j + 16.
+  std::vector<uint8_t> bytes;
+  PutU16(bytes, 0x4000);  // d = 2
+  for (int j = 0; j < 16; ++j) bytes.push_back(static_cast<uint8_t>(j | ((15 - j) << 4)));
+  PutU16(bytes, 0x3400);  // d = 0.25
+  for (int j = 0; j < 16; ++j) bytes.push_back(static_cast<uint8_t>(((j * 7) & 15) | (3 << 4)));
+  ASSERT_EQ(bytes.size(), 2u * BlockBytes(DType::kQ4_0));
+  std::vector<float> out(64);
+  DequantizeRow(DType::kQ4_0, bytes.data(), 64, out.data());
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(out[j], 2.0f * (j - 8)) << j;
+    EXPECT_EQ(out[j + 16], 2.0f * (15 - j - 8)) << j;
+    EXPECT_EQ(out[32 + j], 0.25f * (((j * 7) & 15) - 8)) << j;
+    EXPECT_EQ(out[32 + j + 16], 0.25f * (3 - 8)) << j;
+  }
+}
+
+TEST(DequantizeRowTest, Q4_1ScaleAndMin) {
+  std::vector<uint8_t> bytes;
+  PutU16(bytes, 0x3400);  // d = 0.25
+  PutU16(bytes, 0xbc00);  // m = -1
+  for (int j = 0; j < 16; ++j) bytes.push_back(static_cast<uint8_t>(j | ((j ^ 5) << 4)));
+  ASSERT_EQ(bytes.size(), static_cast<size_t>(BlockBytes(DType::kQ4_1)));
+  std::vector<float> out(32);
+  DequantizeRow(DType::kQ4_1, bytes.data(), 32, out.data());
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(out[j], 0.25f * j - 1.0f) << j;
+    EXPECT_EQ(out[j + 16], 0.25f * (j ^ 5) - 1.0f) << j;
+  }
+}
+
+TEST(DequantizeRowTest, FloatTypesAnyLength) {
+  // 11 elements: one full 8-wide step and a partial one.
+  const uint16_t f16[11] = {0x3c00, 0xc000, 0x3800, 0x7bff, 0x0001, 0x8000,
+                            0x4200, 0x3555, 0xfc00, 0x0400, 0x4b00};
+  const float f16_want[11] = {1, -2, 0.5f, 65504, std::ldexp(1.0f, -24), -0.0f,
+                              3, 0.333251953125f,
+                              -std::numeric_limits<float>::infinity(),
+                              std::ldexp(1.0f, -14), 14};
+  std::vector<uint8_t> bytes;
+  for (uint16_t h : f16) PutU16(bytes, h);
+  float out[11];
+  DequantizeRow(DType::kF16, bytes.data(), 11, out);
+  for (int i = 0; i < 11; ++i) EXPECT_EQ(Bits(out[i]), Bits(f16_want[i])) << i;
+
+  const uint16_t bf16[11] = {0x3f80, 0xc000, 0x3f00, 0x4049, 0x0001, 0x8000,
+                             0x7f80, 0x4040, 0xbf80, 0x3e80, 0x4120};
+  bytes.clear();
+  for (uint16_t h : bf16) PutU16(bytes, h);
+  DequantizeRow(DType::kBF16, bytes.data(), 11, out);
+  for (int i = 0; i < 11; ++i) {
+    EXPECT_EQ(Bits(out[i]), static_cast<uint32_t>(bf16[i]) << 16) << i;
+  }
+
+  const float f32[11] = {1, 2, 3, 4, 5, 6, 7, 8, 9, -10, 11.5f};
+  DequantizeRow(DType::kF32, f32, 11, out);
+  for (int i = 0; i < 11; ++i) EXPECT_EQ(out[i], f32[i]);
+}
+
+TEST(DequantizeRowTest, RejectsPartialBlocks) {
+  uint8_t bytes[64] = {};
+  float out[64];
+  EXPECT_THROW(DequantizeRow(DType::kQ4_0, bytes, 31, out), std::invalid_argument);
+  EXPECT_NO_THROW(DequantizeRow(DType::kQ4_0, bytes, 0, out));
+}
+
+// ---------------------------------------------------------------------------
+// MatMul against a double-precision reference over the dequantized weights.
+
+// Random row-major weights of type t with `row_bytes` stride (>= the dense
+// size; the padding is filled with junk the kernels must not read as data).
+std::vector<uint8_t> RandomWeights(DType t, int64_t rows, int64_t cols,
+                                   int64_t row_bytes, std::mt19937& rng) {
+  std::vector<uint8_t> buf(row_bytes * rows);
+  for (auto& b : buf) b = static_cast<uint8_t>(rng());
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::uniform_real_distribution<float> scale(0.01f, 0.1f);
+  for (int64_t r = 0; r < rows; ++r) {
+    uint8_t* row = buf.data() + r * row_bytes;
+    for (int64_t c = 0; c < cols; c += BlockElems(t)) {
+      uint8_t* p = row + c / BlockElems(t) * BlockBytes(t);
+      uint16_t h;
+      switch (t) {
+        case DType::kF32: {
+          const float f = u(rng);
+          std::memcpy(p, &f, 4);
+          break;
+        }
+        case DType::kF16:
+          h = F32ToF16(u(rng));
+          std::memcpy(p, &h, 2);
+          break;
+        case DType::kBF16:
+          h = F32ToBF16(u(rng));
+          std::memcpy(p, &h, 2);
+          break;
+        case DType::kQ4_1:
+          h = F32ToF16(u(rng) * 0.5f);
+          std::memcpy(p + 2, &h, 2);
+          [[fallthrough]];
+        case DType::kQ8_0:
+        case DType::kQ4_0:
+          h = F32ToF16(scale(rng));
+          std::memcpy(p, &h, 2);
+          break;
+      }
+    }
+  }
+  return buf;
+}
+
+struct Case {
+  int64_t rows, cols, m;
+  int64_t pad;  // extra bytes per row
+};
+
+// Runs MatMul for one case into y and checks it against the double
+// reference (y is kept for the identity checks).
+void CheckMatMul(DType t, const Case& c, const std::vector<uint8_t>& w,
+                 const std::vector<float>& x, ThreadPool& pool, std::vector<float>& y) {
+  const int64_t row_bytes = *RowBytes(t, c.cols) + c.pad;
+  WeightMatrix wm{t, c.rows, c.cols, w.data(), row_bytes};
+  y.assign(c.m * c.rows, std::nanf(""));
+  MatMul(wm, x.data(), c.m, y.data(), pool);
+  std::vector<float> row(c.cols);
+  for (int64_t r = 0; r < c.rows; ++r) {
+    DequantizeRow(t, w.data() + r * row_bytes, c.cols, row.data());
+    for (int64_t i = 0; i < c.m; ++i) {
+      double ref = 0, mag = 0;
+      for (int64_t k = 0; k < c.cols; ++k) {
+        ref += static_cast<double>(row[k]) * x[i * c.cols + k];
+        mag += std::fabs(static_cast<double>(row[k]) * x[i * c.cols + k]);
+      }
+      const double got = y[i * c.rows + r];
+      // fp32 accumulation over cols terms: error grows with the number of
+      // sequential additions per lane (cols / 8) plus the final tree.
+      const double tol = 4e-7 * (c.cols / 8.0 + 4) * mag + 1e-30;
+      ASSERT_NEAR(got, ref, tol) << DTypeName(t) << " rows=" << c.rows << " cols="
+                                 << c.cols << " m=" << c.m << " r=" << r << " i=" << i;
+    }
+  }
+}
+
+TEST(MatMulTest, MatchesDoubleReferenceForEveryDType) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  ThreadPool pool1(1), pool2(2), pool3(3);
+  ThreadPool* pools[] = {&pool1, &pool2, &pool3};
+  for (DType t : kAllTypes) {
+    const bool quant = BlockElems(t) > 1;
+    std::vector<Case> cases;
+    if (quant) {
+      cases = {{1, 32, 1, 0},  {5, 64, 3, 0},   {37, 96, 7, 0},
+               {50, 320, 1, 6}, {29, 32, 17, 0}, {101, 128, 5, 2}};
+    } else {
+      cases = {{1, 1, 1, 0},  {3, 7, 2, 0},   {5, 8, 1, 0},   {37, 13, 5, 4},
+               {50, 100, 1, 0}, {29, 333, 17, 2}, {101, 64, 3, 0}, {7, 24, 9, 0}};
+    }
+    int which = 0;
+    for (const Case& c : cases) {
+      const int64_t row_bytes = *RowBytes(t, c.cols) + c.pad;
+      auto w = RandomWeights(t, c.rows, c.cols, row_bytes, rng);
+      std::vector<float> x(c.m * c.cols);
+      for (auto& v : x) v = u(rng);
+      ThreadPool& pool = *pools[which++ % 3];
+      std::vector<float> y;
+      CheckMatMul(t, c, w, x, pool, y);
+      if (HasFatalFailure()) return;
+
+      // Same bits for any thread count, and row i of a batched call equals
+      // the m = 1 call on x row i (the canonical reduction order).
+      WeightMatrix wm{t, c.rows, c.cols, w.data(), row_bytes};
+      for (ThreadPool* p : pools) {
+        std::vector<float> again(c.m * c.rows);
+        MatMul(wm, x.data(), c.m, again.data(), *p);
+        ASSERT_EQ(0, std::memcmp(again.data(), y.data(), y.size() * 4))
+            << DTypeName(t) << " threads=" << p->size();
+      }
+      for (int64_t i = 0; i < c.m; ++i) {
+        std::vector<float> single(c.rows);
+        MatMul(wm, x.data() + i * c.cols, 1, single.data(), pool);
+        ASSERT_EQ(0, std::memcmp(single.data(), y.data() + i * c.rows, c.rows * 4))
+            << DTypeName(t) << " m=" << c.m << " row " << i;
+      }
+    }
+  }
+}
+
+TEST(MatMulTest, F32RowEqualsDot) {
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  const int64_t rows = 9, cols = 77;
+  std::vector<float> w(rows * cols), x(cols), y(rows);
+  for (auto& v : w) v = u(rng);
+  for (auto& v : x) v = u(rng);
+  ThreadPool pool(2);
+  MatMul({DType::kF32, rows, cols, w.data(), cols * 4}, x.data(), 1, y.data(), pool);
+  for (int64_t r = 0; r < rows; ++r) {
+    EXPECT_EQ(Bits(y[r]), Bits(Dot(w.data() + r * cols, x.data(), cols)));
+  }
+}
+
+TEST(MatMulTest, RejectsMalformedWeights) {
+  ThreadPool pool(1);
+  float w[64] = {}, x[64] = {}, y[4];
+  EXPECT_THROW(MatMul({DType::kQ8_0, 1, 33, w, 64}, x, 1, y, pool), std::invalid_argument);
+  EXPECT_THROW(MatMul({DType::kF32, 2, 8, w, 16}, x, 1, y, pool), std::invalid_argument);
+  EXPECT_THROW(MatMul({DType::kF32, 2, 8, nullptr, 32}, x, 1, y, pool),
+               std::invalid_argument);
+}
+
+// ---------------------------------------------------------------------------
+// Vector ops against naive double-precision loops.
+
+std::vector<float> RandomVector(int64_t n, std::mt19937& rng, float lo = -3, float hi = 3) {
+  std::uniform_real_distribution<float> u(lo, hi);
+  std::vector<float> v(n);
+  for (auto& e : v) e = u(rng);
+  return v;
+}
+
+TEST(VectorOpsTest, DotAxpyAdd) {
+  std::mt19937 rng(11);
+  for (int64_t n : {0, 1, 7, 8, 9, 31, 100, 1000}) {
+    auto a = RandomVector(n, rng), b = RandomVector(n, rng);
+    double ref = 0, mag = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      ref += static_cast<double>(a[i]) * b[i];
+      mag += std::fabs(static_cast<double>(a[i]) * b[i]);
+    }
+    EXPECT_NEAR(Dot(a.data(), b.data(), n), ref, 1e-6 * mag + 1e-30) << n;
+
+    auto y = b;
+    Axpy(0.75f, a.data(), y.data(), n);
+    for (int64_t i = 0; i < n; ++i) EXPECT_EQ(y[i], std::fma(0.75f, a[i], b[i])) << i;
+
+    auto s = a;
+    AddInPlace(s.data(), b.data(), n);
+    for (int64_t i = 0; i < n; ++i) EXPECT_EQ(s[i], a[i] + b[i]) << i;
+  }
+}
+
+TEST(VectorOpsTest, RmsNorm) {
+  std::mt19937 rng(12);
+  for (int64_t n : {1, 5, 8, 64, 771}) {
+    auto x = RandomVector(n, rng), w = RandomVector(n, rng, 0.5f, 1.5f);
+    std::vector<float> out(n);
+    RmsNorm(x.data(), w.data(), 1e-5f, n, out.data());
+    double ss = 0;
+    for (float v : x) ss += static_cast<double>(v) * v;
+    const double inv = 1.0 / std::sqrt(ss / n + 1e-5);
+    for (int64_t i = 0; i < n; ++i) {
+      const double ref = x[i] * inv * w[i];
+      EXPECT_NEAR(out[i], ref, 1e-5 * std::fabs(ref) + 1e-7) << n << " " << i;
+    }
+  }
+}
+
+TEST(VectorOpsTest, SwiGlu) {
+  std::mt19937 rng(13);
+  auto g = RandomVector(257, rng, -20, 20), up = RandomVector(257, rng);
+  g[0] = -100.0f;  // exp overflow side must give -0, not NaN
+  auto out = g;
+  SwiGlu(out.data(), up.data(), 257);
+  for (int i = 0; i < 257; ++i) {
+    const double ref = g[i] / (1.0 + std::exp(-static_cast<double>(g[i]))) * up[i];
+    EXPECT_NEAR(out[i], ref, 1e-5 * std::fabs(ref) + 1e-30) << i;
+  }
+}
+
+TEST(VectorOpsTest, Softmax) {
+  std::mt19937 rng(14);
+  auto x = RandomVector(1001, rng, -30, 30);
+  x[5] = 1000.0f;  // large logits must not overflow
+  x[6] = -std::numeric_limits<float>::infinity();  // masked entry
+  auto p = x;
+  Softmax(p.data(), 1001);
+  double denom = 0;
+  for (float v : x) denom += std::exp(static_cast<double>(v) - 1000.0);
+  double total = 0;
+  for (int i = 0; i < 1001; ++i) {
+    const double ref = std::exp(static_cast<double>(x[i]) - 1000.0) / denom;
+    EXPECT_NEAR(p[i], ref, 1e-6 * ref + 1e-37) << i;
+    total += p[i];
+  }
+  EXPECT_EQ(p[6], 0.0f);
+  EXPECT_NEAR(total, 1.0, 1e-5);
+
+  std::vector<float> masked(4, -std::numeric_limits<float>::infinity());
+  Softmax(masked.data(), 4);
+  for (float v : masked) EXPECT_EQ(v, 0.25f);
+}
+
+// ---------------------------------------------------------------------------
+// fp16 / bf16 conversions.
+
+TEST(ConvertTest, F16KnownValues) {
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(F16ToF32(0x3c00), 1.0f);
+  EXPECT_EQ(F16ToF32(0x7bff), 65504.0f);
+  EXPECT_EQ(F16ToF32(0x0001), std::ldexp(1.0f, -24));  // smallest subnormal
+  EXPECT_EQ(F16ToF32(0x03ff), std::ldexp(1023.0f, -24));
+  EXPECT_EQ(F16ToF32(0x7c00), inf);
+  EXPECT_EQ(F16ToF32(0xfc00), -inf);
+  EXPECT_TRUE(std::isnan(F16ToF32(0x7e00)));
+  EXPECT_TRUE(std::isnan(F16ToF32(0x7c01)));  // signalling payload stays NaN
+  EXPECT_EQ(Bits(F16ToF32(0x8000)), 0x80000000u);
+
+  EXPECT_EQ(F32ToF16(1.0f), 0x3c00);
+  EXPECT_EQ(F32ToF16(-0.0f), 0x8000);
+  EXPECT_EQ(F32ToF16(1.0f + std::ldexp(1.0f, -11)), 0x3c00);      // tie -> even
+  EXPECT_EQ(F32ToF16(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3c02);  // tie -> even (up)
+  EXPECT_EQ(F32ToF16(1.0f + std::ldexp(1.0f, -11) + std::ldexp(1.0f, -20)), 0x3c01);
+  EXPECT_EQ(F32ToF16(65519.0f), 0x7bff);
+  EXPECT_EQ(F32ToF16(65520.0f), 0x7c00);  // rounds to inf
+  EXPECT_EQ(F32ToF16(1e10f), 0x7c00);
+  EXPECT_EQ(F32ToF16(-inf), 0xfc00);
+  EXPECT_EQ(F32ToF16(std::ldexp(1.0f, -14)), 0x0400);  // smallest normal
+  EXPECT_EQ(F32ToF16(std::ldexp(1.0f, -24)), 0x0001);
+  EXPECT_EQ(F32ToF16(std::ldexp(1.0f, -25)), 0x0000);       // tie -> even (0)
+  EXPECT_EQ(F32ToF16(std::ldexp(3.0f, -25)), 0x0002);       // tie -> even (2)
+  EXPECT_EQ(F32ToF16(std::ldexp(1.5f, -25)), 0x0001);
+  EXPECT_EQ(F32ToF16(std::ldexp(1.0f, -30)), 0x0000);
+  EXPECT_EQ(F32ToF16(std::ldexp(1023.5f, -24)), 0x0400);    // subnormal carries to normal
+  const uint16_t nan = F32ToF16(std::nanf(""));
+  EXPECT_EQ(nan & 0x7c00, 0x7c00);
+  EXPECT_NE(nan & 0x03ff, 0);
+  EXPECT_NE(F32ToF16(Bits(0x7f800001u)) & 0x03ff, 0);  // low-payload NaN stays NaN
+}
+
+TEST(ConvertTest, F16AgreesWithPortableImplementation) {
+  // All 2^16 halves one way; a dense stride of float bit patterns the other.
+  for (uint32_t h = 0; h < 65536; ++h) {
+    const float a = F16ToF32(static_cast<uint16_t>(h));
+    const float b = detail::F16ToF32Portable(static_cast<uint16_t>(h));
+    ASSERT_EQ(Bits(a), Bits(b)) << std::hex << h;
+    if (!std::isnan(a)) {
+      ASSERT_EQ(F32ToF16(a), h) << std::hex << h;  // round trip
+    }
+  }
+  for (uint64_t u = 0; u < (uint64_t{1} << 32); u += 4093) {
+    const float f = Bits(static_cast<uint32_t>(u));
+    ASSERT_EQ(F32ToF16(f), detail::F32ToF16Portable(f)) << std::hex << u;
+  }
+}
+
+TEST(ConvertTest, BF16) {
+  EXPECT_EQ(F32ToBF16(1.0f), 0x3f80);
+  EXPECT_EQ(BF16ToF32(0x3f80), 1.0f);
+  EXPECT_EQ(F32ToBF16(Bits(0x3f808000u)), 0x3f80);  // tie -> even (down)
+  EXPECT_EQ(F32ToBF16(Bits(0x3f818000u)), 0x3f82);  // tie -> even (up)
+  EXPECT_EQ(F32ToBF16(Bits(0x3f808001u)), 0x3f81);
+  EXPECT_EQ(F32ToBF16(Bits(0x3f807fffu)), 0x3f80);
+  EXPECT_EQ(F32ToBF16(std::numeric_limits<float>::infinity()), 0x7f80);
+  EXPECT_EQ(F32ToBF16(-std::numeric_limits<float>::infinity()), 0xff80);
+  EXPECT_EQ(F32ToBF16(std::numeric_limits<float>::max()), 0x7f80);  // rounds to inf
+  EXPECT_EQ(F32ToBF16(Bits(0x00018000u)), 0x0002);  // subnormal tie -> even
+  EXPECT_EQ(F32ToBF16(-0.0f), 0x8000);
+  EXPECT_EQ(Bits(BF16ToF32(0x0001)), 0x00010000u);
+  EXPECT_TRUE(std::isnan(BF16ToF32(F32ToBF16(Bits(0x7f800001u)))));  // not inf
+  EXPECT_TRUE(std::isnan(BF16ToF32(F32ToBF16(std::nanf("")))));
+  for (uint32_t h = 0; h < 65536; ++h) {
+    const float f = BF16ToF32(static_cast<uint16_t>(h));
+    if (!std::isnan(f)) {
+      ASSERT_EQ(F32ToBF16(f), h);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// ThreadPool.
+
+// Records the chunks of one ParallelFor call, sorted.
+std::vector<std::pair<int64_t, int64_t>> Chunks(ThreadPool& pool, int64_t n, int64_t grain) {
+  std::mutex mu;
+  std::vector<std::pair<int64_t, int64_t>> chunks;
+  pool.ParallelFor(n, [&](int64_t b, int64_t e) {
+    std::lock_guard<std::mutex> lock(mu);
+    chunks.emplace_back(b, e);
+  }, grain);
+  std::sort(chunks.begin(), chunks.end());
+  return chunks;
+}
+
+TEST(ThreadPoolTest, ChunksCoverRangeOnceOnGrainBoundaries) {
+  for (int threads : {1, 2, 3, 4}) {
+    ThreadPool pool(threads);
+    EXPECT_EQ(pool.size(), threads);
+    for (int64_t n : {1, 2, 3, 7, 64, 100, 1001}) {
+      for (int64_t grain : {1, 3, 8, 24, 5000}) {
+        const auto chunks = Chunks(pool, n, grain);
+        ASSERT_FALSE(chunks.empty());
+        // A few chunks per thread (claimed dynamically), never more.
+        EXPECT_LE(static_cast<int>(chunks.size()), 4 * threads);
+        if (threads == 1) {
+          EXPECT_EQ(chunks.size(), 1u);
+        }
+        int64_t next = 0;
+        for (const auto& [b, e] : chunks) {
+          EXPECT_EQ(b, next);
+          EXPECT_LT(b, e);
+          EXPECT_EQ(b % grain, 0);
+          next = e;
+        }
+        EXPECT_EQ(next, n);
+        EXPECT_EQ(Chunks(pool, n, grain), chunks);  // same partition every time
+      }
+    }
+  }
+}
+
+TEST(ThreadPoolTest, ZeroLengthCallsNothing) {
+  ThreadPool pool(2);
+  bool called = false;
+  pool.ParallelFor(0, [&](int64_t, int64_t) { called = true; });
+  EXPECT_FALSE(called);
+}
+
+TEST(ThreadPoolTest, ManyTinyCalls) {
+  ThreadPool pool(2);
+  std::atomic<int64_t> sum{0};
+  for (int i = 0; i < 20000; ++i) {
+    pool.ParallelFor(2, [&](int64_t b, int64_t e) {
+      for (int64_t j = b; j < e; ++j) sum += j + 1;
+    });
+  }
+  EXPECT_EQ(sum.load(), 20000 * 3);
+}
+
+TEST(ThreadPoolTest, WakesSleepingWorkers) {
+  ThreadPool pool(3);
+  for (int round = 0; round < 3; ++round) {
+    // Long enough for the workers to give up spinning and block.
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::atomic<int> chunks{0};
+    pool.ParallelFor(3, [&](int64_t, int64_t) { ++chunks; });
+    EXPECT_EQ(chunks.load(), 3);
+  }
+}
+
+TEST(ThreadPoolTest, PoolOfOneRunsInline) {
+  ThreadPool pool(1);
+  const auto caller = std::this_thread::get_id();
+  int calls = 0;
+  pool.ParallelFor(100, [&](int64_t b, int64_t e) {
+    EXPECT_EQ(std::this_thread::get_id(), caller);
+    EXPECT_EQ(b, 0);
+    EXPECT_EQ(e, 100);
+    ++calls;
+  });
+  EXPECT_EQ(calls, 1);
+}
+
+TEST(ThreadPoolTest, PropagatesExceptions) {
+  ThreadPool pool(2);
+  EXPECT_THROW(pool.ParallelFor(10, [&](int64_t b, int64_t) {
+    if (b > 0) throw std::runtime_error("worker failed");
+  }), std::runtime_error);
+  // The pool stays usable.
+  std::atomic<int64_t> n{0};
+  pool.ParallelFor(10, [&](int64_t b, int64_t e) { n += e - b; });
+  EXPECT_EQ(n.load(), 10);
+}
+
+}  // namespace
+}  // namespace specline::kernels

@@ -1,0 +1,60 @@
+#include "tests/test_util.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+namespace fs = std::filesystem;
+
+namespace specline::testing {
+
+std::string SourcePath(const std::string& relative) {
+  return (fs::path(SPECLINE_SOURCE_DIR) / relative).string();
+}
+
+std::string SharedModelPath(const std::string& relative) {
+  fs::path root;
+  if (const char* env = std::getenv("SPECLINE_SHARED_MODELS")) {
+    root = env;
+  } else {
+    root = fs::path(SPECLINE_SOURCE_DIR).parent_path() / "shared" / "models";
+  }
+  fs::path p = root / relative;
+  return fs::exists(p) ? p.string() : std::string();
+}
+
+std::string SmolLm2Path() {
+  fs::path cache;
+  if (const char* env = std::getenv("SPECLINE_MODEL_CACHE")) {
+    cache = env;
+  } else if (const char* home = std::getenv("HOME")) {
+    cache = fs::path(home) / ".cache" / "specline" / "models";
+  }
+  fs::path p = cache / "SmolLM2-135M-Instruct.Q4_1.gguf";
+  return fs::exists(p) ? p.string() : std::string();
+}
+
+std::string TempDir() {
+  static const fs::path root = [] {
+    std::string tmpl = (fs::temp_directory_path() / "specline-test-XXXXXX").string();
+    if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
+    std::atexit([] {});
+    return fs::path(tmpl);
+  }();
+  static int counter = 0;
+  fs::path dir = root / std::to_string(counter++);
+  fs::create_directories(dir);
+  return dir.string();
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace specline::testing

@@ -1,0 +1,23 @@
+// Helpers shared by the tests: where golden files and shared models are.
+#pragma once
+
+#include <string>
+
+namespace specline::testing {
+
+// Absolute path of a file in the repository, e.g. "tests/data/x.json".
+std::string SourcePath(const std::string& relative);
+
+// Absolute path under ../shared/models (or $SPECLINE_SHARED_MODELS), or ""
+// when that folder is absent (tests then GTEST_SKIP with a message).
+std::string SharedModelPath(const std::string& relative);
+
+// The SmolLM2 GGUF fetched by scripts/setup.sh into the model cache, or "".
+std::string SmolLm2Path();
+
+// A fresh temporary directory, removed at process exit.
+std::string TempDir();
+
+std::string ReadFile(const std::string& path);
+
+}  // namespace specline::testing
