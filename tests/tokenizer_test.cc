@@ -257,15 +257,15 @@ TEST(PreTokenizer, MatchesPythonRegex) {
 TEST(IncrementalDetokenizer, HoldsBackSplitCharacters) {
   REQUIRE_SHARED(path, "stories260K/tok512.model");
   auto tok = LoadSentencePieceModel(path);
-  // "€" is not in the 512-piece vocabulary: three byte tokens.
-  auto ids = tok->Encode("a€", false);
+  // "日" is not in the 512-piece vocabulary: three byte tokens.
+  auto ids = tok->Encode("a日", false);
   ASSERT_GE(ids.size(), 4u);
   IncrementalDetokenizer detok(*tok);
   std::vector<std::string> chunks;
   for (int32_t id : ids) chunks.push_back(detok.Push(id));
   EXPECT_EQ(chunks[chunks.size() - 3], "");
   EXPECT_EQ(chunks[chunks.size() - 2], "");
-  EXPECT_EQ(chunks.back(), "€");
+  EXPECT_EQ(chunks.back(), "日");
   // A character that never completes is flushed as U+FFFD.
   IncrementalDetokenizer cut(*tok);
   std::string out = cut.Push(ids[ids.size() - 3]);
@@ -282,7 +282,8 @@ std::vector<ChatMessage> Messages(const json& j) {
 }
 
 TEST(ChatTemplate, MatchesJinjaRenders) {
-  for (const auto& entry : Golden("chat_templates.json")) {
+  const json golden = Golden("chat_templates.json");
+  for (const auto& entry : golden) {
     const std::string name = entry["name"];
     const std::string where = entry["template"];
     std::string source;
@@ -365,43 +366,6 @@ TEST(TokenizerErrors, BadFilesThrowWithTheirName) {
 }
 
 // ---------------------------------------------------------------- speed
-
-double MicrosPerKb(const Tokenizer& tok, const std::string& text) {
-  double best = 1e30;
-  for (int rep = 0; rep < 5; ++rep) {
-    auto t0 = std::chrono::steady_clock::now();
-    auto ids = tok.Encode(text, false);
-    auto t1 = std::chrono::steady_clock::now();
-    EXPECT_FALSE(ids.empty());
-    best = std::min(best, std::chrono::duration<double, std::micro>(t1 - t0).count());
-  }
-  return best / (text.size() / 1024.0);
-}
-
-std::string SampleText() {
-  std::string text;
-  for (const auto& c : Golden("llama2.json")["cases"]) text += c["text"].get<std::string>() + "\n";
-  while (text.size() < 8192) text += text;
-  return text;
-}
-
-TEST(TokenizerSpeed, EncodesWellUnderAMillisecondPerKb) {
-  const std::string text = SampleText();
-  if (auto p = SharedModelPath("llama2-tokenizer/tokenizer.model"); !p.empty()) {
-    double us = MicrosPerKb(*LoadSentencePieceModel(p), text);
-    std::printf("llama2 SentencePiece BPE: %.1f us/KB\n", us);
-    EXPECT_LT(us, 1000.0);
-  }
-  if (auto p = SmolLm2Path(); !p.empty()) {
-    double us = MicrosPerKb(*LoadGgufTokenizer(*GgufFile::Open(p)), text);
-    std::printf("SmolLM2 byte-level BPE: %.1f us/KB\n", us);
-    EXPECT_LT(us, 1000.0);
-  }
-  double us = MicrosPerKb(
-      *LoadSentencePieceModel(SourcePath("tests/data/tokenizer/unigram_small.model")), text);
-  std::printf("unigram: %.1f us/KB\n", us);
-  EXPECT_LT(us, 1000.0);
-}
 
 }  // namespace
 }  // namespace specline

@@ -7,13 +7,7 @@
 
 #include "model/tokenizer/sentencepiece.h"
 #include "model/tokenizer/tokenizer.h"
-// Where protoc puts the generated header depends on proto/CMakeLists.txt's
-// output directory; accept both layouts.
-#if __has_include("proto/sentencepiece_model.pb.h")
 #include "proto/sentencepiece_model.pb.h"
-#else
-#include "sentencepiece_model.pb.h"
-#endif
 
 namespace specline {
 namespace {
