@@ -37,10 +37,15 @@ std::string SmolLm2Path() {
 }
 
 std::string TempDir() {
+  // One root per test process, removed when the process exits.
   static const fs::path root = [] {
     std::string tmpl = (fs::temp_directory_path() / "specline-test-XXXXXX").string();
     if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
-    std::atexit([] {});
+    static std::string to_remove = tmpl;
+    std::atexit([] {
+      std::error_code ec;
+      fs::remove_all(to_remove, ec);
+    });
     return fs::path(tmpl);
   }();
   static int counter = 0;
