@@ -35,6 +35,17 @@ inline float HalfToFloat(uint16_t h) {
 template <DType T>
 struct Codec;
 
+// First n (< 8) elements of a 16-bit type, rest zero, via a zero-padded copy
+// so no byte past the row is read.
+template <typename C>
+Vec DecodeHalfWidthPartial(const uint8_t* p, int n) {
+  uint8_t buf[C::kStepBytes] = {};
+  std::memcpy(buf, p, 2 * n);
+  Vec v;
+  C::Decode(buf, &v);
+  return v;
+}
+
 template <>
 struct Codec<DType::kF32> {
   static constexpr int kStepElems = 8;
@@ -59,13 +70,7 @@ struct Codec<DType::kF16> {
     for (int i = 0; i < 8; ++i) out[0].v[i] = HalfToFloat(LoadU16(p + 2 * i));
 #endif
   }
-  static Vec DecodePartial(const uint8_t* p, int n) {
-    uint8_t buf[kStepBytes] = {};
-    std::memcpy(buf, p, 2 * n);
-    Vec v;
-    Decode(buf, &v);
-    return v;
-  }
+  static Vec DecodePartial(const uint8_t* p, int n) { return DecodeHalfWidthPartial<Codec>(p, n); }
 };
 
 template <>
@@ -82,13 +87,7 @@ struct Codec<DType::kBF16> {
     }
 #endif
   }
-  static Vec DecodePartial(const uint8_t* p, int n) {
-    uint8_t buf[kStepBytes] = {};
-    std::memcpy(buf, p, 2 * n);
-    Vec v;
-    Decode(buf, &v);
-    return v;
-  }
+  static Vec DecodePartial(const uint8_t* p, int n) { return DecodeHalfWidthPartial<Codec>(p, n); }
 };
 
 template <>

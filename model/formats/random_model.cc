@@ -15,20 +15,12 @@
 #include "model/formats/rope_factors.h"
 #include "model/formats/rope_layout.h"
 #include "model/formats/safetensors.h"
+#include "model/splitmix64.h"
 
 namespace specline {
 
 namespace {
 
-// splitmix64: tiny, fast, and identical on every platform (unlike the
-// standard library's distributions), so a (config, seed) pair names the same
-// weights everywhere.
-uint64_t SplitMix(uint64_t& state) {
-  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
 
 uint64_t HashName(const std::string& s) {
   uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a
@@ -42,7 +34,7 @@ std::vector<float> Uniform(uint64_t seed, const std::string& name, int64_t n,
   uint64_t state = seed ^ HashName(name);
   std::vector<float> v(n);
   for (float& x : v) {
-    float u = static_cast<float>(SplitMix(state) >> 40) * (1.0f / 16777216.0f);
+    float u = static_cast<float>(SplitMix64(state) >> 40) * (1.0f / 16777216.0f);
     x = center + (2.0f * u - 1.0f) * half_width;
   }
   return v;

@@ -34,11 +34,11 @@ uint64_t PairKey(int32_t a, int32_t b) {
   return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
 }
 
-class ByteLevelBpeTokenizer final : public Tokenizer {
+class ByteLevelBpeTokenizer final : public VocabTokenizer {
  public:
   ByteLevelBpeTokenizer(Vocab vocab, const MergeList& merges, ByteLevelBpeOptions options,
                         const std::string& source)
-      : vocab_(std::move(vocab)), options_(options) {
+      : VocabTokenizer(std::move(vocab)), options_(options) {
     vocab_.Check(source);
     index_.reserve(vocab_.pieces.size());
     for (int32_t id = 0; id < vocab_.size(); ++id) index_.emplace(vocab_.pieces[id], id);
@@ -83,18 +83,6 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
   std::string TokenBytes(int32_t prev, int32_t id) const override {
     return vocab_.Valid(id) ? bytes_[id] : std::string();
   }
-  const std::string& Piece(int32_t id) const override {
-    static const std::string kEmpty;
-    return vocab_.Valid(id) ? vocab_.pieces[id] : kEmpty;
-  }
-  int32_t vocab_size() const override { return vocab_.size(); }
-  int32_t bos_id() const override { return vocab_.bos; }
-  int32_t eos_id() const override { return vocab_.eos; }
-  const std::vector<int32_t>& stop_ids() const override { return vocab_.stop_ids; }
-  bool IsControl(int32_t id) const override {
-    return vocab_.Valid(id) && vocab_.types[id] == TokenType::kControl;
-  }
-  bool add_bos_by_default() const override { return vocab_.add_bos; }
 
  private:
   struct Merge {
@@ -191,7 +179,6 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
     }
   }
 
-  Vocab vocab_;
   ByteLevelBpeOptions options_;
   std::unordered_map<std::string, int32_t> index_;
   std::unordered_map<uint64_t, Merge> merges_;

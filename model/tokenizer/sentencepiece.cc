@@ -17,10 +17,10 @@ constexpr std::string_view kSpaceSymbol = "\xe2\x96\x81";  // ▁
 // What SentencePiece prints for <unk>: " ⁇ ".
 constexpr std::string_view kUnkSurface = " \xe2\x81\x87 ";
 
-class SentencePieceTokenizer final : public Tokenizer {
+class SentencePieceTokenizer final : public VocabTokenizer {
  public:
   SentencePieceTokenizer(Vocab vocab, SentencePieceOptions options, const std::string& source)
-      : vocab_(std::move(vocab)),
+      : VocabTokenizer(std::move(vocab)),
         options_(options),
         normalizer_(options.normalizer, source) {
     vocab_.Check(source);
@@ -114,18 +114,6 @@ class SentencePieceTokenizer final : public Tokenizer {
     return out;
   }
 
-  const std::string& Piece(int32_t id) const override {
-    static const std::string kEmpty;
-    return vocab_.Valid(id) ? vocab_.pieces[id] : kEmpty;
-  }
-  int32_t vocab_size() const override { return vocab_.size(); }
-  int32_t bos_id() const override { return vocab_.bos; }
-  int32_t eos_id() const override { return vocab_.eos; }
-  const std::vector<int32_t>& stop_ids() const override { return vocab_.stop_ids; }
-  bool IsControl(int32_t id) const override {
-    return vocab_.Valid(id) && vocab_.types[id] == TokenType::kControl;
-  }
-  bool add_bos_by_default() const override { return vocab_.add_bos; }
 
  private:
   // A piece that is not in the vocabulary: its bytes as <0xXX> tokens, or
@@ -277,7 +265,6 @@ class SentencePieceTokenizer final : public Tokenizer {
     }
   }
 
-  Vocab vocab_;
   SentencePieceOptions options_;
   SentencePieceNormalizer normalizer_;
   SpecialSplitter splitter_;

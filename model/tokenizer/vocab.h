@@ -9,6 +9,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "model/tokenizer/tokenizer.h"
+
 namespace specline {
 
 // SentencePiece's piece types; GGUF token_type uses the same numbers
@@ -37,6 +39,28 @@ struct Vocab {
   void Check(const std::string& source) const;
   // EOS plus the end-of-turn markers chat vocabularies define.
   void CollectStopIds();
+};
+
+// The Tokenizer methods that only read the vocabulary, shared by the
+// SentencePiece and byte-level BPE tokenizers.
+class VocabTokenizer : public Tokenizer {
+ public:
+  const std::string& Piece(int32_t id) const override {
+    static const std::string kEmpty;
+    return vocab_.Valid(id) ? vocab_.pieces[id] : kEmpty;
+  }
+  int32_t vocab_size() const override { return vocab_.size(); }
+  int32_t bos_id() const override { return vocab_.bos; }
+  int32_t eos_id() const override { return vocab_.eos; }
+  const std::vector<int32_t>& stop_ids() const override { return vocab_.stop_ids; }
+  bool IsControl(int32_t id) const override {
+    return vocab_.Valid(id) && vocab_.types[id] == TokenType::kControl;
+  }
+  bool add_bos_by_default() const override { return vocab_.add_bos; }
+
+ protected:
+  explicit VocabTokenizer(Vocab vocab) : vocab_(std::move(vocab)) {}
+  Vocab vocab_;
 };
 
 // Splits text at special tokens before the model's own algorithm runs.
