@@ -7,7 +7,7 @@
 
 #include "model/tokenizer/sentencepiece.h"
 #include "model/tokenizer/tokenizer.h"
-#include "proto/sentencepiece_model.pb.h"
+#include "sentencepiece_model.pb.h"
 
 namespace specline {
 namespace {

@@ -1,0 +1,60 @@
+// Activation transport: moves serialized micro-batches (MicroBatch protos)
+// between pipeline processes. gRPC carries control only; activations take
+// this path. Implementations: in-process queues (stages sharing a process)
+// and a host transport for CPU stages in other processes or hosts.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace specline::transport {
+
+// Sends to one destination. Thread-compatible (one sender per thread).
+class ActivationSender {
+ public:
+  virtual ~ActivationSender() = default;
+  // Delivers one message, in order with earlier ones. Reconnects when the
+  // peer restarted. UNAVAILABLE when the peer cannot be reached (the
+  // message is then lost: the pipeline treats it as a failed batch).
+  virtual absl::Status Send(std::string_view message) = 0;
+  virtual const std::string& address() const = 0;
+};
+
+// One inbox that any number of senders deliver to.
+class ActivationReceiver {
+ public:
+  virtual ~ActivationReceiver() = default;
+  // The next message, waiting up to `timeout`: DEADLINE_EXCEEDED when none
+  // came, CANCELLED after Shutdown().
+  virtual absl::StatusOr<std::string> Receive(std::chrono::milliseconds timeout) = 0;
+  // Wakes Receive callers and stops accepting.
+  virtual void Shutdown() = 0;
+  // Where senders reach it: "tcp://127.0.0.1:43121", "inproc://stage-1".
+  virtual const std::string& address() const = 0;
+  // Messages received and not yet taken by Receive (a stage's queue depth).
+  virtual size_t pending() const = 0;
+};
+
+// A parsed address: kind "tcp" (host, port) or "inproc" (name).
+struct Address {
+  std::string scheme;
+  std::string host;  // tcp: name or literal, IPv6 without brackets
+  int port = 0;      // tcp
+  std::string name;  // inproc
+};
+// INVALID_ARGUMENT naming the address when it is not one of the forms above.
+absl::StatusOr<Address> ParseAddress(const std::string& address);
+
+// Addresses: "tcp://HOST:PORT" (PORT 0 picks a free port; address() tells
+// which) or "inproc://NAME" (a process-wide registry of inboxes).
+absl::StatusOr<std::unique_ptr<ActivationReceiver>> Listen(const std::string& address);
+// Connecting is lazy: the first Send connects, so a sender can be made
+// before its peer is up.
+absl::StatusOr<std::unique_ptr<ActivationSender>> Connect(const std::string& address);
+
+}  // namespace specline::transport
