@@ -7,5 +7,7 @@ namespace specline::cli {
 int GenerateCommand(int argc, char** argv);
 int RandomModelCommand(int argc, char** argv);
 int InfoCommand(int argc, char** argv);
+int ServeCommand(int argc, char** argv);   // launcher: gateway + scheduler + stages
+int ClientCommand(int argc, char** argv);  // streams from a running gateway
 
 }  // namespace specline::cli

@@ -12,6 +12,8 @@ commands:
   generate            stream a completion from a local model
   make-random-model   write a randomly initialised Llama-shaped model
   info                print a model's config and tensors
+  serve               run gateway + scheduler + stage workers on localhost
+  client              stream a generation from a running gateway
 Run `specline COMMAND --help` for a command's options.
 )";
 
@@ -27,6 +29,8 @@ int main(int argc, char** argv) {
     if (cmd == "generate") return specline::cli::GenerateCommand(argc, argv);
     if (cmd == "make-random-model") return specline::cli::RandomModelCommand(argc, argv);
     if (cmd == "info") return specline::cli::InfoCommand(argc, argv);
+    if (cmd == "serve") return specline::cli::ServeCommand(argc, argv);
+    if (cmd == "client") return specline::cli::ClientCommand(argc, argv);
     std::cerr << "unknown command: " << cmd << "\n" << kUsage;
     return 2;
   } catch (const std::exception& e) {

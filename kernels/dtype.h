@@ -49,7 +49,10 @@ constexpr int64_t BlockBytes(DType t) {
 // whole number of blocks.
 constexpr std::optional<int64_t> RowBytes(DType t, int64_t cols) {
   if (cols < 0 || cols % BlockElems(t) != 0) return std::nullopt;
-  return cols / BlockElems(t) * BlockBytes(t);
+  const int64_t blocks = cols / BlockElems(t);
+  // Shapes come from untrusted files: refuse sizes that overflow int64.
+  if (blocks > INT64_MAX / BlockBytes(t)) return std::nullopt;
+  return blocks * BlockBytes(t);
 }
 
 constexpr std::string_view DTypeName(DType t) {

@@ -14,7 +14,8 @@ MODEL_CACHE=${SPECLINE_MODEL_CACHE:-$HOME/.cache/specline/models}
 PACKAGES=(build-essential cmake pkg-config python3 python3-pip
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev prometheus-cpp-dev libgtest-dev libgmock-dev
-  nlohmann-json3-dev)
+  nlohmann-json3-dev libucx-dev
+  python3-grpcio python3-grpc-tools prometheus)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -4,14 +4,26 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <thread>
+#include <unordered_set>
+#include <vector>
 
 #include "model/runtime/stage_slice.h"
 #include "specline/internal/stage.pb.h"
 #include "transport/transport.h"
 
 namespace specline {
+
+// A snapshot of a runner's cache, safe to take while it runs.
+struct StageStats {
+  int64_t kv_capacity_tokens = 0;
+  int64_t kv_free_tokens = 0;  // free blocks * block size
+  int sequences = 0;
+  uint64_t batches = 0;
+};
 
 class StageRunner {
  public:
@@ -24,6 +36,11 @@ class StageRunner {
   // appending requested taps this stage can produce. On a slice error sets
   // batch.error / error_stage and leaves the caches unchanged; a batch that
   // arrives with an error is passed on untouched.
+  //
+  // Taps: a boundary k between two stages can be produced by both (it is
+  // the output of one and the input of the next); the stage that ends
+  // there produces it, so the rule is begin < k <= end, plus k == 0 on the
+  // first stage. Each requested tap thus arrives exactly once.
   void Process(internal::MicroBatch& batch);
 
   // Receives from `in`, processes, sends to `out` until Stop().
@@ -32,11 +49,25 @@ class StageRunner {
   void Stop();
   ~StageRunner();
 
+  // Called on the runner thread after each batch was processed and before
+  // it is sent on (metrics). Set before Start.
+  using Observer = std::function<void(const internal::MicroBatch&, double seconds)>;
+  void set_observer(Observer observer) { observer_ = std::move(observer); }
+
+  // Forgets every sequence (control plane; safe while running).
+  void Reset();
+  StageStats Stats() const;
+  // Messages waiting in the inbox (0 before Start).
+  size_t queue_depth() const;
+  bool is_last() const { return is_last_; }
+  int stage() const { return stage_; }
+
   uint64_t batches() const { return batches_.load(); }
   StageSlice& slice() { return slice_; }
 
  private:
   void Loop();
+  bool ProducesTap(int layer) const;
   StageSlice& slice_;
   int stage_;
   bool is_last_;
@@ -45,6 +76,14 @@ class StageRunner {
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> batches_{0};
   std::thread thread_;
+  Observer observer_;
+  // Guards the slice and `sequences_` between the runner thread and the
+  // control plane (Reset, Stats).
+  mutable std::mutex mu_;
+  // Sequences that may hold KV here: what Reset must release (the cache
+  // does not enumerate its sequences).
+  std::unordered_set<uint64_t> sequences_;
+  std::vector<float> input_;  // aligned copy of batch.hidden
 };
 
 }  // namespace specline

@@ -270,7 +270,7 @@ std::unique_ptr<GgufFile> GgufFile::Open(const std::string& path) {
     if (!row) {
       r.Fail("tensor '" + e.name + "': row length " + std::to_string(ne[0]) +
              " is not a multiple of the " + std::string(DTypeName(e.dtype)) +
-             " block size");
+             " block size, or is too large");
     }
     int64_t nbytes = *row;
     for (uint32_t d = 1; d < n_dims; ++d) {

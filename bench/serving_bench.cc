@@ -1,0 +1,284 @@
+// End-to-end serving benchmark: decode tokens/s through gateway + scheduler
+// + 1 and 2 stage processes (`specline serve`) against the in-process
+// engine (LocalPipeline + Generate) at one stream, then aggregate throughput
+// and TTFT/TPOT percentiles at 1, 8, 32, 64 concurrent streams.
+//
+//   build/serving_bench [--model PATH] [--tokens N] [--threads N] [--quick]
+//                       [--json PATH]
+//
+// The default model is a random stories110M-shaped checkpoint (dim 768,
+// 12 layers, vocab 32000, fp32) written to /tmp on first use: the speed of
+// the serving path does not depend on the weights' values.
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <iostream>
+#include <signal.h>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+#include <nlohmann/json.hpp>
+
+#include "bench/bench_util.h"
+#include "cli/child_process.h"
+#include "model/formats/model_source.h"
+#include "model/formats/random_model.h"
+#include "model/runtime/generator.h"
+#include "model/runtime/local_pipeline.h"
+#include "specline/v1/generation.grpc.pb.h"
+
+namespace fs = std::filesystem;
+using specline::bench::Median;
+using specline::bench::Now;
+
+namespace {
+
+struct Options {
+  std::string model = "/tmp/specline-random-stories110M.bin";
+  int tokens = 128;
+  int prompt = 16;
+  int threads = 0;
+  bool quick = false;
+  std::string json;
+  std::vector<int> concurrency = {1, 8, 32, 64};
+};
+
+double Percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(q * (v.size() - 1) + 0.5))];
+}
+
+std::string EnsureModel(const std::string& path) {
+  if (fs::exists(path)) return path;
+  specline::ModelConfig c;
+  c.dim = 768;
+  c.hidden_dim = 2048;
+  c.n_layers = 12;
+  c.n_heads = 12;
+  c.n_kv_heads = 12;
+  c.head_dim = 64;
+  c.vocab_size = 32000;
+  c.max_seq_len = 1024;
+  std::fprintf(stderr, "writing random stories110M-shaped model to %s\n", path.c_str());
+  const std::string tmp = path + ".part";
+  specline::WriteRandomModel(c, specline::ModelFormat::kLlama2c, tmp, /*seed=*/110);
+  fs::rename(tmp, path);
+  return path;
+}
+
+std::vector<int32_t> Prompt(int n) {
+  std::vector<int32_t> p(n);
+  for (int i = 0; i < n; ++i) p[i] = 1 + (i * 7919) % 31000;
+  return p;
+}
+
+// One stream's client-side timings.
+struct Stream {
+  bool ok = false;
+  std::string error;
+  int tokens = 0;
+  double ttft = 0, e2e = 0;
+  double tpot() const { return tokens > 1 ? (e2e - ttft) / (tokens - 1) : 0; }
+};
+
+Stream RunStream(const std::shared_ptr<grpc::Channel>& channel, const std::vector<int32_t>& prompt,
+                 int max_tokens) {
+  auto stub = specline::v1::Generation::NewStub(channel);
+  specline::v1::GenerateRequest req;
+  for (int32_t t : prompt) req.mutable_token_ids()->add_ids(t);
+  req.set_max_tokens(max_tokens);
+  req.set_ignore_eos(true);
+  grpc::ClientContext ctx;
+  Stream s;
+  const double t0 = Now();
+  auto reader = stub->Generate(&ctx, req);
+  specline::v1::GenerateResponse msg;
+  while (reader->Read(&msg)) {
+    if (msg.token_ids_size() > 0 && s.tokens == 0) s.ttft = Now() - t0;
+    s.tokens += msg.token_ids_size();
+  }
+  s.e2e = Now() - t0;
+  grpc::Status st = reader->Finish();
+  s.ok = st.ok();
+  s.error = st.error_message();
+  return s;
+}
+
+// `specline serve` with `stages` processes; killed on destruction.
+class Stack {
+ public:
+  Stack(const Options& o, int stages) {
+    dir_ = fs::temp_directory_path() / ("specline-bench-" + std::to_string(getpid()));
+    fs::create_directories(dir_);
+    const std::string port_file = (dir_ / "serve.json").string();
+    fs::remove(port_file);
+    // bench binaries live in <build>/bench, specline at <build>.
+    std::string bin = specline::cli::ExecutableDir() + "/specline";
+    if (!fs::exists(bin)) bin = specline::cli::ExecutableDir() + "/../specline";
+    // The processes' logs go to a file, not into the table.
+    const std::string log = (dir_ / "serve.log").string();
+    std::fflush(stdout);
+    const int log_fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int saved = dup(STDERR_FILENO);
+    const int saved_out = dup(STDOUT_FILENO);
+    dup2(log_fd, STDERR_FILENO);
+    dup2(log_fd, STDOUT_FILENO);
+    pid_ = specline::cli::SpawnProcess(
+        {bin, "serve", "--model", o.model, "--stages", std::to_string(stages), "--port", "0",
+         "--threads", std::to_string(o.threads), "--port-file", port_file,
+         "--max-concurrent-streams", "1024", "--max-waiting", "1024"});
+    dup2(saved, STDERR_FILENO);
+    dup2(saved_out, STDOUT_FILENO);
+    close(saved);
+    close(saved_out);
+    close(log_fd);
+    const double deadline = Now() + 300;
+    while (!fs::exists(port_file)) {
+      int status;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) throw std::runtime_error("specline serve exited");
+      if (Now() > deadline) throw std::runtime_error("specline serve did not start");
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    std::ifstream in(port_file);
+    const auto j = nlohmann::json::parse(in);
+    addr_ = "127.0.0.1:" + std::to_string(j["gateway"]["grpc"].get<int>());
+  }
+  ~Stack() {
+    specline::cli::StopProcess(pid_, SIGTERM, std::chrono::seconds(30));
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  std::shared_ptr<grpc::Channel> channel() const {
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    return grpc::CreateCustomChannel(addr_, grpc::InsecureChannelCredentials(), args);
+  }
+
+ private:
+  fs::path dir_;
+  pid_t pid_;
+  std::string addr_;
+};
+
+double InProcessTokS(const Options& o, int repeats) {
+  auto model = specline::OpenModel(o.model);
+  specline::SliceOptions so;
+  so.kv_capacity_tokens = model->config().max_seq_len;
+  specline::LocalPipeline pipeline(*model, specline::EvenSplit(model->config().n_layers, 1), so,
+                                   o.threads);
+  specline::GenerationOptions g;
+  g.max_tokens = o.tokens;
+  g.ignore_eos = true;
+  std::vector<double> rates;
+  const auto prompt = Prompt(o.prompt);
+  for (int r = 0; r < repeats + 1; ++r) {
+    auto res = specline::Generate(pipeline, 1 + r, prompt, g);
+    if (!res.ok()) throw std::runtime_error(std::string(res.status().message()));
+    if (r > 0) rates.push_back((res->tokens.size() - 1) / res->decode_seconds);  // first: warm-up
+  }
+  return Median(rates);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--model") o.model = next();
+    else if (a == "--tokens") o.tokens = std::stoi(next());
+    else if (a == "--threads") o.threads = std::stoi(next());
+    else if (a == "--json") o.json = next();
+    else if (a == "--quick") o.quick = true;
+    else {
+      std::cerr << "usage: serving_bench [--model PATH] [--tokens N] [--threads N] [--quick] [--json PATH]\n";
+      return 2;
+    }
+  }
+  if (o.threads <= 0) o.threads = std::max(1u, std::thread::hardware_concurrency());
+  if (o.quick) {
+    o.tokens = std::min(o.tokens, 48);
+    o.concurrency = {1, 8};
+  }
+  EnsureModel(o.model);
+  const int repeats = o.quick ? 2 : 3;
+  nlohmann::json out = {{"model", o.model}, {"tokens", o.tokens}, {"prompt_tokens", o.prompt},
+                        {"threads_per_process", o.threads},
+                        {"cores", std::thread::hardware_concurrency()}};
+
+  const double inproc = InProcessTokS(o, repeats);
+  std::printf("single stream decode, %d tokens after a %d-token prompt, %d threads per process\n",
+              o.tokens, o.prompt, o.threads);
+  std::printf("%-34s %10s %10s\n", "path", "tok/s", "vs in-proc");
+  std::printf("%-34s %10.1f %10s\n", "in-process (LocalPipeline)", inproc, "1.000");
+  out["in_process_tok_s"] = inproc;
+
+  for (int stages : {1, 2}) {
+    Stack stack(o, stages);
+    auto channel = stack.channel();
+    RunStream(channel, Prompt(o.prompt), 4);  // warm-up: connections, page-in
+    std::vector<double> rates;
+    for (int r = 0; r < repeats; ++r) {
+      Stream s = RunStream(channel, Prompt(o.prompt), o.tokens);
+      if (!s.ok) throw std::runtime_error("stream failed: " + s.error);
+      rates.push_back(1.0 / s.tpot());
+    }
+    const double rate = Median(rates);
+    char name[64];
+    std::snprintf(name, sizeof name, "gateway+scheduler+%d stage proc", stages);
+    std::printf("%-34s %10.1f %10.3f\n", name, rate, rate / inproc);
+    nlohmann::json row = {{"stages", stages}, {"single_stream_tok_s", rate},
+                          {"ratio_vs_in_process", rate / inproc}};
+
+    // Concurrency sweep on this stack.
+    std::printf("  %-6s %12s %10s %10s %10s %10s\n", "conc", "agg tok/s", "TTFT p50", "TTFT p99",
+                "TPOT p50", "TPOT p99");
+    for (int c : o.concurrency) {
+      std::vector<std::future<Stream>> fs;
+      const double t0 = Now();
+      for (int i = 0; i < c; ++i)
+        fs.push_back(std::async(std::launch::async, [&, i] {
+          return RunStream(channel, Prompt(o.prompt + i % 8), o.tokens);
+        }));
+      std::vector<double> ttft, tpot;
+      long total = 0;
+      for (auto& f : fs) {
+        Stream s = f.get();
+        if (!s.ok) throw std::runtime_error("stream failed: " + s.error);
+        ttft.push_back(s.ttft);
+        tpot.push_back(s.tpot());
+        total += s.tokens;
+      }
+      const double wall = Now() - t0;
+      const double agg = total / wall;
+      std::printf("  %-6d %12.1f %8.1fms %8.1fms %8.2fms %8.2fms\n", c, agg,
+                  Percentile(ttft, 0.5) * 1e3, Percentile(ttft, 0.99) * 1e3,
+                  Percentile(tpot, 0.5) * 1e3, Percentile(tpot, 0.99) * 1e3);
+      row["concurrency"].push_back({{"streams", c}, {"aggregate_tok_s", agg},
+                                    {"ttft_p50_s", Percentile(ttft, 0.5)},
+                                    {"ttft_p99_s", Percentile(ttft, 0.99)},
+                                    {"tpot_p50_s", Percentile(tpot, 0.5)},
+                                    {"tpot_p99_s", Percentile(tpot, 0.99)}});
+    }
+    out["distributed"].push_back(row);
+  }
+  if (!o.json.empty()) {
+    std::ofstream(o.json) << out.dump(2) << "\n";
+    std::printf("wrote %s\n", o.json.c_str());
+  }
+  return 0;
+}

@@ -1,0 +1,151 @@
+// `specline serve`: the whole distributed pipeline on localhost (gateway,
+// scheduler, N stage workers as processes), supervised until SIGINT/SIGTERM;
+// or, with --demo-prompt, one streamed generation through it and exit.
+#include <signal.h>
+
+#include <atomic>
+#include <cstdio>
+#include <iostream>
+#include <thread>
+
+#include <grpcpp/create_channel.h>
+#include <spdlog/spdlog.h>
+
+#include "common/stop_signals.h"
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "cli/default_model.h"
+#include "cli/launcher.h"
+#include "cli/request_flags.h"
+#include "cli/stream_client.h"
+
+namespace specline::cli {
+namespace {
+
+const char kServeUsage[] = R"(usage: specline serve [options]
+  --model PATH             model to serve (default: as for `specline generate`)
+  --tokenizer PATH         tokenizer file (default: the model's own)
+  --stages N               stage worker processes, layers split evenly (default 2)
+  --host ADDR              gateway listen address (default 127.0.0.1)
+  --port N                 gateway gRPC port (default 50051; 0 = pick)
+  --metrics-port N         gateway /metrics port (default: pick)
+  --threads N              compute threads per process (default: cores / stages)
+  --kv-capacity-tokens N   KV positions per stage (default: each process's default)
+  --max-waiting N          scheduler queue limit (RESOURCE_EXHAUSTED beyond)
+  --max-concurrent-streams N   gateway stream limit
+  --default-max-tokens N   gateway default for max_tokens
+  --drain-timeout-ms N     how long open streams may finish at shutdown (default 10000)
+  --auth-token-file PATH   require this bearer token at the gateway
+  --tls-cert PATH --tls-key PATH   serve TLS at the gateway
+  --port-file PATH         write every process's ports and pids as JSON
+  --startup-timeout-s N    how long start-up may take (default 300)
+  --log-level LEVEL        for every process: debug, info, warn, error
+                           (default info; warn with --demo-prompt)
+  --demo-prompt TEXT       once ready, stream one generation to stdout, print
+                           TTFT/TPOT/tok-s to stderr, shut down and exit
+Request options for --demo-prompt:
+)";
+
+std::atomic<bool> g_stop{false};
+
+}  // namespace
+
+int ServeCommand(int argc, char** argv) {
+  std::vector<std::string> options = kRequestOptions;
+  options.insert(options.end(),
+                 {"model", "tokenizer", "stages", "host", "port", "metrics-port", "threads",
+                  "kv-capacity-tokens", "max-waiting", "max-concurrent-streams",
+                  "default-max-tokens", "drain-timeout-ms", "auth-token-file", "tls-cert",
+                  "tls-key", "port-file", "startup-timeout-s", "demo-prompt", "log-level"});
+  std::vector<std::string> flags = kRequestFlags;
+  flags.push_back("help");
+  Args args(argc, argv, 2, options, flags);
+  if (args.Has("help")) {
+    std::cout << kServeUsage << kRequestUsage;
+    return 0;
+  }
+  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e [serve] %l %v");
+  LaunchConfig c;
+  c.model = args.Str("model", DefaultModelPath());
+  if (c.model.empty()) {
+    std::cerr << "no model: pass --model, or run scripts/setup.sh to fetch the default\n";
+    return 2;
+  }
+  c.tokenizer = args.Str("tokenizer");
+  c.stages = args.Int("stages", 2);
+  c.host = args.Str("host", "127.0.0.1");
+  c.port = args.Int("port", 50051);
+  c.metrics_port = args.Int("metrics-port", 0);
+  c.threads = args.Int("threads", 0);
+  c.kv_capacity_tokens = args.Int("kv-capacity-tokens", 0);
+  c.max_waiting = args.Int("max-waiting", 0);
+  c.max_concurrent_streams = args.Int("max-concurrent-streams", 0);
+  c.default_max_tokens = args.Int("default-max-tokens", 0);
+  c.drain_timeout_ms = args.Int("drain-timeout-ms", 10000);
+  c.auth_token_file = args.Str("auth-token-file");
+  c.tls_cert = args.Str("tls-cert");
+  c.tls_key = args.Str("tls-key");
+  c.port_file = args.Str("port-file");
+  const bool demo = args.Has("demo-prompt");
+  // A demo shows the generation, so the processes only speak up for
+  // warnings unless asked otherwise.
+  c.log_level = args.Str("log-level", demo ? "warn" : "");
+  if (!c.log_level.empty()) spdlog::set_level(spdlog::level::from_str(c.log_level));
+  v1::GenerateRequest demo_request;
+  if (demo) demo_request = RequestFromArgs(args, "demo-prompt");
+
+  // Shutdown signals are taken synchronously by the loop below.
+  const sigset_t signals = BlockStopSignals();
+
+  Launcher launcher(c);
+  try {
+    launcher.Start(std::chrono::seconds(args.Int("startup-timeout-s", 300)));
+  } catch (const std::exception& e) {
+    spdlog::error("serve: {}", e.what());
+    launcher.Shutdown();
+    return 1;
+  }
+
+  // The demo runs beside the supervision loop (which must stay on this
+  // thread: the children are tied to it).
+  std::atomic<bool> demo_done{false};
+  int demo_rc = 0;
+  std::thread demo_thread;
+  if (demo) {
+    demo_thread = std::thread([&] {
+      auto channel = grpc::CreateChannel(launcher.gateway_address(), grpc::InsecureChannelCredentials());
+      if (demo_request.has_text()) std::fputs(demo_request.text().c_str(), stdout);
+      StreamResult r = StreamGenerate(channel, demo_request, StreamOptions{}, [](const std::string& t) {
+        std::fputs(t.c_str(), stdout);
+        std::fflush(stdout);
+      });
+      std::fputs("\n", stdout);
+      std::fflush(stdout);
+      if (r.status.ok()) {
+        std::fprintf(stderr, "[specline serve: %d stage processes] %s\n", c.stages,
+                     FormatStats(r).c_str());
+      } else {
+        std::fprintf(stderr, "demo generation failed: %d %s\n", r.status.error_code(),
+                     r.status.error_message().c_str());
+        demo_rc = 1;
+      }
+      demo_done = true;
+    });
+  }
+
+  const timespec tick{0, 50 * 1000 * 1000};
+  while (!demo_done) {
+    const int sig = sigtimedwait(&signals, nullptr, &tick);
+    if (sig == SIGINT || sig == SIGTERM) {
+      spdlog::info("serve: {} received; shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
+      break;
+    }
+    launcher.Supervise();
+  }
+  launcher.Shutdown();  // the gateway drains: a running demo stream finishes first
+  if (demo_thread.joinable()) demo_thread.join();
+  return demo_rc;
+}
+
+}  // namespace specline::cli

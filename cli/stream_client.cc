@@ -1,0 +1,89 @@
+#include "cli/stream_client.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+#include <grpcpp/client_context.h>
+
+namespace specline::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t i = std::min(v.size() - 1, static_cast<size_t>(q * (v.size() - 1) + 0.5));
+  return v[i];
+}
+
+const char* FinishName(v1::FinishReason r) {
+  switch (r) {
+    case v1::FINISH_REASON_STOP: return "stop";
+    case v1::FINISH_REASON_LENGTH: return "length";
+    case v1::FINISH_REASON_ABORT: return "abort";
+    default: return "none";
+  }
+}
+
+}  // namespace
+
+StreamResult StreamGenerate(const std::shared_ptr<grpc::Channel>& channel,
+                            const v1::GenerateRequest& request, const StreamOptions& options,
+                            const std::function<void(const std::string&)>& on_text) {
+  StreamResult r;
+  auto stub = v1::Generation::NewStub(channel);
+  grpc::ClientContext ctx;
+  if (!options.bearer_token.empty())
+    ctx.AddMetadata("authorization", "Bearer " + options.bearer_token);
+  if (options.timeout_seconds > 0)
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::microseconds(static_cast<int64_t>(options.timeout_seconds * 1e6)));
+  const Clock::time_point t0 = Clock::now();
+  Clock::time_point last{};
+  auto reader = stub->Generate(&ctx, request);
+  v1::GenerateResponse msg;
+  while (reader->Read(&msg)) {
+    const Clock::time_point now = Clock::now();
+    const int k = msg.token_ids_size();
+    if (k > 0) {
+      if (r.tokens.empty()) {
+        r.ttft = std::chrono::duration<double>(now - t0).count();
+      } else {
+        const double gap = std::chrono::duration<double>(now - last).count() / k;
+        r.itl.insert(r.itl.end(), k, gap);
+      }
+      last = now;
+      r.tokens.insert(r.tokens.end(), msg.token_ids().begin(), msg.token_ids().end());
+    }
+    if (!msg.text().empty()) {
+      r.text += msg.text();
+      if (on_text) on_text(msg.text());
+    }
+    if (msg.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
+      r.finish_reason = msg.finish_reason();
+      r.usage = msg.usage();
+      r.server_timings = msg.timings();
+    }
+  }
+  r.status = reader->Finish();
+  r.e2e = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (r.tokens.size() > 1) r.tpot = (r.e2e - r.ttft) / static_cast<double>(r.tokens.size() - 1);
+  return r;
+}
+
+std::string FormatStats(const StreamResult& r) {
+  char buf[512];
+  const size_t n = r.tokens.size();
+  std::snprintf(buf, sizeof buf,
+                "%zu tokens (finish: %s); TTFT %.1f ms, TPOT %.2f ms, ITL p50 %.2f ms p99 %.2f ms, "
+                "%.1f tok/s decode, e2e %.1f ms (server: queue %.2f ms, TTFT %.1f ms)",
+                n, FinishName(r.finish_reason), r.ttft * 1e3, r.tpot * 1e3,
+                Percentile(r.itl, 0.5) * 1e3, Percentile(r.itl, 0.99) * 1e3,
+                r.tpot > 0 ? 1.0 / r.tpot : 0.0, r.e2e * 1e3, r.server_timings.queue_seconds() * 1e3,
+                r.server_timings.ttft_seconds() * 1e3);
+  return buf;
+}
+
+}  // namespace specline::cli

@@ -1,0 +1,26 @@
+#include "common/flag_map.h"
+
+namespace specline {
+
+absl::StatusOr<std::map<std::string, std::string>> ParseFlagMap(int argc, char** argv) {
+  std::map<std::string, std::string> values;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg.rfind("--", 0) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("unexpected argument \"", arg, "\""));
+    }
+    std::string name = arg.substr(2), value;
+    if (size_t eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+    } else if (i + 1 < argc) {
+      value = argv[++i];
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("--", name, " needs a value"));
+    }
+    values[name] = value;
+  }
+  return values;
+}
+
+}  // namespace specline

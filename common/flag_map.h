@@ -1,0 +1,29 @@
+// Command-line parsing shared by the service binaries: "--name value" or
+// "--name=value" pairs into a map, and numbers checked whole.
+#pragma once
+
+#include <charconv>
+#include <map>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+
+namespace specline {
+
+// Every argument must be "--name value" or "--name=value"; the caller
+// rejects names it does not know.
+absl::StatusOr<std::map<std::string, std::string>> ParseFlagMap(int argc, char** argv);
+
+// Parses all of `text` as a number of type T; the error names --flag.
+template <typename T>
+absl::Status ParseNumber(const std::string& flag, const std::string& text, T* out) {
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), *out);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("--", flag, ": \"", text, "\" is not a number"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace specline

@@ -1,0 +1,215 @@
+// Engine: construction, the request API and the sequence bookkeeping shared
+// by the pipeline and health threads.
+#include "scheduler/engine.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
+
+namespace specline::scheduler {
+
+Engine::Engine(std::shared_ptr<const ModelSource> model,
+               std::vector<std::unique_ptr<StageControl>> stages,
+               std::unique_ptr<transport::ActivationReceiver> inbox, EngineOptions options,
+               std::shared_ptr<SchedulerMetrics> metrics)
+    : model_(std::move(model)),
+      stages_(std::move(stages)),
+      inbox_(std::move(inbox)),
+      options_(options),
+      metrics_(metrics ? std::move(metrics) : std::make_shared<SchedulerMetrics>()),
+      pool_(std::make_shared<kernels::ThreadPool>(std::max(options.threads, 1))),
+      head_(*model_, pool_),
+      stage_up_(stages_.size(), false),
+      stage_data_addr_(stages_.size()) {
+  if (options_.max_inflight <= 0) options_.max_inflight = std::max<int>(stages_.size(), 1);
+  metrics_->pipeline_up->Set(0);
+}
+
+Engine::~Engine() { Stop(); }
+
+void Engine::Start() {
+  driver_ = std::thread([this] { DriverLoop(); });
+  receiver_ = std::thread([this] { ReceiverLoop(); });
+  health_ = std::thread([this] { HealthLoop(); });
+}
+
+void Engine::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop_) return;
+    stop_ = true;
+    admitting_ = false;
+    // Nobody will produce their tokens any more: end every stream.
+    const absl::Status gone = absl::UnavailableError("the scheduler is shutting down");
+    while (!waiting_.empty()) FinishLocked(*waiting_.front(), FinishReason::kError, gone);
+    while (!running_.empty()) FinishLocked(*running_.front(), FinishReason::kError, gone);
+  }
+  cv_.notify_all();
+  health_cv_.notify_all();
+  inbox_->Shutdown();
+  for (std::thread* t : {&driver_, &receiver_, &health_}) {
+    if (t->joinable()) t->join();
+  }
+}
+
+absl::Status Engine::Validate(const RequestSpec& spec) const {
+  const ModelConfig& c = config();
+  if (spec.prompt.empty()) return absl::InvalidArgumentError("prompt: must not be empty");
+  if (static_cast<int>(spec.prompt.size()) >= c.max_seq_len) {
+    return absl::InvalidArgumentError(absl::StrCat("prompt: ", spec.prompt.size(),
+                                                   " tokens do not fit the context length of ",
+                                                   c.max_seq_len, " (at most ",
+                                                   c.max_seq_len - 1, ")"));
+  }
+  for (size_t i = 0; i < spec.prompt.size(); ++i) {
+    if (spec.prompt[i] < 0 || spec.prompt[i] >= c.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("prompt[", i, "]: token id ",
+                                                     spec.prompt[i], " is outside the vocabulary [0, ",
+                                                     c.vocab_size, ")"));
+    }
+  }
+  for (size_t i = 0; i < spec.stop_ids.size(); ++i) {
+    if (spec.stop_ids[i] < 0 || spec.stop_ids[i] >= c.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("stop_token_ids[", i, "]: token id ",
+                                                     spec.stop_ids[i], " is outside the vocabulary [0, ",
+                                                     c.vocab_size, ")"));
+    }
+  }
+  if (spec.max_tokens < 1) return absl::InvalidArgumentError("max_tokens: must be >= 1");
+  if (std::string err = spec.sampling.Validate(); !err.empty()) {
+    return absl::InvalidArgumentError("sampling." + err);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(RequestSpec spec) {
+  if (absl::Status st = Validate(spec); !st.ok()) return st;
+  std::shared_ptr<RequestStream> stream;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!admitting_) return absl::UnavailableError("the scheduler is draining: not accepting requests");
+    if (!up_) {
+      return absl::UnavailableError(
+          "the pipeline is down: not every stage answers (retry when it is back)");
+    }
+    const int64_t need =
+        budget_.WorstCaseBlocks(spec.prompt.size(), spec.max_tokens, config().max_seq_len);
+    if (need * budget_.block_size() > budget_.capacity_tokens()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "max_tokens: prompt + max_tokens needs ", need * budget_.block_size(),
+          " KV positions, more than a stage holds (", budget_.capacity_tokens(), ")"));
+    }
+    if (static_cast<int>(waiting_.size()) >= options_.max_waiting) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the waiting queue is full (", options_.max_waiting, " requests); retry later"));
+    }
+    auto seq = std::make_shared<Sequence>(next_seq_id_++, std::move(spec));
+    seq->kv_blocks = need;
+    stream = std::make_shared<RequestStream>(seq->id);
+    streams_[seq->id] = stream;
+    waiting_.push_back(seq);
+    AdmitLocked();  // at once when it fits: the queue then holds only what waits
+    spdlog::debug("request {} (seq {}): queued, {} prompt tokens, max_tokens {}",
+                  seq->request_id, seq->id, seq->prompt_len, seq->max_tokens);
+    UpdateGaugesLocked();
+  }
+  cv_.notify_all();
+  return stream;
+}
+
+bool Engine::Cancel(uint64_t id) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto find = [id](const auto& list) {
+      return std::find_if(list.begin(), list.end(), [id](const auto& s) { return s->id == id; });
+    };
+    std::shared_ptr<Sequence> seq;
+    if (auto it = find(waiting_); it != waiting_.end()) seq = *it;
+    if (auto it = find(running_); it != running_.end()) seq = *it;
+    if (!seq) return false;
+    spdlog::info("request {} (seq {}): aborted after {} tokens", seq->request_id, seq->id,
+                 seq->generated());
+    FinishLocked(*seq, FinishReason::kAbort);
+  }
+  cv_.notify_all();  // the release may go out at once
+  return true;
+}
+
+void Engine::StopAdmitting() {
+  std::lock_guard<std::mutex> lock(mu_);
+  admitting_ = false;
+}
+
+int Engine::active() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int>(waiting_.size() + running_.size());
+}
+
+EngineStats Engine::Stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  EngineStats s;
+  s.running = static_cast<int>(running_.size());
+  s.waiting = static_cast<int>(waiting_.size());
+  s.kv_capacity_tokens = budget_.capacity_tokens();
+  s.kv_free_tokens = budget_.free_tokens();
+  s.n_stages = n_stages();
+  s.stage_up = stage_up_;
+  s.steps = steps_;
+  s.pipeline_up = up_;
+  return s;
+}
+
+bool Engine::up() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return up_;
+}
+
+bool Engine::WaitUntilUp(std::chrono::milliseconds timeout) const {
+  std::unique_lock<std::mutex> lock(mu_);
+  return cv_.wait_for(lock, timeout, [&] { return up_ || stop_; }) && up_;
+}
+
+// Ends a sequence: its stream gets the last event, its KV reservation
+// returns to the budget now, and the stages free theirs on the next batch
+// (which they process after any batch still carrying the sequence).
+void Engine::FinishLocked(Sequence& seq, FinishReason reason, absl::Status error,
+                          StreamEvent last) {
+  if (seq.finished()) return;
+  const bool was_running = seq.state != SeqState::kWaiting;
+  seq.state = SeqState::kFinished;
+  if (was_running) {
+    budget_.Return(seq.kv_blocks);
+    std::erase_if(running_, [&](const auto& s) { return s.get() == &seq; });
+    if (seq.sent_any) releases_.push_back(seq.id);
+  } else {
+    std::erase_if(waiting_, [&](const auto& s) { return s.get() == &seq; });
+  }
+  if (auto it = streams_.find(seq.id); it != streams_.end()) {
+    last.finish = reason;
+    last.error = std::move(error);
+    it->second->Push(std::move(last));
+    streams_.erase(it);
+  }
+  UpdateGaugesLocked();
+}
+
+// First come, first served: the head of the queue waits for capacity rather
+// than being overtaken by smaller requests, so no request starves.
+void Engine::AdmitLocked() {
+  while (up_ && !waiting_.empty() && budget_.TryReserve(waiting_.front()->kv_blocks)) {
+    std::shared_ptr<Sequence> seq = waiting_.front();
+    waiting_.pop_front();
+    seq->state = SeqState::kPrefill;
+    running_.push_back(seq);
+  }
+  UpdateGaugesLocked();
+}
+
+void Engine::UpdateGaugesLocked() {
+  metrics_->running->Set(running_.size());
+  metrics_->waiting->Set(waiting_.size());
+  metrics_->kv_free_tokens->Set(budget_.free_tokens());
+}
+
+}  // namespace specline::scheduler

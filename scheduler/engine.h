@@ -1,0 +1,160 @@
+// The pipeline driver: admits requests, packs their slots into micro-batches
+// for stage 0, turns what comes back from the last stage into tokens, and
+// keeps the pipeline healthy. Three threads:
+//   driver    builds and sends batches while fewer than max_inflight are out;
+//   receiver  takes results from the last stage, computes logits for the
+//             rows that need them, samples, emits, and times out lost batches;
+//   health    polls every stage's GetInfo, declares the pipeline down, and
+//             brings it back (Reset on every stage) when all answer again.
+// All sequence state is guarded by one mutex; logits are computed outside it.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/cpu/thread_pool.h"
+#include "model/formats/model_source.h"
+#include "model/runtime/output_head.h"
+#include "scheduler/batch_builder.h"
+#include "scheduler/kv_budget.h"
+#include "scheduler/metrics.h"
+#include "scheduler/request_stream.h"
+#include "scheduler/sequence.h"
+#include "scheduler/stage_control.h"
+#include "specline/internal/stage.pb.h"
+#include "transport/transport.h"
+
+namespace specline::scheduler {
+
+struct EngineOptions {
+  BatchPolicy batch;
+  int max_inflight = 0;            // micro-batches in the pipeline; 0 = one per stage
+  int max_waiting = 1024;          // queued requests beyond this: RESOURCE_EXHAUSTED
+  int64_t kv_capacity_tokens = 0;  // per stage; 0 = the smallest the stages report
+  int kv_block_size = 16;          // must match the stages' block size
+  std::chrono::milliseconds batch_timeout{10000};
+  std::chrono::milliseconds health_interval{250};
+  std::chrono::milliseconds health_deadline{500};
+  int threads = 1;  // output head (LM head matmul)
+};
+
+struct EngineStats {
+  int running = 0;
+  int waiting = 0;
+  int64_t kv_capacity_tokens = 0;
+  int64_t kv_free_tokens = 0;
+  int n_stages = 0;
+  std::vector<bool> stage_up;
+  uint64_t steps = 0;  // micro-batches that came back
+  bool pipeline_up = false;
+};
+
+class Engine {
+ public:
+  // `model` supplies the config and the output head (final norm + LM head;
+  // no layer is touched). `stages` in pipeline order; `inbox` is where the
+  // last stage sends its output. `metrics` may be null.
+  Engine(std::shared_ptr<const ModelSource> model,
+         std::vector<std::unique_ptr<StageControl>> stages,
+         std::unique_ptr<transport::ActivationReceiver> inbox, EngineOptions options,
+         std::shared_ptr<SchedulerMetrics> metrics = nullptr);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  void Start();
+  void Stop();  // fails what still runs (UNAVAILABLE) and joins the threads
+
+  // Checks a request against the model: INVALID_ARGUMENT naming the field.
+  absl::Status Validate(const RequestSpec& spec) const;
+  // Queues a request. INVALID_ARGUMENT, RESOURCE_EXHAUSTED (waiting queue
+  // full), UNAVAILABLE (pipeline down, or draining).
+  absl::StatusOr<std::shared_ptr<RequestStream>> Submit(RequestSpec spec);
+  // Aborts a waiting or running request (its stream ends with kAbort) and
+  // schedules the release of its KV on every stage. False when unknown.
+  bool Cancel(uint64_t id);
+
+  // Draining: new requests get UNAVAILABLE; running ones continue.
+  void StopAdmitting();
+  int active() const;  // running + waiting
+
+  EngineStats Stats() const;
+  bool up() const;
+  bool WaitUntilUp(std::chrono::milliseconds timeout) const;
+  const ModelConfig& config() const { return model_->config(); }
+  const std::string& model_path() const { return model_->path(); }
+  int n_stages() const { return static_cast<int>(stages_.size()); }
+  const std::string& inbox_address() const { return inbox_->address(); }
+
+ private:
+  struct InFlight {
+    uint64_t generation = 0;
+    Clock::time_point sent;
+    std::vector<SlotRun> runs;
+    int slots = 0;
+  };
+
+  // engine.cc (locked helpers end in Locked: mu_ must be held)
+  // `last` may carry the final token(s); its finish and error are set here.
+  void FinishLocked(Sequence& seq, FinishReason reason, absl::Status error = absl::OkStatus(),
+                    StreamEvent last = {});
+  void AdmitLocked();
+  void UpdateGaugesLocked();
+  // engine_pipeline.cc
+  void DriverLoop();
+  bool HasWorkLocked();
+  void ReceiverLoop();
+  void HandleResult(internal::MicroBatch batch);
+  void EmitTokenLocked(Sequence& seq, int32_t token);
+  void CheckTimeoutsLocked();
+  // engine_health.cc
+  void HealthLoop();
+  bool BringUp(const std::vector<internal::StageInfo>& infos);
+  void PipelineDownLocked(const std::string& message, int stage);
+  std::string StageName(int stage) const;
+
+  std::shared_ptr<const ModelSource> model_;
+  std::vector<std::unique_ptr<StageControl>> stages_;
+  std::unique_ptr<transport::ActivationReceiver> inbox_;
+  EngineOptions options_;
+  std::shared_ptr<SchedulerMetrics> metrics_;
+  std::shared_ptr<kernels::ThreadPool> pool_;
+  OutputHead head_;  // used by the receiver thread only
+
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;  // driver: work or capacity; up_ changes
+  std::condition_variable health_cv_;
+  bool stop_ = false;
+  bool admitting_ = true;
+  bool up_ = false;
+  uint64_t generation_ = 0;  // bumped when the pipeline fails: older results are void
+  uint64_t next_seq_id_ = 1;
+  uint64_t next_batch_id_ = 1;
+  uint64_t steps_ = 0;
+  KvBudget budget_;
+  std::deque<std::shared_ptr<Sequence>> waiting_;
+  std::vector<std::shared_ptr<Sequence>> running_;  // admission order
+  std::unordered_map<uint64_t, std::shared_ptr<RequestStream>> streams_;
+  std::map<uint64_t, InFlight> inflight_;  // by batch id
+  std::vector<uint64_t> releases_;         // to send on the next batch
+  std::vector<bool> stage_up_;
+  std::vector<std::string> stage_data_addr_;
+
+  std::mutex send_mu_;  // the sender is used by the driver and replaced on bring-up
+  std::unique_ptr<transport::ActivationSender> sender_;
+
+  std::thread driver_, receiver_, health_;
+};
+
+}  // namespace specline::scheduler

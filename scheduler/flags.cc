@@ -1,0 +1,62 @@
+#include "scheduler/flags.h"
+
+#include <charconv>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/flag_map.h"
+
+namespace specline::scheduler {
+
+absl::StatusOr<SchedulerFlags> ParseSchedulerFlags(int argc, char** argv) {
+  SchedulerFlags f;
+  auto parsed = ParseFlagMap(argc, argv);
+  if (!parsed.ok()) return parsed.status();
+  const std::map<std::string, std::string>& values = *parsed;
+  EngineOptions& e = f.engine;
+  int timeout_ms = static_cast<int>(e.batch_timeout.count());
+  for (auto& [name, value] : values) {
+    absl::Status st;
+    if (name == "model") f.model = value;
+    else if (name == "stage-grpc" || name == "stages") {
+      f.stage_grpc = absl::StrSplit(value, ',', absl::SkipEmpty());
+    } else if (name == "data-listen") f.data_listen = value;
+    else if (name == "host") f.host = value;
+    else if (name == "grpc-port") st = ParseNumber(name, value, &f.grpc_port);
+    else if (name == "metrics-port") st = ParseNumber(name, value, &f.metrics_port);
+    else if (name == "port-file") f.port_file = value;
+    else if (name == "threads") st = ParseNumber(name, value, &e.threads);
+    else if (name == "max-waiting") st = ParseNumber(name, value, &e.max_waiting);
+    else if (name == "max-batch-tokens") st = ParseNumber(name, value, &e.batch.max_batch_tokens);
+    else if (name == "prefill-chunk") st = ParseNumber(name, value, &e.batch.prefill_chunk);
+    else if (name == "max-inflight") st = ParseNumber(name, value, &e.max_inflight);
+    else if (name == "kv-capacity-tokens") st = ParseNumber(name, value, &e.kv_capacity_tokens);
+    else if (name == "kv-block-size") st = ParseNumber(name, value, &e.kv_block_size);
+    else if (name == "batch-timeout-ms") st = ParseNumber(name, value, &timeout_ms);
+    else if (name == "drain-timeout-ms") st = ParseNumber(name, value, &f.drain_timeout_ms);
+    else if (name == "log-level") f.log_level = value;
+    else return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
+    if (!st.ok()) return st;
+  }
+  e.batch_timeout = std::chrono::milliseconds(timeout_ms);
+  if (f.model.empty()) return absl::InvalidArgumentError("--model is required");
+  if (f.stage_grpc.empty()) return absl::InvalidArgumentError("--stage-grpc is required");
+  if (f.grpc_port < 0 || f.grpc_port > 65535) {
+    return absl::InvalidArgumentError("--grpc-port must be in [0, 65535]");
+  }
+  if (f.metrics_port < -1 || f.metrics_port > 65535) {
+    return absl::InvalidArgumentError("--metrics-port must be in [-1, 65535]");
+  }
+  if (e.max_waiting < 0) return absl::InvalidArgumentError("--max-waiting must be >= 0");
+  if (e.batch.max_batch_tokens < 1) return absl::InvalidArgumentError("--max-batch-tokens must be >= 1");
+  if (e.batch.prefill_chunk < 1) return absl::InvalidArgumentError("--prefill-chunk must be >= 1");
+  if (e.max_inflight < 0) return absl::InvalidArgumentError("--max-inflight must be >= 0");
+  if (e.kv_capacity_tokens < 0) return absl::InvalidArgumentError("--kv-capacity-tokens must be >= 0");
+  if (e.kv_block_size < 1) return absl::InvalidArgumentError("--kv-block-size must be >= 1");
+  if (timeout_ms < 1) return absl::InvalidArgumentError("--batch-timeout-ms must be >= 1");
+  if (f.drain_timeout_ms < 0) return absl::InvalidArgumentError("--drain-timeout-ms must be >= 0");
+  return f;
+}
+
+}  // namespace specline::scheduler

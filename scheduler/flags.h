@@ -1,0 +1,36 @@
+// Command line of specline-scheduler.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "scheduler/engine.h"
+
+namespace specline::scheduler {
+
+struct SchedulerFlags {
+  std::string model;
+  std::vector<std::string> stage_grpc;  // control addresses, pipeline order
+  std::string data_listen = "tcp://127.0.0.1:0";
+  std::string host = "127.0.0.1";  // gRPC and /metrics bind here
+  int grpc_port = 0;               // 0 = pick
+  int metrics_port = 0;            // 0 = pick, -1 = off
+  std::string port_file;
+  int drain_timeout_ms = 30000;
+  std::string log_level = "info";
+  EngineOptions engine;
+};
+
+inline constexpr const char* kSchedulerUsage =
+    "usage: specline-scheduler --model PATH --stage-grpc HOST:PORT[,HOST:PORT...]\n"
+    "  [--data-listen tcp://HOST:PORT] [--host H] [--grpc-port N] [--metrics-port N|-1]\n"
+    "  [--port-file PATH] [--threads N] [--max-waiting N] [--max-batch-tokens N]\n"
+    "  [--prefill-chunk N] [--max-inflight N] [--kv-capacity-tokens N] [--kv-block-size N]\n"
+    "  [--batch-timeout-ms N] [--drain-timeout-ms N] [--log-level LEVEL]\n"
+    "(--stages is accepted as a synonym of --stage-grpc)\n";
+
+// INVALID_ARGUMENT naming the flag on anything malformed or missing.
+absl::StatusOr<SchedulerFlags> ParseSchedulerFlags(int argc, char** argv);
+
+}  // namespace specline::scheduler

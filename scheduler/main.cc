@@ -1,0 +1,140 @@
+// specline-scheduler: the pipeline driver process. Opens the model for its
+// config and output head only, listens for the last stage's output, drives
+// the stages named by --stage-grpc, and serves the Scheduler gRPC API,
+// grpc.health.v1, reflection and /metrics. SIGTERM/SIGINT: stop admitting,
+// let running requests finish (up to --drain-timeout-ms), exit 0.
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <prometheus/exposer.h>
+
+#include "nlohmann/json.hpp"
+#include "common/port_file.h"
+#include "common/stop_signals.h"
+#include "scheduler/flags.h"
+#include "scheduler/scheduler_service.h"
+#include "spdlog/spdlog.h"
+
+namespace {
+
+using namespace specline;
+using namespace specline::scheduler;
+
+
+int Run(const SchedulerFlags& flags, const sigset_t& stop_signals) {
+  std::shared_ptr<const ModelSource> model = OpenModel(flags.model);
+  auto inbox = transport::Listen(flags.data_listen);
+  if (!inbox.ok()) {
+    spdlog::critical("--data-listen {}: {}", flags.data_listen, inbox.status().ToString());
+    return 1;
+  }
+  std::vector<std::unique_ptr<StageControl>> stages;
+  for (const std::string& addr : flags.stage_grpc) stages.push_back(ConnectStageControl(addr));
+  auto metrics = std::make_shared<SchedulerMetrics>();
+  Engine engine(model, std::move(stages), *std::move(inbox), flags.engine, metrics);
+  const std::string data_address = engine.inbox_address();
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  SchedulerService service(engine);
+  grpc::ServerBuilder builder;
+  int grpc_port = 0;
+  builder.AddListeningPort(flags.host + ":" + std::to_string(flags.grpc_port),
+                           grpc::InsecureServerCredentials(), &grpc_port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || grpc_port == 0) {
+    spdlog::critical("cannot listen on {}:{}", flags.host, flags.grpc_port);
+    return 1;
+  }
+  std::unique_ptr<prometheus::Exposer> exposer;
+  int metrics_port = -1;
+  if (flags.metrics_port >= 0) {
+    exposer = std::make_unique<prometheus::Exposer>(flags.host + ":" +
+                                                    std::to_string(flags.metrics_port));
+    exposer->RegisterCollectable(metrics->registry);
+    metrics_port = exposer->GetListeningPorts().front();
+  }
+  engine.Start();
+
+  // Health follows the pipeline: NOT_SERVING while a stage is down or while
+  // draining, so load balancers and the gateway route around it.
+  grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
+  std::atomic<bool> draining{false}, done{false};
+  std::thread health_updater([&] {
+    int last = -1;
+    while (!done.load()) {
+      const int serving = engine.up() && !draining.load();
+      if (serving != last) {
+        health->SetServingStatus(serving);
+        health->SetServingStatus("specline.internal.Scheduler", serving);
+        last = serving;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  });
+
+  const nlohmann::json ports = {
+      {"grpc", grpc_port}, {"data", data_address}, {"metrics", metrics_port}, {"pid", getpid()}};
+  bool port_file_written = true;
+  try {
+    if (!flags.port_file.empty()) WritePortFile(flags.port_file, ports);
+  } catch (const std::exception& e) {
+    spdlog::critical("--port-file: {}", e.what());
+    port_file_written = false;
+  }
+  if (!port_file_written) {
+    done = true;
+    health_updater.join();
+    return 1;
+  }
+  spdlog::info("ready: {}", ports.dump());
+
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  spdlog::info("signal {}: draining ({} requests active, up to {} ms)", sig, engine.active(),
+               flags.drain_timeout_ms);
+  draining = true;
+  engine.StopAdmitting();
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(flags.drain_timeout_ms);
+  while (engine.active() > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (engine.active() > 0) spdlog::warn("drain timeout: failing {} requests", engine.active());
+  engine.Stop();  // ends what is left with UNAVAILABLE
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  done = true;
+  health_updater.join();
+  spdlog::info("stopped");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const sigset_t stop_signals = BlockStopSignals();
+
+  auto flags = ParseSchedulerFlags(argc, argv);
+  if (!flags.ok()) {
+    std::fprintf(stderr, "specline-scheduler: %s\n%s",
+                 std::string(flags.status().message()).c_str(), kSchedulerUsage);
+    return 2;
+  }
+  spdlog::set_level(spdlog::level::from_str(flags->log_level));
+  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ [scheduler] %v");
+  try {
+    return Run(*flags, stop_signals);
+  } catch (const std::exception& e) {
+    spdlog::critical("cannot start: {}", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,78 @@
+#include "scheduler/metrics.h"
+
+namespace specline::scheduler {
+namespace {
+
+// vLLM's queue/e2e buckets with finer low ones: this engine often queues a
+// request for well under 300 ms.
+const prometheus::Histogram::BucketBoundaries kQueueBuckets = {
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.8, 1, 1.5, 2, 2.5,
+    5, 10, 15, 20, 30, 40, 50, 60, 120, 240, 480, 960, 1920, 7680};
+// One pipeline round trip: from a fraction of a millisecond (tiny models)
+// to seconds (large prefill chunks on CPU).
+const prometheus::Histogram::BucketBoundaries kStepBuckets = {
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+    0.1, 0.25, 0.5, 1, 2.5, 5, 10};
+const prometheus::Histogram::BucketBoundaries kSlotBuckets = {
+    1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048};
+
+
+}  // namespace
+
+SchedulerMetrics::SchedulerMetrics(std::shared_ptr<prometheus::Registry> reg)
+    : registry(reg ? std::move(reg) : std::make_shared<prometheus::Registry>()) {
+  using namespace prometheus;
+  Registry& r = *registry;
+  queue_time = &BuildHistogram()
+                    .Name("specline_request_queue_time_seconds")
+                    .Help("Time from arrival at the scheduler to first being scheduled")
+                    .Register(r)
+                    .Add({}, kQueueBuckets);
+  running = &BuildGauge()
+                 .Name("specline_num_requests_running")
+                 .Help("Requests admitted to the pipeline (prefill or decode)")
+                 .Register(r)
+                 .Add({});
+  waiting = &BuildGauge()
+                 .Name("specline_num_requests_waiting")
+                 .Help("Requests queued for KV capacity")
+                 .Register(r)
+                 .Add({});
+  prompt_tokens = &BuildCounter()
+                       .Name("specline_prompt_tokens_total")
+                       .Help("Prompt tokens prefilled")
+                       .Register(r)
+                       .Add({});
+  generation_tokens = &BuildCounter()
+                           .Name("specline_generation_tokens_total")
+                           .Help("Tokens generated")
+                           .Register(r)
+                           .Add({});
+  step_seconds = &BuildHistogram()
+                      .Name("specline_scheduler_step_seconds")
+                      .Help("Round trip of one micro-batch through every stage")
+                      .Register(r)
+                      .Add({}, kStepBuckets);
+  batch_slots = &BuildHistogram()
+                     .Name("specline_scheduler_batch_slots")
+                     .Help("Slots (token positions) per micro-batch")
+                     .Register(r)
+                     .Add({}, kSlotBuckets);
+  kv_free_tokens = &BuildGauge()
+                        .Name("specline_kv_free_tokens")
+                        .Help("KV positions per stage that admission may still hand out")
+                        .Register(r)
+                        .Add({});
+  pipeline_up = &BuildGauge()
+                     .Name("specline_pipeline_up")
+                     .Help("1 when every stage answers and the pipeline runs")
+                     .Register(r)
+                     .Add({});
+  pipeline_failures = &BuildCounter()
+                           .Name("specline_pipeline_failures_total")
+                           .Help("Times the pipeline went down (stage unreachable, batch error or timeout)")
+                           .Register(r)
+                           .Add({});
+}
+
+}  // namespace specline::scheduler

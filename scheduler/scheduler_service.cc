@@ -1,0 +1,87 @@
+#include "scheduler/scheduler_service.h"
+
+#include "spdlog/spdlog.h"
+
+namespace specline::scheduler {
+namespace {
+
+v1::FinishReason ToProto(FinishReason r) {
+  switch (r) {
+    case FinishReason::kStop: return v1::FINISH_REASON_STOP;
+    case FinishReason::kLength: return v1::FINISH_REASON_LENGTH;
+    case FinishReason::kAbort: return v1::FINISH_REASON_ABORT;
+    default: return v1::FINISH_REASON_UNSPECIFIED;
+  }
+}
+
+// How often a waiting handler looks for client cancellation.
+constexpr std::chrono::milliseconds kPoll{5};
+
+}  // namespace
+
+grpc::Status ToGrpc(const absl::Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+grpc::Status SchedulerService::Submit(grpc::ServerContext* ctx,
+                                      const internal::SubmitRequest* req,
+                                      grpc::ServerWriter<internal::SubmitEvent>* writer) {
+  absl::StatusOr<RequestSpec> spec = ToRequestSpec(*req);
+  if (!spec.ok()) return ToGrpc(spec.status());
+  const std::string rid = req->request_id();
+  absl::StatusOr<std::shared_ptr<RequestStream>> stream = engine_.Submit(*std::move(spec));
+  if (!stream.ok()) {
+    spdlog::info("request {}: rejected: {}", rid, stream.status().ToString());
+    return ToGrpc(stream.status());
+  }
+  const uint64_t id = (*stream)->id();
+  for (;;) {
+    if (ctx->IsCancelled()) {
+      engine_.Cancel(id);
+      spdlog::info("request {}: cancelled by the client", rid);
+      return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client");
+    }
+    std::optional<StreamEvent> e = (*stream)->Next(kPoll);
+    if (!e) continue;
+    if (e->finish == FinishReason::kError) return ToGrpc(e->error);
+    internal::SubmitEvent out;
+    out.mutable_tokens()->Add(e->tokens.begin(), e->tokens.end());
+    out.set_finish_reason(ToProto(e->finish));
+    if (e->queue_seconds >= 0) out.set_queue_seconds(e->queue_seconds);
+    // An abort not caused by this client (the engine's Cancel) ends the
+    // stream normally with finish_reason ABORT.
+    if (!writer->Write(out) && !e->last()) {
+      engine_.Cancel(id);
+      return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
+    }
+    if (e->last()) return grpc::Status::OK;
+  }
+}
+
+grpc::Status SchedulerService::GetStats(grpc::ServerContext*, const internal::StatsRequest*,
+                                        internal::SchedulerStats* out) {
+  EngineStats s = engine_.Stats();
+  out->set_running(s.running);
+  out->set_waiting(s.waiting);
+  out->set_kv_capacity_tokens(s.kv_capacity_tokens);
+  out->set_kv_free_tokens(s.kv_free_tokens);
+  out->set_n_stages(s.n_stages);
+  for (bool up : s.stage_up) out->add_stage_up(up);
+  out->set_steps(s.steps);
+  return grpc::Status::OK;
+}
+
+grpc::Status SchedulerService::GetModel(grpc::ServerContext*, const internal::ModelRequest*,
+                                        internal::ModelSummary* out) {
+  const ModelConfig& c = engine_.config();
+  out->set_model(engine_.model_path());
+  out->set_arch(c.arch);
+  out->set_vocab_size(c.vocab_size);
+  out->set_context_length(c.max_seq_len);
+  out->set_n_layers(c.n_layers);
+  out->set_n_stages(engine_.n_stages());
+  return grpc::Status::OK;
+}
+
+}  // namespace specline::scheduler

@@ -1,0 +1,34 @@
+// The Scheduler gRPC service (specline/internal/scheduler.proto) over an
+// Engine: the gateway submits tokenized requests here and relays the
+// streamed tokens.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include "scheduler/engine.h"
+#include "scheduler/request_convert.h"
+#include "specline/internal/scheduler.grpc.pb.h"
+
+namespace specline::scheduler {
+
+grpc::Status ToGrpc(const absl::Status& s);
+
+class SchedulerService final : public internal::Scheduler::Service {
+ public:
+  explicit SchedulerService(Engine& engine) : engine_(engine) {}
+
+  // Streams one event per produced token; the last carries finish_reason.
+  // Checks for client cancellation every few milliseconds and aborts the
+  // sequence (freeing its KV) as soon as it sees one.
+  grpc::Status Submit(grpc::ServerContext* ctx, const internal::SubmitRequest* req,
+                      grpc::ServerWriter<internal::SubmitEvent>* writer) override;
+  grpc::Status GetStats(grpc::ServerContext* ctx, const internal::StatsRequest* req,
+                        internal::SchedulerStats* out) override;
+  grpc::Status GetModel(grpc::ServerContext* ctx, const internal::ModelRequest* req,
+                        internal::ModelSummary* out) override;
+
+ private:
+  Engine& engine_;
+};
+
+}  // namespace specline::scheduler

@@ -1,0 +1,37 @@
+#include "scheduler/sequence.h"
+
+namespace specline::scheduler {
+
+const char* SeqStateName(SeqState s) {
+  switch (s) {
+    case SeqState::kWaiting: return "waiting";
+    case SeqState::kPrefill: return "prefill";
+    case SeqState::kDecode: return "decode";
+    case SeqState::kFinished: return "finished";
+  }
+  return "?";
+}
+
+const char* FinishReasonName(FinishReason r) {
+  switch (r) {
+    case FinishReason::kNone: return "none";
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kAbort: return "abort";
+    case FinishReason::kError: return "error";
+  }
+  return "?";
+}
+
+Sequence::Sequence(uint64_t id_, RequestSpec spec)
+    : id(id_),
+      request_id(std::move(spec.request_id)),
+      tokens(std::move(spec.prompt)),
+      prompt_len(static_cast<int>(tokens.size())),
+      max_tokens(spec.max_tokens),
+      stop_ids(std::move(spec.stop_ids)),
+      sampling(spec.sampling),
+      rng(spec.sampling.seed),
+      arrival(Clock::now()) {}
+
+}  // namespace specline::scheduler

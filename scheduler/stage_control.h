@@ -1,0 +1,30 @@
+// Control-plane handle of one pipeline stage (StageWorker gRPC service):
+// health and shard info through GetInfo, and Reset after a failure. The
+// engine only sees this interface, so stages hosted in the scheduler's own
+// process could be driven without gRPC.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "specline/internal/stage.pb.h"
+
+namespace specline::scheduler {
+
+class StageControl {
+ public:
+  virtual ~StageControl() = default;
+  virtual absl::StatusOr<internal::StageInfo> GetInfo(std::chrono::milliseconds deadline) = 0;
+  // Forgets every sequence on the stage.
+  virtual absl::Status Reset(std::chrono::milliseconds deadline) = 0;
+  // The control address, for messages ("127.0.0.1:50051").
+  virtual const std::string& address() const = 0;
+};
+
+// A StageWorker reached over gRPC at "host:port" (insecure channel: stages
+// sit on a private network with the scheduler). Connecting is lazy.
+std::unique_ptr<StageControl> ConnectStageControl(const std::string& address);
+
+}  // namespace specline::scheduler

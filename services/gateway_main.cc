@@ -1,0 +1,100 @@
+// specline-gateway: the public gRPC endpoint (docs/serving.md).
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <pthread.h>
+#include <thread>
+
+#include <spdlog/spdlog.h>
+
+#include "common/stop_signals.h"
+#include "services/gateway_server.h"
+
+namespace {
+
+const char kUsage[] = R"(usage: specline-gateway --model PATH --scheduler HOST:PORT [options]
+  --model PATH                 model served (its config and tokenizer are read)
+  --tokenizer PATH             tokenizer file (default: the model's own; none found
+                               means token-id prompts only)
+  --scheduler HOST:PORT        the scheduler's gRPC address
+  --host ADDR                  listen address (default 0.0.0.0)
+  --port N                     gRPC port (0 = pick; default 0)
+  --metrics-port N             Prometheus /metrics port (0 = pick; default 0)
+  --port-file PATH             write {"grpc":N,"metrics":M,"pid":P} once listening
+  --default-max-tokens N       max_tokens when a request gives 0 (default 256)
+  --max-prompt-tokens N        longest prompt accepted (default: context length - 1)
+  --max-concurrent-streams N   open Generate streams before RESOURCE_EXHAUSTED (default 256)
+  --auth-token-file PATH       require "authorization: Bearer <token>" (health stays open)
+  --tls-cert PATH --tls-key PATH   serve TLS with this PEM certificate and key
+  --drain-timeout-ms N         on SIGTERM, how long open streams may finish (default 30000)
+  --log-level LEVEL            trace, debug, info (default), warn, error
+)";
+
+bool ParseArgs(int argc, char** argv, specline::GatewayConfig* c) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      std::cout << kUsage;
+      std::exit(0);
+    }
+    if (a.rfind("--", 0) != 0 || i + 1 >= argc) {
+      std::cerr << "bad argument: " << a << "\n" << kUsage;
+      return false;
+    }
+    const std::string v = argv[++i];
+    auto num = [&](int* out) {
+      try {
+        size_t used;
+        *out = std::stoi(v, &used);
+        if (used != v.size()) throw std::invalid_argument(v);
+      } catch (const std::exception&) {
+        throw std::invalid_argument(a + ": not a number: '" + v + "'");
+      }
+    };
+    if (a == "--model") c->model_path = v;
+    else if (a == "--tokenizer") c->tokenizer_path = v;
+    else if (a == "--scheduler") c->scheduler_addr = v;
+    else if (a == "--host") c->host = v;
+    else if (a == "--port") num(&c->port);
+    else if (a == "--metrics-port") num(&c->metrics_port);
+    else if (a == "--port-file") c->port_file = v;
+    else if (a == "--default-max-tokens") num(&c->default_max_tokens);
+    else if (a == "--max-prompt-tokens") num(&c->max_prompt_tokens);
+    else if (a == "--max-concurrent-streams") num(&c->max_concurrent_streams);
+    else if (a == "--auth-token-file") c->auth_token_file = v;
+    else if (a == "--tls-cert") c->tls_cert = v;
+    else if (a == "--tls-key") c->tls_key = v;
+    else if (a == "--drain-timeout-ms") num(&c->drain_timeout_ms);
+    else if (a == "--log-level") spdlog::set_level(spdlog::level::from_str(v));
+    else {
+      std::cerr << "unknown option: " << a << "\n" << kUsage;
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e [gateway] %l %v");
+  sigset_t signals = specline::BlockStopSignals();
+  try {
+    specline::GatewayConfig config;
+    if (!ParseArgs(argc, argv, &config)) return 2;
+    specline::Gateway gateway(config);
+    std::thread waiter([&] {
+      int sig = 0;
+      sigwait(&signals, &sig);
+      spdlog::info("gateway: {} received", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+      gateway.Drain();
+    });
+    gateway.Wait();
+    waiter.join();
+    return 0;
+  } catch (const std::exception& e) {
+    spdlog::error("{}", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,92 @@
+#include "services/gateway_metrics.h"
+
+#include <stdexcept>
+
+namespace specline {
+namespace {
+
+using prometheus::Histogram;
+
+// vLLM's buckets with finer low ones in front (docs/metrics.md).
+const Histogram::BucketBoundaries kTtftBuckets = {
+    0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
+    1.0,    2.5,   5.0,   7.5,   10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0};
+const Histogram::BucketBoundaries kTokenGapBuckets = {
+    0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3,
+    0.4,    0.5,   0.75,  1.0,   2.5,  5.0,   7.5,  10.0,  20.0, 40.0, 80.0};
+const Histogram::BucketBoundaries kRequestBuckets = {
+    0.01, 0.025, 0.05, 0.1,  0.2,  0.3,  0.5,  0.8,   1.0,   1.5,   2.0,   2.5,   5.0,   10.0,
+    15.0, 20.0,  30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
+// Queue time can be far below e2e on an idle server: finer still.
+const Histogram::BucketBoundaries kQueueBuckets = {
+    0.0001, 0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1,  0.2,  0.3,   0.5,   0.8,   1.0,
+    1.5,    2.0,    2.5,   5.0,   10.0, 15.0,  20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
+    480.0,  960.0,  1920.0, 7680.0};
+
+Histogram* AddHistogram(prometheus::Registry& r, const std::string& name,
+                        const std::string& help, const Histogram::BucketBoundaries& b) {
+  return &prometheus::BuildHistogram().Name(name).Help(help).Register(r).Add({}, b);
+}
+
+prometheus::Counter* AddCounter(prometheus::Registry& r, const std::string& name,
+                                const std::string& help) {
+  return &prometheus::BuildCounter().Name(name).Help(help).Register(r).Add({});
+}
+
+}  // namespace
+
+GatewayMetrics::GatewayMetrics() : registry_(std::make_shared<prometheus::Registry>()) {
+  auto& r = *registry_;
+  ttft_ = AddHistogram(r, "specline_time_to_first_token_seconds",
+                       "Request received to first token sent, in seconds.", kTtftBuckets);
+  itl_ = AddHistogram(r, "specline_inter_token_latency_seconds",
+                      "Gap between streamed messages divided by the tokens in the later "
+                      "message, observed once per token, in seconds.",
+                      kTokenGapBuckets);
+  tpot_ = AddHistogram(r, "specline_request_time_per_output_token_seconds",
+                       "Per request (e2e - ttft) / (completion tokens - 1), in seconds.",
+                       kTokenGapBuckets);
+  e2e_ = AddHistogram(r, "specline_e2e_request_latency_seconds",
+                      "Request received to last message sent, successful requests, in seconds.",
+                      kRequestBuckets);
+  queue_ = AddHistogram(r, "specline_request_queue_time_seconds",
+                        "Time a request waited in the scheduler queue, in seconds.",
+                        kQueueBuckets);
+  prompt_tokens_ = AddCounter(r, "specline_prompt_tokens_total",
+                              "Prompt tokens of requests admitted to the scheduler.");
+  generation_tokens_ = AddCounter(r, "specline_generation_tokens_total",
+                                  "Generated tokens streamed to clients.");
+  running_ = &prometheus::BuildGauge()
+                  .Name("specline_num_requests_running")
+                  .Help("Generate streams open at the gateway.")
+                  .Register(r)
+                  .Add({});
+  success_ = &prometheus::BuildCounter()
+                  .Name("specline_request_success_total")
+                  .Help("Requests that finished normally, by finish reason.")
+                  .Register(r);
+  failure_ = &prometheus::BuildCounter()
+                  .Name("specline_request_failure_total")
+                  .Help("Generate requests that ended with an error, by gRPC status code.")
+                  .Register(r);
+  // Create the common series up front so dashboards see zeros, not gaps.
+  for (const char* reason : {"stop", "length", "abort"}) success_->Add({{"finished_reason", reason}});
+}
+
+void GatewayMetrics::Expose(const std::string& host, int port) {
+  exposer_ = std::make_unique<prometheus::Exposer>(host + ":" + std::to_string(port));
+  exposer_->RegisterCollectable(registry_);
+  const auto ports = exposer_->GetListeningPorts();
+  if (ports.empty()) throw std::runtime_error("metrics: could not listen on port " + std::to_string(port));
+  port_ = ports.front();
+}
+
+void GatewayMetrics::CountSuccess(const std::string& finished_reason) {
+  success_->Add({{"finished_reason", finished_reason}}).Increment();
+}
+
+void GatewayMetrics::CountFailure(const std::string& code) {
+  failure_->Add({{"code", code}}).Increment();
+}
+
+}  // namespace specline

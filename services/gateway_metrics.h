@@ -1,0 +1,56 @@
+// The gateway's Prometheus metrics (docs/metrics.md defines each one).
+// Names follow vLLM's with a specline_ prefix; buckets are vLLM's plus finer
+// low buckets, because a CPU engine on a small model answers in milliseconds.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <prometheus/counter.h>
+#include <prometheus/exposer.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+namespace specline {
+
+class GatewayMetrics {
+ public:
+  GatewayMetrics();
+
+  // Serves /metrics on host:port (port 0 picks one; see port()).
+  void Expose(const std::string& host, int port);
+  int port() const { return port_; }
+  std::shared_ptr<prometheus::Registry> registry() const { return registry_; }
+
+  prometheus::Histogram& ttft() { return *ttft_; }
+  prometheus::Histogram& itl() { return *itl_; }
+  prometheus::Histogram& tpot() { return *tpot_; }
+  prometheus::Histogram& e2e() { return *e2e_; }
+  prometheus::Histogram& queue() { return *queue_; }
+  prometheus::Counter& prompt_tokens() { return *prompt_tokens_; }
+  prometheus::Counter& generation_tokens() { return *generation_tokens_; }
+  prometheus::Gauge& running() { return *running_; }
+  // finished_reason: "stop", "length", "abort".
+  void CountSuccess(const std::string& finished_reason);
+  // code: the gRPC status name, e.g. "INVALID_ARGUMENT".
+  void CountFailure(const std::string& code);
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  int port_ = 0;
+  prometheus::Histogram* ttft_;
+  prometheus::Histogram* itl_;
+  prometheus::Histogram* tpot_;
+  prometheus::Histogram* e2e_;
+  prometheus::Histogram* queue_;
+  prometheus::Counter* prompt_tokens_;
+  prometheus::Counter* generation_tokens_;
+  prometheus::Gauge* running_;
+  prometheus::Family<prometheus::Counter>* success_;
+  prometheus::Family<prometheus::Counter>* failure_;
+};
+
+}  // namespace specline

@@ -1,0 +1,132 @@
+#include "services/gateway_server.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <stdexcept>
+
+#include <grpcpp/create_channel.h>
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/server_builder.h>
+#include <spdlog/spdlog.h>
+
+#include "model/formats/model_source.h"
+#include "model/tokenizer/model_tokenizer.h"
+#include "common/port_file.h"
+
+namespace specline {
+namespace {
+
+std::string ReadWholeFile(const std::string& path, const char* what) {
+  FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) throw std::runtime_error(std::string(what) + ": cannot read " + path);
+  std::string s;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) s.append(buf, n);
+  std::fclose(f);
+  return s;
+}
+
+std::string Trim(std::string s) {
+  const char* ws = " \t\r\n";
+  s.erase(s.find_last_not_of(ws) + 1);
+  s.erase(0, s.find_first_not_of(ws));
+  return s;
+}
+
+const char kServiceName[] = "specline.v1.Generation";
+
+}  // namespace
+
+Gateway::Gateway(const GatewayConfig& config) : config_(config) {
+  if (config.model_path.empty()) throw std::invalid_argument("--model is required");
+  if (config.scheduler_addr.empty()) throw std::invalid_argument("--scheduler is required");
+  if (config.tls_cert.empty() != config.tls_key.empty())
+    throw std::invalid_argument("--tls-cert and --tls-key go together");
+
+  // The gateway reads only the model's config and tokenizer (no weights).
+  auto model = OpenModel(config.model_path);
+  ServedModel served;
+  try {
+    tokenizer_ = OpenTokenizerFor(*model, config.tokenizer_path);
+  } catch (const std::exception& e) {
+    if (!config.tokenizer_path.empty()) throw;
+    // A bare checkpoint (random test models) can still be served by ids.
+    spdlog::warn("no tokenizer for {} ({}); serving token-id prompts only, without text",
+                 config.model_path, e.what());
+  }
+  served.tokenizer = tokenizer_.get();
+  served.chat_template = ChatTemplateFor(*model);
+  served.vocab_size = model->config().vocab_size;
+  served.context_length = model->config().max_seq_len;
+  served.default_max_tokens = config.default_max_tokens;
+  served.max_prompt_tokens = config.max_prompt_tokens;
+
+  GenerationService::Options options;
+  options.model_name = config.model_path;
+  options.max_concurrent_streams = config.max_concurrent_streams;
+  if (!config.auth_token_file.empty()) {
+    options.auth_token = Trim(ReadWholeFile(config.auth_token_file, "--auth-token-file"));
+    if (options.auth_token.empty())
+      throw std::invalid_argument("--auth-token-file " + config.auth_token_file + " is empty");
+  }
+  auto channel = grpc::CreateChannel(config.scheduler_addr, grpc::InsecureChannelCredentials());
+  service_ = std::make_unique<GenerationService>(std::move(served), channel, metrics_, options);
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  std::shared_ptr<grpc::ServerCredentials> creds;
+  if (!config.tls_cert.empty()) {
+    grpc::SslServerCredentialsOptions ssl;
+    ssl.pem_key_cert_pairs.push_back({ReadWholeFile(config.tls_key, "--tls-key"),
+                                      ReadWholeFile(config.tls_cert, "--tls-cert")});
+    creds = grpc::SslServerCredentials(ssl);
+  } else {
+    creds = grpc::InsecureServerCredentials();
+  }
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(config.host + ":" + std::to_string(config.port), creds, &port_);
+  builder.RegisterService(service_.get());
+  server_ = builder.BuildAndStart();
+  if (!server_ || port_ == 0)
+    throw std::runtime_error("gateway: cannot listen on " + config.host + ":" +
+                             std::to_string(config.port));
+  server_->GetHealthCheckService()->SetServingStatus(true);
+  server_->GetHealthCheckService()->SetServingStatus(kServiceName, true);
+
+  metrics_.Expose(config.host, config.metrics_port);
+  if (!config.port_file.empty()) {
+    WritePortFile(config.port_file,
+                  {{"grpc", port_}, {"metrics", metrics_.port()}, {"pid", getpid()}});
+  }
+  spdlog::info("gateway: serving {} on {}:{} (metrics :{}), scheduler {}, tokenizer {}{}{}",
+               config.model_path, config.host, port_, metrics_.port(), config.scheduler_addr,
+               tokenizer_ ? "yes" : "none", options.auth_token.empty() ? "" : ", bearer auth",
+               config.tls_cert.empty() ? "" : ", TLS");
+}
+
+Gateway::~Gateway() = default;
+
+void Gateway::Drain() {
+  // Health first, so load balancers stop sending before we start refusing.
+  server_->GetHealthCheckService()->SetServingStatus(false);
+  server_->GetHealthCheckService()->SetServingStatus(kServiceName, false);
+  service_->StartDrain();
+  const int open = service_->active().size();
+  spdlog::info("gateway: draining, {} open streams, up to {} ms", open, config_.drain_timeout_ms);
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(config_.drain_timeout_ms);
+  if (!service_->active().WaitEmpty(deadline)) {
+    spdlog::warn("gateway: drain timeout; cancelling {} streams", service_->active().size());
+  }
+  // Anything still open is cancelled now (its scheduler call with it).
+  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(100));
+  spdlog::info("gateway: stopped");
+}
+
+void Gateway::Wait() { server_->Wait(); }
+
+}  // namespace specline

@@ -1,0 +1,57 @@
+// Assembles the gateway process: model and tokenizer info, the gRPC server
+// (Generation + grpc.health.v1 + reflection, optional TLS and bearer auth),
+// the /metrics exposer, the port file, and the graceful drain.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <grpcpp/server.h>
+
+#include "model/tokenizer/tokenizer.h"
+#include "services/gateway_metrics.h"
+#include "services/generation_service.h"
+
+namespace specline {
+
+struct GatewayConfig {
+  std::string model_path;
+  std::string tokenizer_path;  // "" = the model's own (none found: token ids only)
+  std::string scheduler_addr;  // host:port
+  std::string host = "0.0.0.0";
+  int port = 0;          // 0 = pick
+  int metrics_port = 0;  // 0 = pick
+  std::string port_file;
+  int default_max_tokens = 256;
+  int max_prompt_tokens = 0;  // 0 = context length - 1
+  int max_concurrent_streams = 256;
+  std::string auth_token_file;
+  std::string tls_cert, tls_key;  // PEM files; both or neither
+  int drain_timeout_ms = 30000;
+};
+
+class Gateway {
+ public:
+  // Loads what it needs, listens, writes the port file. Throws on errors.
+  explicit Gateway(const GatewayConfig& config);
+  ~Gateway();
+
+  int port() const { return port_; }
+  int metrics_port() const { return metrics_.port(); }
+
+  // Health -> NOT_SERVING, refuse new streams, let open ones finish for up
+  // to drain_timeout_ms, then stop the server (cancelling what is left).
+  void Drain();
+  // Blocks until the server has stopped.
+  void Wait();
+
+ private:
+  GatewayConfig config_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  GatewayMetrics metrics_;
+  std::unique_ptr<GenerationService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+};
+
+}  // namespace specline

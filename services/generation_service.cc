@@ -1,0 +1,308 @@
+#include "services/generation_service.h"
+
+#include <unistd.h>
+
+#include <chrono>
+
+#include <spdlog/spdlog.h>
+
+#include "absl/strings/str_cat.h"
+#include "model/tokenizer/tokenizer.h"
+#include "services/stop_matcher.h"
+
+namespace specline {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+const char* CodeName(grpc::StatusCode code) {
+  switch (code) {
+    case grpc::OK: return "OK";
+    case grpc::CANCELLED: return "CANCELLED";
+    case grpc::UNKNOWN: return "UNKNOWN";
+    case grpc::INVALID_ARGUMENT: return "INVALID_ARGUMENT";
+    case grpc::DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
+    case grpc::NOT_FOUND: return "NOT_FOUND";
+    case grpc::ALREADY_EXISTS: return "ALREADY_EXISTS";
+    case grpc::PERMISSION_DENIED: return "PERMISSION_DENIED";
+    case grpc::RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
+    case grpc::FAILED_PRECONDITION: return "FAILED_PRECONDITION";
+    case grpc::ABORTED: return "ABORTED";
+    case grpc::OUT_OF_RANGE: return "OUT_OF_RANGE";
+    case grpc::UNIMPLEMENTED: return "UNIMPLEMENTED";
+    case grpc::INTERNAL: return "INTERNAL";
+    case grpc::UNAVAILABLE: return "UNAVAILABLE";
+    case grpc::DATA_LOSS: return "DATA_LOSS";
+    case grpc::UNAUTHENTICATED: return "UNAUTHENTICATED";
+    default: return "UNKNOWN";
+  }
+}
+
+const char* ReasonLabel(v1::FinishReason r) {
+  switch (r) {
+    case v1::FINISH_REASON_STOP: return "stop";
+    case v1::FINISH_REASON_LENGTH: return "length";
+    case v1::FINISH_REASON_ABORT: return "abort";
+    default: return "unknown";
+  }
+}
+
+// Constant-time comparison, so response time does not leak the token.
+bool SameSecret(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+grpc::Status ToGrpc(const absl::Status& s) {
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+}  // namespace
+
+GenerationService::GenerationService(ServedModel model, std::shared_ptr<grpc::ChannelInterface> scheduler,
+                                     GatewayMetrics& metrics, Options options)
+    : model_(std::move(model)),
+      scheduler_(internal::Scheduler::NewStub(std::move(scheduler))),
+      metrics_(metrics),
+      options_(std::move(options)),
+      active_(options_.max_concurrent_streams) {}
+
+grpc::Status GenerationService::CheckAuth(const grpc::ServerContext& ctx) const {
+  if (options_.auth_token.empty()) return grpc::Status::OK;
+  const auto& md = ctx.client_metadata();
+  auto it = md.find("authorization");
+  if (it == md.end())
+    return grpc::Status(grpc::UNAUTHENTICATED, "missing 'authorization: Bearer <token>' metadata");
+  const std::string_view value(it->second.data(), it->second.size());
+  const std::string expected = "Bearer " + options_.auth_token;
+  if (!SameSecret(value, expected))
+    return grpc::Status(grpc::UNAUTHENTICATED, "invalid bearer token");
+  return grpc::Status::OK;
+}
+
+grpc::Status GenerationService::Fail(const grpc::Status& status) {
+  metrics_.CountFailure(CodeName(status.error_code()));
+  return status;
+}
+
+grpc::Status GenerationService::Generate(grpc::ServerContext* ctx,
+                                         const v1::GenerateRequest* request,
+                                         grpc::ServerWriter<v1::GenerateResponse>* writer) {
+  if (grpc::Status s = CheckAuth(*ctx); !s.ok()) return Fail(s);
+  if (draining_)
+    return Fail(grpc::Status(grpc::UNAVAILABLE,
+                             "gateway is draining for shutdown; retry on another replica"));
+  auto prepared = PrepareRequest(*request, model_);
+  if (!prepared.ok()) {
+    spdlog::info("req={} rejected: {}", request->request_id(), std::string(prepared.status().message()));
+    return Fail(ToGrpc(prepared.status()));
+  }
+  std::string id = request->request_id();
+  if (id.empty()) id = absl::StrCat("gw", getpid(), "-", next_id_++);
+  return Stream(ctx, id, *std::move(prepared), writer);
+}
+
+grpc::Status GenerationService::Stream(grpc::ServerContext* ctx, const std::string& id,
+                                       PreparedRequest prepared,
+                                       grpc::ServerWriter<v1::GenerateResponse>* writer) {
+  const Clock::time_point t0 = Clock::now();
+  // A child call: the client's deadline and cancellation propagate to the
+  // scheduler, which frees the request's KV when its call ends.
+  std::unique_ptr<grpc::ClientContext> upstream = grpc::ClientContext::FromServerContext(*ctx);
+  std::shared_ptr<ActiveRequests::Entry> entry;
+  switch (active_.Add(id, upstream.get(), &entry)) {
+    case ActiveRequests::AddResult::kFull:
+      return Fail(grpc::Status(grpc::RESOURCE_EXHAUSTED,
+                               absl::StrCat("gateway: ", options_.max_concurrent_streams,
+                                            " streams already open (--max-concurrent-streams)")));
+    case ActiveRequests::AddResult::kDuplicate:
+      return Fail(grpc::Status(grpc::ALREADY_EXISTS,
+                               absl::StrCat("request_id: '", id, "' is already running")));
+    case ActiveRequests::AddResult::kOk:
+      break;
+  }
+  metrics_.running().Increment();
+  struct Cleanup {
+    GenerationService* self;
+    const std::string& id;
+    ~Cleanup() {
+      self->active_.Remove(id);
+      self->metrics_.running().Decrement();
+    }
+  } cleanup{this, id};
+
+  internal::SubmitRequest& submit = prepared.submit;
+  submit.set_request_id(id);
+  const int prompt_tokens = submit.prompt_size();
+  metrics_.prompt_tokens().Increment(prompt_tokens);
+  spdlog::info("req={} start prompt_tokens={} max_tokens={} temperature={} seed={}", id,
+               prompt_tokens, submit.max_tokens(), submit.sampling().temperature(),
+               submit.sampling().seed());
+
+  auto reader = scheduler_->Submit(upstream.get(), submit);
+  std::optional<IncrementalDetokenizer> detok;
+  if (model_.tokenizer) detok.emplace(*model_.tokenizer, prepared.detok_prev);
+  const int32_t tok_vocab = model_.tokenizer ? model_.tokenizer->vocab_size() : 0;
+  StopMatcher stops(prepared.stop_strings);
+
+  internal::SubmitEvent event;
+  int completion = 0;
+  double queue_seconds = 0;
+  bool first_event = true;
+  Clock::time_point first_token_time{}, last_message_time{};
+  v1::FinishReason finish = v1::FINISH_REASON_UNSPECIFIED;
+  bool client_gone = false;
+
+  // Fills the last message's finish reason, usage and timings and records
+  // the request's metrics.
+  auto finish_message = [&](v1::GenerateResponse* resp, Clock::time_point now) {
+    const double e2e = Seconds(t0, now);
+    const double ttft = completion > 0 ? Seconds(t0, first_token_time) : e2e;
+    const double tpot = completion > 1 ? (e2e - ttft) / (completion - 1) : 0.0;
+    resp->set_finish_reason(finish);
+    resp->mutable_usage()->set_prompt_tokens(prompt_tokens);
+    resp->mutable_usage()->set_completion_tokens(completion);
+    auto* t = resp->mutable_timings();
+    t->set_queue_seconds(queue_seconds);
+    t->set_ttft_seconds(ttft);
+    t->set_e2e_seconds(e2e);
+    t->set_tpot_seconds(tpot);
+    metrics_.e2e().Observe(e2e);
+    if (completion > 1) metrics_.tpot().Observe(tpot);
+    metrics_.CountSuccess(ReasonLabel(finish));
+    spdlog::info("req={} done finish={} completion_tokens={} queue={:.4f}s ttft={:.4f}s "
+                 "tpot={:.5f}s e2e={:.4f}s",
+                 id, ReasonLabel(finish), completion, queue_seconds, ttft, tpot, e2e);
+  };
+
+  while (reader->Read(&event)) {
+    if (first_event) {
+      first_event = false;
+      queue_seconds = event.queue_seconds();
+      metrics_.queue().Observe(queue_seconds);
+    }
+    v1::GenerateResponse resp;
+    resp.set_request_id(id);
+    resp.set_lossless(true);  // autoregressive decoding is the reference itself
+    std::string text;
+    for (int32_t t : event.tokens()) {
+      resp.add_token_ids(t);
+      if (detok && t >= 0 && t < tok_vocab) text += detok->Push(t);
+    }
+    const bool finished = event.finish_reason() != v1::FINISH_REASON_UNSPECIFIED;
+    if (finished && detok) text += detok->Flush();
+    bool stopped = false;
+    std::string visible = stops.Push(text, &stopped);
+    if (finished && !stopped) visible += stops.Flush();
+    resp.set_text(std::move(visible));
+
+    const Clock::time_point now = Clock::now();
+    const int k = event.tokens_size();
+    if (k > 0) {
+      if (completion == 0) {
+        first_token_time = now;
+        metrics_.ttft().Observe(Seconds(t0, now));
+      } else {
+        // genai-perf's ITL: the gap spread over the tokens it delivered.
+        const double per_token = Seconds(last_message_time, now) / k;
+        for (int i = 0; i < k; ++i) metrics_.itl().Observe(per_token);
+      }
+      last_message_time = now;
+      completion += k;
+      metrics_.generation_tokens().Increment(k);
+    }
+    if (stopped || finished) {
+      finish = stopped ? v1::FINISH_REASON_STOP : event.finish_reason();
+      finish_message(&resp, now);
+      if (!writer->Write(resp)) client_gone = true;
+      // A stop string ends the request here: cancel so the scheduler frees the KV.
+      if (stopped) upstream->TryCancel();
+      break;
+    }
+    if (k == 0 && resp.text().empty()) continue;
+    if (!writer->Write(resp)) {
+      client_gone = true;
+      upstream->TryCancel();
+      break;
+    }
+  }
+  // Drain whatever is left after a cancel, then collect the status.
+  while (finish != v1::FINISH_REASON_UNSPECIFIED && reader->Read(&event)) {
+  }
+  grpc::Status status = reader->Finish();
+
+  if (finish != v1::FINISH_REASON_UNSPECIFIED) {
+    return client_gone ? Fail(grpc::Status(grpc::CANCELLED, "client went away")) : grpc::Status::OK;
+  }
+  if (entry->aborted) {
+    v1::GenerateResponse resp;
+    resp.set_request_id(id);
+    resp.set_lossless(true);
+    std::string text = detok ? detok->Flush() : std::string();
+    bool stopped = false;
+    resp.set_text(stops.Push(text, &stopped) + (stopped ? "" : stops.Flush()));
+    finish = v1::FINISH_REASON_ABORT;
+    finish_message(&resp, Clock::now());
+    writer->Write(resp);
+    return grpc::Status::OK;
+  }
+  if (client_gone || ctx->IsCancelled()) {
+    spdlog::info("req={} cancelled by the client after {} tokens", id, completion);
+    return Fail(grpc::Status(grpc::CANCELLED, "cancelled by the client"));
+  }
+  if (status.ok()) {
+    status = grpc::Status(grpc::INTERNAL, "scheduler ended the stream without a finish reason");
+  } else if (status.error_code() == grpc::DEADLINE_EXCEEDED) {
+    status = grpc::Status(grpc::DEADLINE_EXCEEDED,
+                          absl::StrCat("deadline exceeded after ", completion, " tokens"));
+  } else {
+    status = grpc::Status(status.error_code(), "scheduler: " + status.error_message());
+  }
+  spdlog::warn("req={} failed after {} tokens: {} {}", id, completion,
+               CodeName(status.error_code()), status.error_message());
+  return Fail(status);
+}
+
+grpc::Status GenerationService::Abort(grpc::ServerContext* ctx, const v1::AbortRequest* request,
+                                      v1::AbortResponse* response) {
+  if (grpc::Status s = CheckAuth(*ctx); !s.ok()) return s;
+  if (request->request_id().empty())
+    return grpc::Status(grpc::INVALID_ARGUMENT, "request_id: is empty");
+  const bool found = active_.Abort(request->request_id());
+  spdlog::info("req={} abort requested (found={})", request->request_id(), found);
+  response->set_found(found);
+  return grpc::Status::OK;
+}
+
+grpc::Status GenerationService::GetModelInfo(grpc::ServerContext* ctx,
+                                             const v1::ModelInfoRequest*,
+                                             v1::ModelInfo* info) {
+  if (grpc::Status s = CheckAuth(*ctx); !s.ok()) return s;
+  auto upstream = grpc::ClientContext::FromServerContext(*ctx);
+  const auto limit = std::chrono::system_clock::now() + std::chrono::seconds(5);
+  if (upstream->deadline() > limit) upstream->set_deadline(limit);
+  internal::ModelSummary summary;
+  grpc::Status s = scheduler_->GetModel(upstream.get(), internal::ModelRequest(), &summary);
+  if (!s.ok()) return grpc::Status(s.error_code(), "scheduler: " + s.error_message());
+  info->set_model(options_.model_name);
+  info->set_arch(summary.arch());
+  info->set_vocab_size(summary.vocab_size());
+  info->set_context_length(summary.context_length());
+  info->set_n_layers(summary.n_layers());
+  info->set_n_stages(summary.n_stages());
+  info->add_policies(v1::DECODING_POLICY_AUTOREGRESSIVE);
+  info->set_default_policy(v1::DECODING_POLICY_AUTOREGRESSIVE);
+  info->set_default_max_tokens(model_.default_max_tokens);
+  info->set_has_chat_template(model_.chat_template.has_value() && model_.tokenizer);
+  info->set_bos_id(model_.tokenizer ? model_.tokenizer->bos_id() : -1);
+  info->set_eos_id(model_.tokenizer ? model_.tokenizer->eos_id() : -1);
+  return grpc::Status::OK;
+}
+
+}  // namespace specline

@@ -1,0 +1,151 @@
+#include "services/request_builder.h"
+
+#include <cmath>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+
+namespace specline {
+namespace {
+
+absl::Status Invalid(const std::string& field, const std::string& why) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", why));
+}
+
+bool InRange01(float v) { return std::isfinite(v) && v >= 0.0f && v <= 1.0f; }
+
+absl::Status ValidateSampling(const v1::SamplingParams& s) {
+  if (!std::isfinite(s.temperature()) || s.temperature() < 0.0f)
+    return Invalid("sampling.temperature", absl::StrCat("must be >= 0, got ", s.temperature()));
+  if (s.top_k() < 0) return Invalid("sampling.top_k", absl::StrCat("must be >= 0, got ", s.top_k()));
+  if (!InRange01(s.top_p()))
+    return Invalid("sampling.top_p", absl::StrCat("must be in [0, 1], got ", s.top_p()));
+  if (!InRange01(s.min_p()))
+    return Invalid("sampling.min_p", absl::StrCat("must be in [0, 1], got ", s.min_p()));
+  if (!std::isfinite(s.repetition_penalty()) || s.repetition_penalty() < 0.0f)
+    return Invalid("sampling.repetition_penalty",
+                   absl::StrCat("must be >= 0 (0 or 1 = off), got ", s.repetition_penalty()));
+  return absl::OkStatus();
+}
+
+absl::Status ValidatePolicy(int policy) {
+  if (!v1::DecodingPolicy_IsValid(policy))
+    return Invalid("policy", absl::StrCat("unknown value ", policy));
+  if (policy != v1::DECODING_POLICY_UNSPECIFIED && policy != v1::DECODING_POLICY_AUTOREGRESSIVE)
+    return Invalid("policy", absl::StrCat(v1::DecodingPolicy_Name(policy),
+                                          " is not available on this deployment "
+                                          "(available: DECODING_POLICY_AUTOREGRESSIVE)"));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<int32_t>> TokenizePrompt(const v1::GenerateRequest& r,
+                                                    const ServedModel& m) {
+  switch (r.prompt_case()) {
+    case v1::GenerateRequest::kText: {
+      if (r.text().empty()) return Invalid("prompt.text", "is empty");
+      if (!m.tokenizer)
+        return Invalid("prompt.text", "this deployment has no tokenizer; send token_ids");
+      return m.tokenizer->Encode(r.text(), m.tokenizer->add_bos_by_default(),
+                                 /*parse_special=*/false);
+    }
+    case v1::GenerateRequest::kTokenIds: {
+      const auto& ids = r.token_ids().ids();
+      if (ids.empty()) return Invalid("prompt.token_ids", "is empty");
+      for (int i = 0; i < ids.size(); ++i) {
+        if (ids[i] < 0 || ids[i] >= m.vocab_size)
+          return Invalid("prompt.token_ids",
+                         absl::StrCat("id ", ids[i], " at index ", i, " is outside the vocabulary [0, ",
+                                      m.vocab_size, ")"));
+      }
+      return std::vector<int32_t>(ids.begin(), ids.end());
+    }
+    case v1::GenerateRequest::kChat: {
+      const auto& msgs = r.chat().messages();
+      if (msgs.empty()) return Invalid("prompt.chat.messages", "is empty");
+      if (!m.chat_template)
+        return Invalid("prompt.chat", "the served model has no chat template; send text or token_ids");
+      if (!m.tokenizer) return Invalid("prompt.chat", "this deployment has no tokenizer");
+      std::vector<ChatMessage> conv;
+      for (int i = 0; i < msgs.size(); ++i) {
+        const std::string& role = msgs[i].role();
+        if (role != "system" && role != "user" && role != "assistant")
+          return Invalid(absl::StrCat("prompt.chat.messages[", i, "].role"),
+                         absl::StrCat("must be system, user or assistant, got '", role, "'"));
+        conv.push_back({role, msgs[i].content()});
+      }
+      const std::string rendered = m.chat_template->Apply(conv, /*add_generation_prompt=*/true);
+      // The template writes its own BOS where the model wants one.
+      return m.tokenizer->Encode(rendered, /*add_bos=*/false, /*parse_special=*/true);
+    }
+    case v1::GenerateRequest::PROMPT_NOT_SET:
+      break;
+  }
+  return Invalid("prompt", "not set (one of text, token_ids, chat)");
+}
+
+}  // namespace
+
+absl::StatusOr<PreparedRequest> PrepareRequest(const v1::GenerateRequest& r,
+                                               const ServedModel& m) {
+  // Cheap checks first, so a bad request costs no tokenization.
+  if (absl::Status s = ValidateSampling(r.sampling()); !s.ok()) return s;
+  if (absl::Status s = ValidatePolicy(r.policy()); !s.ok()) return s;
+  if (r.max_tokens() < 0)
+    return Invalid("max_tokens", absl::StrCat("must be >= 0 (0 = server default), got ", r.max_tokens()));
+  if (r.stop_size() > kMaxStopStrings)
+    return Invalid("stop", absl::StrCat("at most ", kMaxStopStrings, " stop strings, got ", r.stop_size()));
+  for (int i = 0; i < r.stop_size(); ++i) {
+    if (r.stop(i).empty()) return Invalid(absl::StrCat("stop[", i, "]"), "is empty");
+    if (r.stop(i).size() > kMaxStopStringBytes)
+      return Invalid(absl::StrCat("stop[", i, "]"),
+                     absl::StrCat("longer than ", kMaxStopStringBytes, " bytes"));
+  }
+  if (!r.stop().empty() && !m.tokenizer)
+    return Invalid("stop", "stop strings need a tokenizer; this deployment has none");
+  if (r.stop_token_ids_size() > kMaxStopTokenIds)
+    return Invalid("stop_token_ids", absl::StrCat("at most ", kMaxStopTokenIds, " ids"));
+  for (int i = 0; i < r.stop_token_ids_size(); ++i) {
+    const int32_t id = r.stop_token_ids(i);
+    if (id < 0 || id >= m.vocab_size)
+      return Invalid(absl::StrCat("stop_token_ids[", i, "]"),
+                     absl::StrCat("id ", id, " is outside the vocabulary [0, ", m.vocab_size, ")"));
+  }
+  if (r.request_id().size() > 256) return Invalid("request_id", "longer than 256 bytes");
+
+  auto prompt = TokenizePrompt(r, m);
+  if (!prompt.ok()) return prompt.status();
+  if (prompt->empty()) return Invalid("prompt", "encodes to no tokens");
+  const int32_t n = static_cast<int32_t>(prompt->size());
+  // At least one position must remain for a generated token.
+  const int32_t prompt_limit =
+      m.max_prompt_tokens > 0 ? std::min(m.max_prompt_tokens, m.context_length - 1)
+                              : m.context_length - 1;
+  if (n > prompt_limit)
+    return Invalid("prompt", absl::StrCat("has ", n, " tokens; the limit is ", prompt_limit,
+                                          " (context length ", m.context_length, ")"));
+
+  PreparedRequest out;
+  internal::SubmitRequest& s = out.submit;
+  s.mutable_prompt()->Assign(prompt->begin(), prompt->end());
+  *s.mutable_sampling() = r.sampling();
+  if (!r.sampling().has_seed()) {
+    // "Unset: a random seed per request" -- chosen here so logs can show it.
+    static thread_local std::mt19937_64 rng{std::random_device{}()};
+    s.mutable_sampling()->set_seed(rng());
+  }
+  // max_tokens is clamped to what fits in the context (finish reason LENGTH),
+  // as vLLM and llama.cpp's server do, rather than refused.
+  int32_t max_tokens = r.max_tokens() > 0 ? r.max_tokens() : m.default_max_tokens;
+  max_tokens = std::min(max_tokens, m.context_length - n);
+  s.set_max_tokens(max_tokens);
+  if (!r.ignore_eos() && m.tokenizer) {
+    for (int32_t id : m.tokenizer->stop_ids()) s.add_stop_token_ids(id);
+  }
+  for (int32_t id : r.stop_token_ids()) s.add_stop_token_ids(id);
+  s.set_policy(v1::DECODING_POLICY_AUTOREGRESSIVE);
+  out.stop_strings.assign(r.stop().begin(), r.stop().end());
+  out.detok_prev = prompt->back();
+  return out;
+}
+
+}  // namespace specline

@@ -1,0 +1,43 @@
+// Turns a public GenerateRequest into the scheduler's SubmitRequest:
+// validates every field (INVALID_ARGUMENT naming it), tokenizes the prompt,
+// fills defaults and clamps max_tokens to the context. Pure: no I/O, so
+// a malformed request changes nothing anywhere.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "model/tokenizer/tokenizer.h"
+#include "specline/internal/scheduler.pb.h"
+#include "specline/v1/generation.pb.h"
+
+namespace specline {
+
+// What the gateway knows about the model it serves.
+struct ServedModel {
+  const Tokenizer* tokenizer = nullptr;  // null: token-id prompts only
+  std::optional<ChatTemplate> chat_template;
+  int32_t vocab_size = 0;
+  int32_t context_length = 0;
+  int32_t default_max_tokens = 256;
+  int32_t max_prompt_tokens = 0;  // 0: the context length minus one
+};
+
+// Limits on stop strings: matching cost grows with both.
+inline constexpr int kMaxStopStrings = 16;
+inline constexpr int kMaxStopStringBytes = 256;
+inline constexpr int kMaxStopTokenIds = 64;
+
+struct PreparedRequest {
+  internal::SubmitRequest submit;  // request_id left for the caller
+  std::vector<std::string> stop_strings;
+  int32_t detok_prev = -1;  // the prompt's last token, for the detokenizer
+};
+
+absl::StatusOr<PreparedRequest> PrepareRequest(const v1::GenerateRequest& request,
+                                               const ServedModel& model);
+
+}  // namespace specline

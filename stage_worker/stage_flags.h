@@ -1,0 +1,39 @@
+// Command line of specline-stage.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace specline {
+
+struct StageFlags {
+  std::string model;
+  std::vector<std::pair<int, int>> layers;  // consecutive [begin, end) ranges
+  int stage = 0;                            // index of the first range
+  std::string data_listen = "tcp://127.0.0.1:0";
+  std::string next;                         // where the last range sends
+  std::string host = "127.0.0.1";           // gRPC and /metrics bind here
+  int grpc_port = 0;                        // 0 = pick
+  int metrics_port = 0;                     // 0 = pick, -1 = off
+  std::string port_file;
+  int threads = 0;                          // 0 = all hardware threads
+  int kv_capacity_tokens = 4096;
+  int kv_block_size = 16;
+  std::string log_level = "info";
+};
+
+inline constexpr const char* kStageUsage =
+    "usage: specline-stage --model PATH --layers A:B[,C:D...] --next ADDRESS\n"
+    "  [--stage I] [--data-listen tcp://HOST:PORT] [--host H] [--grpc-port N]\n"
+    "  [--metrics-port N|-1] [--port-file PATH] [--threads N]\n"
+    "  [--kv-capacity-tokens N] [--kv-block-size N] [--log-level LEVEL]\n";
+
+// INVALID_ARGUMENT naming the flag on anything malformed or missing.
+absl::StatusOr<StageFlags> ParseStageFlags(int argc, char** argv);
+// "0:4,4:8" -> {{0,4},{4,8}}; ranges must be non-empty and consecutive.
+absl::StatusOr<std::vector<std::pair<int, int>>> ParseLayerRanges(const std::string& text);
+
+}  // namespace specline

@@ -1,0 +1,35 @@
+// Prometheus metrics of the stages one process hosts, labelled stage="I".
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "prometheus/counter.h"
+#include "prometheus/exposer.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+#include "stage_worker/stage_runner.h"
+
+namespace specline {
+
+class StageMetrics {
+ public:
+  StageMetrics();
+  // Hooks the runner's observer to this stage's series (call before Start).
+  void Attach(StageRunner& runner);
+  // Serves /metrics on host:port (port 0 picks one); returns the port.
+  int Serve(const std::string& host, int port);
+  prometheus::Registry& registry() { return *registry_; }
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+  prometheus::Family<prometheus::Histogram>* step_;
+  prometheus::Family<prometheus::Counter>* batches_;
+  prometheus::Family<prometheus::Counter>* slots_;
+  prometheus::Family<prometheus::Gauge>* queue_depth_;
+  prometheus::Family<prometheus::Gauge>* kv_free_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+};
+
+}  // namespace specline

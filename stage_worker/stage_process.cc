@@ -1,0 +1,117 @@
+#include "stage_worker/stage_process.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/server_builder.h"
+#include "kernels/cpu/thread_pool.h"
+#include "spdlog/spdlog.h"
+
+namespace specline {
+
+absl::StatusOr<std::unique_ptr<StageProcess>> StageProcess::Start(const StageFlags& flags) {
+  std::unique_ptr<StageProcess> p(new StageProcess);
+  p->flags_ = flags;
+  p->model_ = OpenModel(flags.model);
+  const ModelConfig& config = p->model_->config();
+  if (flags.layers.back().second > config.n_layers) {
+    return absl::InvalidArgumentError(absl::StrCat("--layers: the model has ", config.n_layers,
+                                                   " layers, asked for up to ",
+                                                   flags.layers.back().second));
+  }
+  if ((flags.stage == 0) != (flags.layers.front().first == 0)) {
+    return absl::InvalidArgumentError(
+        "--stage 0 must hold layer 0 (it embeds the tokens), and only stage 0");
+  }
+
+  // One pool for every slice of the process: their calls are serialized
+  // anyway, and stages of one process share its cores.
+  auto pool = std::make_shared<kernels::ThreadPool>(flags.threads);
+  SliceOptions options;
+  options.kv_block_size = flags.kv_block_size;
+  options.kv_capacity_tokens = flags.kv_capacity_tokens;
+  const int n = static_cast<int>(flags.layers.size());
+  for (int i = 0; i < n; ++i) {
+    const auto [begin, end] = flags.layers[i];
+    p->slices_.push_back(std::make_unique<StageSlice>(*p->model_, begin, end, options, pool));
+    p->runners_.push_back(std::make_unique<StageRunner>(*p->slices_.back(), flags.stage + i,
+                                                        end == config.n_layers));
+    spdlog::info("stage {}: layers {}:{} of {}, KV {} positions", flags.stage + i, begin, end,
+                 config.n_layers, flags.kv_capacity_tokens);
+  }
+
+  // Inboxes: the first on the data address, the rest in-process. Named by
+  // pid so two processes' tests in one address space cannot collide.
+  std::vector<std::unique_ptr<transport::ActivationReceiver>> inboxes;
+  for (int i = 0; i < n; ++i) {
+    std::string address = i == 0 ? flags.data_listen
+                                 : absl::StrCat("inproc://stage-", getpid(), "-", flags.stage + i,
+                                                "-", reinterpret_cast<uintptr_t>(p.get()));
+    auto inbox = transport::Listen(address);
+    if (!inbox.ok()) return inbox.status();
+    inboxes.push_back(std::move(*inbox));
+  }
+  p->data_address_ = inboxes.front()->address();
+
+  if (flags.metrics_port >= 0) {
+    p->metrics_ = std::make_unique<StageMetrics>();
+    for (auto& r : p->runners_) p->metrics_->Attach(*r);
+    try {
+      p->metrics_port_ = p->metrics_->Serve(flags.host, flags.metrics_port);
+    } catch (const std::exception& e) {
+      return absl::UnavailableError(absl::StrCat("cannot serve /metrics on ", flags.host, ":",
+                                                 flags.metrics_port, ": ", e.what()));
+    }
+  }
+
+  std::vector<StageRunner*> runners;
+  for (auto& r : p->runners_) runners.push_back(r.get());
+  p->service_ = std::make_unique<StageServiceImpl>(runners, p->data_address_, flags.next);
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  const std::string grpc_address = absl::StrCat(
+      flags.host.find(':') != std::string::npos ? "[" + flags.host + "]" : flags.host, ":",
+      flags.grpc_port);
+  builder.AddListeningPort(grpc_address, grpc::InsecureServerCredentials(), &p->grpc_port_);
+  builder.RegisterService(p->service_.get());
+  p->server_ = builder.BuildAndStart();
+  if (!p->server_ || p->grpc_port_ == 0) {
+    return absl::UnavailableError("cannot serve gRPC on " + grpc_address);
+  }
+
+  // Start last to first, so no stage sends into a chain that is not up.
+  std::vector<std::string> targets;
+  for (int i = 1; i < n; ++i) targets.push_back(inboxes[i]->address());
+  targets.push_back(flags.next);
+  for (int i = n - 1; i >= 0; --i) {
+    auto out = transport::Connect(targets[i]);
+    if (!out.ok()) return out.status();
+    p->runners_[i]->Start(std::move(inboxes[i]), std::move(*out));
+  }
+  spdlog::info("stage {}: data {}, next {}, grpc port {}, metrics port {}", flags.stage,
+               p->data_address_, flags.next, p->grpc_port_, p->metrics_port_);
+  return p;
+}
+
+StageProcess::~StageProcess() { Stop(); }
+
+nlohmann::json StageProcess::PortInfo() const {
+  return {{"grpc", grpc_port_}, {"data", data_address_}, {"metrics", metrics_port_},
+          {"pid", static_cast<int>(getpid())}};
+}
+
+void StageProcess::Stop() {
+  if (stopped_) return;
+  stopped_ = true;
+  if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  for (auto& r : runners_) r->Stop();
+}
+
+
+}  // namespace specline

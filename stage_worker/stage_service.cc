@@ -1,0 +1,50 @@
+#include "stage_worker/stage_service.h"
+
+#include <algorithm>
+
+#include "spdlog/spdlog.h"
+
+namespace specline {
+
+StageServiceImpl::StageServiceImpl(std::vector<StageRunner*> runners, std::string data_address,
+                                   std::string next_address)
+    : runners_(std::move(runners)),
+      data_address_(std::move(data_address)),
+      next_address_(std::move(next_address)) {}
+
+grpc::Status StageServiceImpl::GetInfo(grpc::ServerContext*, const internal::StageInfoRequest*,
+                                       internal::StageInfo* info) {
+  StageRunner& first = *runners_.front();
+  const ModelConfig& config = first.slice().config();
+  info->set_stage(first.stage());
+  info->set_layer_begin(first.slice().begin());
+  info->set_layer_end(runners_.back()->slice().end());
+  info->set_n_layers(config.n_layers);
+  info->set_dim(config.dim);
+  bool any = false;
+  for (StageRunner* r : runners_) {
+    StageStats s = r->Stats();
+    if (!any) {
+      info->set_kv_capacity_tokens(s.kv_capacity_tokens);
+      info->set_kv_free_tokens(s.kv_free_tokens);
+      info->set_sequences(s.sequences);
+      any = true;
+    }
+    info->set_kv_capacity_tokens(std::min(info->kv_capacity_tokens(), s.kv_capacity_tokens));
+    info->set_kv_free_tokens(std::min(info->kv_free_tokens(), s.kv_free_tokens));
+    info->set_sequences(std::max(info->sequences(), s.sequences));
+  }
+  info->set_batches(first.batches());
+  info->set_data_address(data_address_);
+  info->set_next_address(next_address_);
+  return grpc::Status::OK;
+}
+
+grpc::Status StageServiceImpl::Reset(grpc::ServerContext*, const internal::ResetRequest*,
+                                     internal::ResetResponse*) {
+  for (StageRunner* r : runners_) r->Reset();
+  spdlog::info("stage {}: reset, every sequence released", runners_.front()->stage());
+  return grpc::Status::OK;
+}
+
+}  // namespace specline

@@ -1,0 +1,220 @@
+// Test harness for the scheduler: n real stages (StageSlices in
+// StageRunners on inproc:// transports, each with its StageWorker gRPC
+// control server on a free port) driven by a real Engine, plus the
+// single-process reference (LocalPipeline + Generate) to compare with.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "model/formats/random_model.h"
+#include "model/runtime/generator.h"
+#include "model/runtime/local_pipeline.h"
+#include "scheduler/engine.h"
+#include "stage_worker/stage_runner.h"
+#include "stage_worker/stage_service.h"
+#include "tests/test_util.h"
+#include "transport/transport.h"
+
+namespace specline::testing {
+
+using namespace std::chrono_literals;
+
+inline ModelConfig SchedulerTestConfig() {
+  ModelConfig c;
+  c.dim = 48;
+  c.hidden_dim = 96;
+  c.n_layers = 5;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.head_dim = 12;
+  c.vocab_size = 96;
+  c.max_seq_len = 160;
+  c.rope_style = RopeStyle::kInterleaved;
+  return c;
+}
+
+// One random model file per test process.
+inline const std::string& SchedulerTestModel() {
+  static const std::string path = [] {
+    std::string p = TempDir() + "/scheduler_model.gguf";
+    WriteRandomModel(SchedulerTestConfig(), ModelFormat::kGguf, p, /*seed=*/11, DType::kF32);
+    return p;
+  }();
+  return path;
+}
+
+// Deterministic prompts of a given length.
+inline std::vector<int32_t> MakePrompt(int len, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::vector<int32_t> p(len);
+  for (int32_t& t : p) t = static_cast<int32_t>(gen() % SchedulerTestConfig().vocab_size);
+  return p;
+}
+
+struct Reference {
+  std::vector<int32_t> tokens;
+  std::string reason;
+};
+
+// Plain autoregressive decoding in one process: what every request must equal.
+inline Reference Generate1(const ModelSource& model, const scheduler::RequestSpec& spec) {
+  static std::mutex mu;  // one reference pipeline per process, used serially
+  std::lock_guard<std::mutex> lock(mu);
+  static LocalPipeline local(model, {0, model.config().n_layers}, SliceOptions{16, 4096}, 1);
+  GenerationOptions o;
+  o.sampling = spec.sampling;
+  o.max_tokens = spec.max_tokens;
+  o.stop_ids = spec.stop_ids;
+  auto r = Generate(local, 1, spec.prompt, o);
+  EXPECT_TRUE(r.ok()) << r.status();
+  return {r->tokens, r->finish_reason};
+}
+
+struct StreamResult {
+  std::vector<int32_t> tokens;
+  scheduler::StreamEvent last;
+  int events = 0;
+  double queue_seconds = -1;
+};
+
+// Reads a stream to its end (bounded, so a hang fails instead of blocking).
+inline StreamResult Collect(scheduler::RequestStream& s) {
+  StreamResult r;
+  const auto give_up = std::chrono::steady_clock::now() + 300s;
+  while (std::chrono::steady_clock::now() < give_up) {
+    auto e = s.Next(100ms);
+    if (!e) continue;
+    ++r.events;
+    if (r.events == 1) r.queue_seconds = e->queue_seconds;
+    r.tokens.insert(r.tokens.end(), e->tokens.begin(), e->tokens.end());
+    if (e->last()) {
+      r.last = *std::move(e);
+      return r;
+    }
+  }
+  ADD_FAILURE() << "stream " << s.id() << " did not end";
+  return r;
+}
+
+// Polls until `pred` holds (the pipeline works asynchronously); false after
+// a generous bound. Never used to assert on timing.
+template <typename Pred>
+bool Eventually(Pred pred, std::chrono::seconds bound = 60s) {
+  const auto give_up = std::chrono::steady_clock::now() + bound;
+  while (std::chrono::steady_clock::now() < give_up) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(2ms);
+  }
+  return pred();
+}
+
+class InprocPipeline {
+ public:
+  static constexpr int kStageKvTokens = 4096;
+
+  InprocPipeline(int n_stages, scheduler::EngineOptions options,
+                 int stage_kv_tokens = kStageKvTokens)
+      : model_(OpenModel(SchedulerTestModel())) {
+    static std::atomic<int> counter{0};
+    prefix_ = "sched-test-" + std::to_string(counter++);
+    const std::vector<int> bounds = EvenSplit(model_->config().n_layers, n_stages);
+    for (int i = 0; i < n_stages; ++i) {
+      auto pool = std::make_shared<kernels::ThreadPool>(1);
+      slices_.push_back(std::make_unique<StageSlice>(
+          *model_, bounds[i], bounds[i + 1], SliceOptions{16, stage_kv_tokens}, pool));
+      runners_.push_back(std::make_unique<StageRunner>(*slices_[i], i, i == n_stages - 1));
+    }
+    auto inbox = transport::Listen(InboxAddress());
+    EXPECT_TRUE(inbox.ok()) << inbox.status();
+    std::vector<std::unique_ptr<scheduler::StageControl>> controls;
+    for (int i = 0; i < n_stages; ++i) {
+      StartRunner(i);
+      services_.push_back(std::make_unique<StageServiceImpl>(
+          std::vector<StageRunner*>{runners_[i].get()}, DataAddress(i), NextAddress(i)));
+      ports_.push_back(0);
+      StartControl(i);
+      controls.push_back(
+          scheduler::ConnectStageControl("127.0.0.1:" + std::to_string(ports_[i])));
+    }
+    engine_ = std::make_unique<scheduler::Engine>(model_, std::move(controls), *std::move(inbox),
+                                                  options);
+    engine_->Start();
+    EXPECT_TRUE(engine_->WaitUntilUp(60s)) << "the pipeline did not come up";
+  }
+
+  ~InprocPipeline() {
+    engine_->Stop();
+    for (auto& r : runners_) r->Stop();
+    for (auto& s : servers_) {
+      if (s) s->Shutdown(std::chrono::system_clock::now());
+    }
+  }
+
+  scheduler::Engine& engine() { return *engine_; }
+  const ModelSource& model() const { return *model_; }
+  StageRunner& runner(int i) { return *runners_[i]; }
+  int n_stages() const { return static_cast<int>(runners_.size()); }
+
+  // The data plane of stage i dies (its control server still answers).
+  void StopRunner(int i) { runners_[i]->Stop(); }
+  void StartRunner(int i) {
+    auto in = transport::Listen(DataAddress(i));
+    auto out = transport::Connect(NextAddress(i));
+    ASSERT_TRUE(in.ok()) << in.status();
+    ASSERT_TRUE(out.ok()) << out.status();
+    runners_[i]->Start(*std::move(in), *std::move(out));
+  }
+  // The control plane of stage i goes away / comes back on the same port.
+  void StopControl(int i) {
+    servers_[i]->Shutdown(std::chrono::system_clock::now());
+    servers_[i]->Wait();
+    servers_[i].reset();
+  }
+  void StartControl(int i) {
+    grpc::ServerBuilder b;
+    int port = 0;
+    b.AddListeningPort("127.0.0.1:" + std::to_string(ports_[i]),
+                       grpc::InsecureServerCredentials(), &port);
+    b.RegisterService(services_[i].get());
+    if (static_cast<int>(servers_.size()) <= i) servers_.resize(i + 1);
+    servers_[i] = b.BuildAndStart();
+    ASSERT_TRUE(servers_[i] && port > 0) << "cannot start stage " << i << "'s control server";
+    ports_[i] = port;
+  }
+
+  // Every stage holds no KV any more (the releases went through).
+  bool StagesEmpty() {
+    for (auto& r : runners_) {
+      StageStats s = r->Stats();
+      if (s.kv_free_tokens != s.kv_capacity_tokens || s.sequences != 0) return false;
+    }
+    return true;
+  }
+
+ private:
+  std::string DataAddress(int i) const { return "inproc://" + prefix_ + "-stage" + std::to_string(i); }
+  std::string InboxAddress() const { return "inproc://" + prefix_ + "-scheduler"; }
+  std::string NextAddress(int i) const {
+    return i + 1 == n_stages() ? InboxAddress() : DataAddress(i + 1);
+  }
+
+  std::shared_ptr<const ModelSource> model_;
+  std::string prefix_;
+  std::vector<std::unique_ptr<StageSlice>> slices_;
+  std::vector<std::unique_ptr<StageRunner>> runners_;
+  std::vector<std::unique_ptr<StageServiceImpl>> services_;
+  std::vector<std::unique_ptr<grpc::Server>> servers_;
+  std::vector<int> ports_;
+  std::unique_ptr<scheduler::Engine> engine_;
+};
+
+}  // namespace specline::testing

@@ -1,0 +1,104 @@
+// Scheduler pieces that need no pipeline: the batching policy, KV admission
+// arithmetic and the proto -> request conversion.
+#include <gtest/gtest.h>
+
+#include "scheduler/batch_builder.h"
+#include "scheduler/kv_budget.h"
+#include "scheduler/request_convert.h"
+
+namespace specline::scheduler {
+namespace {
+
+std::shared_ptr<Sequence> Seq(uint64_t id, int prompt, int generated, int32_t cached) {
+  RequestSpec spec;
+  spec.prompt.assign(prompt, 1);
+  auto s = std::make_shared<Sequence>(id, spec);
+  for (int i = 0; i < generated; ++i) s->tokens.push_back(2);
+  s->cached = cached;
+  s->state = generated > 0 ? SeqState::kDecode : SeqState::kPrefill;
+  return s;
+}
+
+TEST(PlanBatchTest, DecodeFirstThenPrefillChunksWithinTheBudget) {
+  // Admission order: a long prompt first, then two decoders, then a prompt.
+  std::vector<std::shared_ptr<Sequence>> running = {
+      Seq(1, 100, 0, 0), Seq(2, 5, 3, 7), Seq(3, 9, 1, 9), Seq(4, 20, 0, 0)};
+  std::vector<SlotRun> runs = PlanBatch(running, {.max_batch_tokens = 30, .prefill_chunk = 16});
+  ASSERT_EQ(runs.size(), 4u);
+  EXPECT_EQ(runs[0].seq->id, 2u);  // decoders first
+  EXPECT_EQ(runs[0].first_pos, 7);
+  EXPECT_EQ(runs[0].count, 1);
+  EXPECT_TRUE(runs[0].needs_logits);
+  EXPECT_EQ(runs[1].seq->id, 3u);
+  EXPECT_EQ(runs[2].seq->id, 1u);  // then a 16-token chunk of the long prompt
+  EXPECT_EQ(runs[2].count, 16);
+  EXPECT_FALSE(runs[2].needs_logits) << "a middle chunk yields no token";
+  EXPECT_EQ(runs[3].seq->id, 4u);  // and what is left of the budget
+  EXPECT_EQ(runs[3].count, 30 - 2 - 16);
+  EXPECT_FALSE(runs[3].needs_logits);
+}
+
+TEST(PlanBatchTest, LastChunkNeedsLogitsAndInFlightOrFinishedAreSkipped) {
+  auto a = Seq(1, 20, 0, 16);  // 4 prompt tokens left
+  auto b = Seq(2, 5, 2, 6);
+  b->in_flight = true;
+  auto c = Seq(3, 5, 2, 6);
+  c->state = SeqState::kFinished;
+  std::vector<SlotRun> runs = PlanBatch({a, b, c}, {.max_batch_tokens = 64, .prefill_chunk = 16});
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].first_pos, 16);
+  EXPECT_EQ(runs[0].count, 4);
+  EXPECT_TRUE(runs[0].needs_logits);
+}
+
+TEST(PlanBatchTest, BudgetLimitsDecodersToo) {
+  std::vector<std::shared_ptr<Sequence>> running;
+  for (int i = 0; i < 10; ++i) running.push_back(Seq(i, 3, 1, 3));
+  EXPECT_EQ(PlanBatch(running, {.max_batch_tokens = 4, .prefill_chunk = 16}).size(), 4u);
+}
+
+TEST(KvBudgetTest, WorstCaseRoundsUpToBlocksAndCapsAtTheContext) {
+  KvBudget b(100, 16);  // 6 whole blocks
+  EXPECT_EQ(b.capacity_tokens(), 96);
+  EXPECT_EQ(b.WorstCaseBlocks(10, 6, 2048), 1);
+  EXPECT_EQ(b.WorstCaseBlocks(10, 7, 2048), 2);
+  EXPECT_EQ(b.WorstCaseBlocks(60, 1000, 64), 4);
+  EXPECT_TRUE(b.TryReserve(4));
+  EXPECT_FALSE(b.TryReserve(3));
+  EXPECT_EQ(b.free_tokens(), 32);
+  b.Return(4);
+  EXPECT_EQ(b.free_tokens(), 96);
+}
+
+TEST(RequestConvertTest, ProtoZerosMeanDefaults) {
+  internal::SubmitRequest req;
+  req.add_prompt(5);
+  req.set_max_tokens(3);
+  auto spec = ToRequestSpec(req);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->sampling.top_p, 1.0f);
+  EXPECT_EQ(spec->sampling.repetition_penalty, 1.0f);
+  EXPECT_TRUE(spec->sampling.greedy());
+  req.mutable_sampling()->set_seed(77);
+  EXPECT_EQ(ToRequestSpec(req)->sampling.seed, 77u);
+}
+
+TEST(RequestConvertTest, PolicyAndSamplingErrors) {
+  internal::SubmitRequest req;
+  req.add_prompt(5);
+  req.set_max_tokens(3);
+  req.set_policy(v1::DECODING_POLICY_SPD);
+  auto spec = ToRequestSpec(req);
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(spec.status().message().find("DECODING_POLICY_SPD"), std::string::npos);
+  req.set_policy(static_cast<v1::DecodingPolicy>(42));
+  EXPECT_EQ(ToRequestSpec(req).status().code(), absl::StatusCode::kInvalidArgument);
+  req.set_policy(v1::DECODING_POLICY_AUTOREGRESSIVE);
+  req.mutable_sampling()->set_top_p(1.5f);
+  spec = ToRequestSpec(req);
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(spec.status().message().find("top_p"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace specline::scheduler

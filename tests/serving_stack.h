@@ -1,0 +1,208 @@
+// Test harness for the multi-process serving path: `specline serve`
+// (gateway + scheduler + stage workers, each its own process) on loopback,
+// a streaming client, the single-process reference to compare with, and a
+// /metrics scraper. Header-only; shared by serving_e2e_test and
+// python_client_test.
+#pragma once
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include "model/formats/model_source.h"
+#include "model/runtime/generator.h"
+#include "model/runtime/local_pipeline.h"
+#include "model/tokenizer/model_tokenizer.h"
+#include "specline/internal/scheduler.grpc.pb.h"
+#include "specline/v1/generation.grpc.pb.h"
+#include "tests/process_util.h"
+#include "tests/test_util.h"
+
+namespace specline::testing {
+
+using namespace std::chrono_literals;
+
+inline std::string BinaryPath(const std::string& name) {
+  return std::string(SPECLINE_BINARY_DIR) + "/" + name;
+}
+
+// One `specline serve` process and the ports it reported.
+struct ServingStack {
+  ChildProcess launcher;
+  nlohmann::json ports;
+  std::string port_file;
+
+  std::string gateway() const { return "127.0.0.1:" + std::to_string(ports["gateway"]["grpc"].get<int>()); }
+  std::string scheduler() const {
+    return "127.0.0.1:" + std::to_string(ports["scheduler"]["grpc"].get<int>());
+  }
+  int metrics_port() const { return ports["gateway"]["metrics"].get<int>(); }
+  std::shared_ptr<grpc::Channel> channel() const {
+    return grpc::CreateChannel(gateway(), grpc::InsecureChannelCredentials());
+  }
+  nlohmann::json Reload() {
+    ports = nlohmann::json::parse(ReadFile(port_file));
+    return ports;
+  }
+};
+
+// Starts the stack; the launcher writes its port file once every process is
+// healthy. `extra` goes to `specline serve` as is.
+inline std::unique_ptr<ServingStack> StartStack(const std::string& model, int stages,
+                                                std::vector<std::string> extra = {}) {
+  auto s = std::make_unique<ServingStack>();
+  const std::string dir = TempDir();
+  s->port_file = dir + "/serve.json";
+  std::vector<std::string> argv = {BinaryPath("specline"), "serve", "--model", model,
+                                   "--stages", std::to_string(stages), "--port", "0",
+                                   "--threads", "1", "--port-file", s->port_file};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  s->launcher = ChildProcess(argv, dir + "/serve.log");
+  s->ports = s->launcher.WaitForPortFile(s->port_file, 120s);
+  return s;
+}
+
+struct Streamed {
+  grpc::Status status;
+  std::vector<int32_t> tokens;
+  std::string text;
+  v1::FinishReason finish = v1::FINISH_REASON_UNSPECIFIED;
+  v1::GenerateResponse last;
+  int messages = 0;
+};
+
+// Streams one request. `after_first` (optional) runs once the first
+// message arrived, with the call's context (to cancel it, kill a stage...).
+inline Streamed StreamOnce(const std::shared_ptr<grpc::Channel>& channel,
+                           const v1::GenerateRequest& req,
+                           std::optional<std::chrono::milliseconds> deadline = std::nullopt,
+                           const std::function<void(grpc::ClientContext&)>& after_first = {}) {
+  auto stub = v1::Generation::NewStub(channel);
+  grpc::ClientContext ctx;
+  if (deadline) ctx.set_deadline(std::chrono::system_clock::now() + *deadline);
+  Streamed out;
+  auto reader = stub->Generate(&ctx, req);
+  v1::GenerateResponse msg;
+  while (reader->Read(&msg)) {
+    out.tokens.insert(out.tokens.end(), msg.token_ids().begin(), msg.token_ids().end());
+    out.text += msg.text();
+    if (msg.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) out.finish = msg.finish_reason();
+    out.last = msg;
+    if (out.messages++ == 0 && after_first) after_first(ctx);
+  }
+  out.status = reader->Finish();
+  return out;
+}
+
+inline internal::SchedulerStats SchedulerStats(const ServingStack& s) {
+  auto stub = internal::Scheduler::NewStub(
+      grpc::CreateChannel(s.scheduler(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 5s);
+  internal::SchedulerStats stats;
+  grpc::Status st = stub->GetStats(&ctx, internal::StatsRequest(), &stats);
+  EXPECT_TRUE(st.ok()) << st.error_message();
+  return stats;
+}
+
+// The single-process engine's greedy output for the same prompt: tokens and
+// streamed text (as the gateway would detokenize them).
+struct Reference {
+  std::vector<int32_t> tokens;
+  std::string text;
+};
+
+class ReferenceEngine {
+ public:
+  explicit ReferenceEngine(const std::string& model_path) : model_(OpenModel(model_path)) {
+    try {
+      tokenizer_ = OpenTokenizerFor(*model_);
+    } catch (const std::exception&) {
+      // Random checkpoints have none: token ids only, as the gateway does.
+    }
+    SliceOptions options;
+    options.kv_capacity_tokens = model_->config().max_seq_len;
+    pipeline_ = std::make_unique<LocalPipeline>(*model_, EvenSplit(model_->config().n_layers, 1),
+                                                options, 1);
+  }
+  const Tokenizer* tokenizer() const { return tokenizer_.get(); }
+  const ModelConfig& config() const { return model_->config(); }
+
+  std::vector<int32_t> EncodeText(const std::string& text) const {
+    return tokenizer_->Encode(text, tokenizer_->add_bos_by_default());
+  }
+
+  Reference Run(const std::vector<int32_t>& prompt, int max_tokens, bool ignore_eos) {
+    GenerationOptions o;
+    o.max_tokens = max_tokens;
+    o.ignore_eos = ignore_eos;
+    if (tokenizer_) o.stop_ids = tokenizer_->stop_ids();
+    auto r = Generate(*pipeline_, seq_++, prompt, o);
+    EXPECT_TRUE(r.ok()) << r.status();
+    Reference ref;
+    if (!r.ok()) return ref;
+    ref.tokens = r->tokens;
+    if (tokenizer_) {
+      IncrementalDetokenizer detok(*tokenizer_, prompt.back());
+      for (int32_t t : ref.tokens) ref.text += detok.Push(t);
+      ref.text += detok.Flush();
+    }
+    return ref;
+  }
+
+ private:
+  std::unique_ptr<ModelSource> model_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<LocalPipeline> pipeline_;
+  uint64_t seq_ = 1;
+};
+
+// GET http://127.0.0.1:port/metrics; the body, or "" on failure.
+inline std::string ScrapeMetrics(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    close(fd);
+    return "";
+  }
+  const std::string req = "GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n";
+  if (write(fd, req.data(), req.size()) != static_cast<ssize_t>(req.size())) {
+    close(fd);
+    return "";
+  }
+  std::string resp;
+  char buf[8192];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof buf)) > 0) resp.append(buf, n);
+  close(fd);
+  const size_t body = resp.find("\r\n\r\n");
+  return body == std::string::npos ? "" : resp.substr(body + 4);
+}
+
+// The value of an unlabelled sample `name` (or with the exact label text
+// `labels`, e.g. {finished_reason="length"}); 0 when absent.
+inline double MetricValue(const std::string& text, const std::string& name,
+                          const std::string& labels = "") {
+  const std::string key = name + labels + " ";
+  size_t pos = 0;
+  while ((pos = text.find(key, pos)) != std::string::npos) {
+    if (pos == 0 || text[pos - 1] == '\n') return std::stod(text.substr(pos + key.size()));
+    pos += key.size();
+  }
+  return 0;
+}
+
+}  // namespace specline::testing

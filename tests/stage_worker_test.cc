@@ -1,0 +1,383 @@
+// Stage workers: StageRunner chained over 2 and 3 slices reproduces
+// LocalPipeline exactly (hidden states and taps, each tap once), releases
+// free KV, errors carry the stage and leave caches alone; runners on
+// in-process transports in threads; and specline-stage processes chained
+// over TCP, with their gRPC control service and SIGTERM shutdown.
+#include <arpa/inet.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "model/formats/random_model.h"
+#include "model/runtime/local_pipeline.h"
+#include "specline/internal/stage.grpc.pb.h"
+#include "stage_worker/stage_runner.h"
+#include "tests/process_util.h"
+#include "tests/test_util.h"
+#include "transport/transport.h"
+
+namespace specline {
+namespace {
+
+using internal::MicroBatch;
+using std::chrono::milliseconds;
+
+ModelConfig SmallConfig() {
+  ModelConfig c;
+  c.dim = 48;
+  c.hidden_dim = 96;
+  c.n_layers = 5;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.head_dim = 12;
+  c.vocab_size = 96;
+  c.max_seq_len = 128;
+  return c;
+}
+
+struct Slot {
+  uint64_t seq;
+  int32_t pos;
+  int32_t token;
+};
+
+MicroBatch MakeBatch(uint64_t id, const std::vector<Slot>& slots, std::vector<int> taps = {}) {
+  MicroBatch b;
+  b.set_batch_id(id);
+  for (const Slot& s : slots) {
+    b.add_seq_ids(s.seq);
+    b.add_positions(s.pos);
+    b.add_epochs(0);
+    b.add_tokens(s.token);
+  }
+  for (int t : taps) b.add_tap_layers(t);
+  return b;
+}
+
+std::vector<float> Floats(const std::string& bytes) {
+  std::vector<float> v(bytes.size() / sizeof(float));
+  std::memcpy(v.data(), bytes.data(), v.size() * sizeof(float));
+  return v;
+}
+
+// The same slots through the in-process reference.
+SliceOutput Reference(LocalPipeline& p, const std::vector<Slot>& slots,
+                      const std::vector<int>& taps) {
+  std::vector<SlotRef> refs;
+  std::vector<int32_t> tokens;
+  for (const Slot& s : slots) {
+    refs.push_back({s.seq, s.pos});
+    tokens.push_back(s.token);
+  }
+  SliceOutput out;
+  absl::Status st = p.Forward(refs, tokens, taps, &out);
+  EXPECT_TRUE(st.ok()) << st;
+  return out;
+}
+
+// Checks a processed batch against the reference: hidden bit-exact, each
+// distinct requested tap present exactly once and bit-exact.
+void ExpectMatches(const MicroBatch& b, const SliceOutput& ref, const std::vector<int>& taps) {
+  ASSERT_TRUE(b.error().empty()) << b.error();
+  EXPECT_EQ(Floats(b.hidden()), ref.hidden);
+  std::vector<int> distinct;
+  for (int t : taps) {
+    if (std::find(distinct.begin(), distinct.end(), t) == distinct.end()) distinct.push_back(t);
+  }
+  ASSERT_EQ(b.taps_size(), static_cast<int>(distinct.size()));
+  for (const internal::TapData& tap : b.taps()) {
+    auto it = std::find(taps.begin(), taps.end(), tap.layer());
+    ASSERT_NE(it, taps.end()) << "unrequested tap " << tap.layer();
+    EXPECT_EQ(Floats(tap.hidden()), ref.taps[it - taps.begin()].hidden) << "tap " << tap.layer();
+  }
+}
+
+// A prompt of `n` tokens for sequence `seq` starting at `start`.
+std::vector<Slot> Prompt(uint64_t seq, int32_t start, int n) {
+  std::vector<Slot> s;
+  for (int i = 0; i < n; ++i) s.push_back({seq, start + i, int32_t((seq * 31 + i * 7) % 96)});
+  return s;
+}
+
+std::vector<Slot> Concat(std::vector<Slot> a, const std::vector<Slot>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+class StageWorkerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    path_ = testing::TempDir() + "/small.gguf";
+    WriteRandomModel(SmallConfig(), ModelFormat::kGguf, path_, /*seed=*/11, DType::kF32);
+    model_ = OpenModel(path_).release();
+  }
+  static void TearDownTestSuite() { delete model_; }
+
+  // Slices and runners for `bounds`, sharing one single-threaded pool.
+  void Build(const std::vector<int>& bounds) {
+    pool_ = std::make_shared<kernels::ThreadPool>(1);
+    SliceOptions opt;
+    opt.kv_capacity_tokens = 256;
+    for (size_t i = 0; i + 1 < bounds.size(); ++i) {
+      slices_.push_back(std::make_unique<StageSlice>(*model_, bounds[i], bounds[i + 1], opt, pool_));
+      runners_.push_back(std::make_unique<StageRunner>(*slices_.back(), int(i),
+                                                       i + 2 == bounds.size()));
+    }
+    reference_ = std::make_unique<LocalPipeline>(*model_, bounds, opt, 1);
+  }
+  void ProcessAll(MicroBatch& b) {
+    for (auto& r : runners_) r->Process(b);
+  }
+
+  static std::string path_;
+  static ModelSource* model_;
+  std::shared_ptr<kernels::ThreadPool> pool_;
+  std::vector<std::unique_ptr<StageSlice>> slices_;
+  std::vector<std::unique_ptr<StageRunner>> runners_;
+  std::unique_ptr<LocalPipeline> reference_;
+};
+std::string StageWorkerTest::path_;
+ModelSource* StageWorkerTest::model_ = nullptr;
+
+TEST_F(StageWorkerTest, ChainedRunnersMatchLocalPipeline) {
+  for (const std::vector<int>& bounds : {std::vector<int>{0, 2, 5}, std::vector<int>{0, 1, 3, 5}}) {
+    SCOPED_TRACE(::testing::PrintToString(bounds));
+    slices_.clear();
+    runners_.clear();
+    Build(bounds);
+    // Prefill of two sequences in one batch, then decode steps of both;
+    // taps at every boundary (and one twice).
+    const std::vector<int> taps = {0, 1, 2, 3, 5, 2, 4};
+    std::vector<std::vector<Slot>> steps = {Concat(Prompt(1, 0, 6), Prompt(2, 0, 4)),
+                                            {{1, 6, 40}, {2, 4, 41}},
+                                            {{2, 5, 42}, {1, 7, 43}}};
+    for (size_t i = 0; i < steps.size(); ++i) {
+      MicroBatch b = MakeBatch(i, steps[i], taps);
+      ProcessAll(b);
+      EXPECT_EQ(b.stage_seconds_size(), static_cast<int>(runners_.size()));
+      ExpectMatches(b, Reference(*reference_, steps[i], taps), taps);
+    }
+  }
+}
+
+TEST_F(StageWorkerTest, ReleaseFreesKvEvenInAnEmptyBatch) {
+  Build({0, 2, 5});
+  std::vector<int> free_before;
+  for (auto& s : slices_) free_before.push_back(s->kv_cache().free_blocks());
+  MicroBatch b = MakeBatch(1, Concat(Prompt(1, 0, 20), Prompt(2, 0, 3)));
+  ProcessAll(b);
+  ASSERT_TRUE(b.error().empty()) << b.error();
+  for (auto& s : slices_) EXPECT_EQ(s->Length(1), 20);
+
+  MicroBatch release = MakeBatch(2, {});
+  release.add_release(1);
+  ProcessAll(release);
+  EXPECT_EQ(release.stage_seconds_size(), 2);
+  for (auto& s : slices_) {
+    EXPECT_EQ(s->Length(1), 0);
+    EXPECT_EQ(s->Length(2), 3);
+  }
+  for (auto& r : runners_) r->Reset();
+  for (size_t i = 0; i < slices_.size(); ++i) {
+    EXPECT_EQ(slices_[i]->kv_cache().free_blocks(), free_before[i]);
+    EXPECT_EQ(runners_[i]->Stats().kv_free_tokens, runners_[i]->Stats().kv_capacity_tokens);
+  }
+}
+
+TEST_F(StageWorkerTest, ErrorsCarryTheStageAndLeaveCachesAlone) {
+  Build({0, 1, 3, 5});
+  MicroBatch ok = MakeBatch(1, Prompt(1, 0, 4));
+  ProcessAll(ok);
+  ASSERT_TRUE(ok.error().empty()) << ok.error();
+
+  // Token out of the vocabulary: stage 0 refuses, the others pass it on.
+  MicroBatch bad = MakeBatch(2, {{1, 4, 5}, {1, 5, 999}});
+  bad.add_release(7);  // releases still apply on every stage
+  ProcessAll(bad);
+  EXPECT_EQ(bad.error_stage(), 0);
+  EXPECT_NE(bad.error().find("stage 0"), std::string::npos) << bad.error();
+  EXPECT_EQ(bad.stage_seconds_size(), 1);
+  for (auto& s : slices_) EXPECT_EQ(s->Length(1), 4);
+
+  // A gap in positions, caught by the first stage as well.
+  MicroBatch gap = MakeBatch(3, {{1, 9, 5}});
+  ProcessAll(gap);
+  EXPECT_EQ(gap.error_stage(), 0);
+
+  // Malformed hidden arriving at stage 2 (as if stage 1 were broken).
+  MicroBatch wrong = MakeBatch(4, {{1, 4, 5}});
+  wrong.set_hidden("abc");
+  runners_[2]->Process(wrong);
+  EXPECT_EQ(wrong.error_stage(), 2);
+  EXPECT_NE(wrong.error().find("hidden"), std::string::npos) << wrong.error();
+  for (auto& s : slices_) EXPECT_EQ(s->Length(1), 4);
+
+  // The sequence continues as if nothing happened.
+  const std::vector<Slot> next = {{1, 4, 50}};
+  MicroBatch good = MakeBatch(5, next);
+  ProcessAll(good);
+  Reference(*reference_, Prompt(1, 0, 4), {});
+  ExpectMatches(good, Reference(*reference_, next, {}), {});
+}
+
+TEST_F(StageWorkerTest, RunnersOnInprocTransportsInThreads) {
+  Build({0, 2, 3, 5});
+  const std::string prefix = "inproc://stage-worker-test-" + std::to_string(getpid()) + "-";
+  auto out = transport::Listen(prefix + "out");
+  ASSERT_TRUE(out.ok());
+  for (int i = static_cast<int>(runners_.size()) - 1; i >= 0; --i) {
+    auto in = transport::Listen(prefix + std::to_string(i));
+    ASSERT_TRUE(in.ok());
+    auto next = transport::Connect(i + 1 < static_cast<int>(runners_.size())
+                                       ? prefix + std::to_string(i + 1)
+                                       : prefix + "out");
+    runners_[i]->Start(std::move(*in), std::move(*next));
+  }
+  auto tx = transport::Connect(prefix + "0");
+  ASSERT_TRUE(tx.ok());
+  // Several batches in flight at once, as the pipeline clock has them.
+  const std::vector<int> taps = {3, 0};
+  std::vector<std::vector<Slot>> batches = {Prompt(1, 0, 5), Prompt(2, 0, 3), Prompt(3, 0, 8),
+                                            {{1, 5, 9}, {2, 3, 8}, {3, 8, 7}}};
+  for (size_t i = 0; i < batches.size(); ++i) {
+    ASSERT_TRUE((*tx)->Send(MakeBatch(i, batches[i], taps).SerializeAsString()).ok());
+  }
+  for (size_t i = 0; i < batches.size(); ++i) {
+    auto msg = (*out)->Receive(milliseconds(60000));
+    ASSERT_TRUE(msg.ok()) << msg.status();
+    MicroBatch b;
+    ASSERT_TRUE(b.ParseFromString(*msg));
+    EXPECT_EQ(b.batch_id(), i);
+    ExpectMatches(b, Reference(*reference_, batches[i], taps), taps);
+  }
+  for (auto& r : runners_) r->Stop();
+  for (auto& r : runners_) EXPECT_EQ(r->batches(), batches.size());
+}
+
+// GET /metrics over a raw socket (no HTTP client library in the tests).
+std::string HttpGet(int port, const std::string& path) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    close(fd);
+    return "";
+  }
+  const std::string req = "GET " + path + " HTTP/1.0\r\nHost: localhost\r\n\r\n";
+  send(fd, req.data(), req.size(), MSG_NOSIGNAL);
+  std::string body;
+  char buf[4096];
+  for (ssize_t n; (n = recv(fd, buf, sizeof(buf), 0)) > 0;) body.append(buf, n);
+  close(fd);
+  return body;
+}
+
+TEST_F(StageWorkerTest, StageProcessesOverTcp) {
+  const std::string binary = std::string(SPECLINE_BINARY_DIR) + "/specline-stage";
+  ASSERT_EQ(access(binary.c_str(), X_OK), 0) << "build the specline-stage target: " << binary;
+  const std::string dir = testing::TempDir();
+  Build({0, 2, 4, 5});
+
+  // The test plays the scheduler: it feeds stage 0 and receives from the
+  // last stage. The second process hosts two stages (layers 2:4 and 4:5).
+  auto sink = transport::Listen("tcp://127.0.0.1:0");
+  ASSERT_TRUE(sink.ok());
+  auto start = [&](const std::string& name, const std::string& layers, int stage,
+                   const std::string& next) {
+    std::vector<std::string> argv = {binary, "--model", path_, "--layers", layers,
+                                     "--stage", std::to_string(stage), "--next", next,
+                                     "--threads", "1", "--kv-capacity-tokens", "512",
+                                     "--port-file", dir + "/" + name + ".json"};
+    return testing::ChildProcess(argv, dir + "/" + name + ".log");
+  };
+  testing::ChildProcess last = start("b", "2:4,4:5", 1, (*sink)->address());
+  nlohmann::json b_ports = last.WaitForPortFile(dir + "/b.json", milliseconds(60000));
+  testing::ChildProcess first = start("a", "0:2", 0, b_ports["data"].get<std::string>());
+  nlohmann::json a_ports = first.WaitForPortFile(dir + "/a.json", milliseconds(60000));
+  EXPECT_EQ(a_ports["pid"].get<int>(), first.pid());
+
+  auto tx = transport::Connect(a_ports["data"].get<std::string>());
+  ASSERT_TRUE(tx.ok());
+  const std::vector<int> taps = {0, 2, 4, 5};
+  std::vector<std::vector<Slot>> batches = {Concat(Prompt(1, 0, 7), Prompt(2, 0, 2)),
+                                            {{1, 7, 3}, {2, 2, 4}}, {{2, 3, 5}}};
+  for (size_t i = 0; i < batches.size(); ++i) {
+    ASSERT_TRUE((*tx)->Send(MakeBatch(i, batches[i], taps).SerializeAsString()).ok());
+    auto msg = (*sink)->Receive(milliseconds(60000));
+    ASSERT_TRUE(msg.ok()) << msg.status();
+    MicroBatch b;
+    ASSERT_TRUE(b.ParseFromString(*msg));
+    EXPECT_EQ(b.batch_id(), i);
+    EXPECT_EQ(b.stage_seconds_size(), 3);
+    ExpectMatches(b, Reference(*reference_, batches[i], taps), taps);
+  }
+
+  // Control plane: GetInfo on each process; Reset frees the second's KV.
+  auto info_of = [](int port) {
+    auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
+                                       grpc::InsecureChannelCredentials());
+    auto stub = internal::StageWorker::NewStub(channel);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    internal::StageInfo info;
+    grpc::Status st = stub->GetInfo(&ctx, {}, &info);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    return info;
+  };
+  internal::StageInfo a = info_of(a_ports["grpc"]), b = info_of(b_ports["grpc"]);
+  EXPECT_EQ(a.stage(), 0);
+  EXPECT_EQ(a.layer_begin(), 0);
+  EXPECT_EQ(a.layer_end(), 2);
+  EXPECT_EQ(b.stage(), 1);
+  EXPECT_EQ(b.layer_begin(), 2);
+  EXPECT_EQ(b.layer_end(), 5);
+  EXPECT_EQ(a.n_layers(), 5);
+  EXPECT_EQ(a.dim(), 48);
+  EXPECT_EQ(a.batches(), batches.size());
+  EXPECT_EQ(a.kv_capacity_tokens(), 512);
+  EXPECT_EQ(a.sequences(), 2);
+  // Sequence 1 holds 8 positions, sequence 2 four: one 16-block each.
+  EXPECT_EQ(a.kv_free_tokens(), 512 - 32);
+  EXPECT_EQ(b.kv_free_tokens(), 512 - 32);
+  EXPECT_EQ(a.data_address(), a_ports["data"].get<std::string>());
+  {
+    auto stub = internal::StageWorker::NewStub(grpc::CreateChannel(
+        "127.0.0.1:" + std::to_string(b_ports["grpc"].get<int>()),
+        grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    internal::ResetResponse r;
+    ASSERT_TRUE(stub->Reset(&ctx, {}, &r).ok());
+  }
+  EXPECT_EQ(info_of(b_ports["grpc"]).kv_free_tokens(), 512);
+
+  // Metrics: one series per stage the process hosts.
+  const std::string metrics = HttpGet(b_ports["metrics"].get<int>(), "/metrics");
+  EXPECT_NE(metrics.find("specline_stage_batches_total{stage=\"1\"} 3"), std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("specline_stage_batches_total{stage=\"2\"} 3"), std::string::npos);
+  EXPECT_NE(metrics.find("specline_stage_step_seconds_bucket{stage=\"2\",le=\"0.0001\"}"),
+            std::string::npos);
+
+  ASSERT_TRUE(first.Kill(SIGTERM));
+  ASSERT_TRUE(last.Kill(SIGTERM));
+  EXPECT_EQ(first.Wait(milliseconds(30000)), 0);
+  EXPECT_EQ(last.Wait(milliseconds(30000)), 0);
+}
+
+TEST(StageWorkerBinary, BadFlagsExitWithUsage) {
+  const std::string binary = std::string(SPECLINE_BINARY_DIR) + "/specline-stage";
+  const std::string log = testing::TempDir() + "/bad.log";
+  testing::ChildProcess p({binary, "--layers", "3:1", "--model", "x", "--next", "tcp://a:1"}, log);
+  EXPECT_EQ(p.Wait(milliseconds(30000)), 2);
+  EXPECT_NE(testing::ReadFile(log).find("--layers"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace specline

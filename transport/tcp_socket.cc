@@ -1,0 +1,199 @@
+#include "transport/tcp_socket.h"
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace specline::transport {
+namespace {
+
+std::string Errno(const char* what) { return absl::StrCat(what, ": ", std::strerror(errno)); }
+
+void PutU32(uint32_t v, unsigned char* p) {
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<unsigned char>(v >> (8 * i));
+}
+uint32_t GetU32(const unsigned char* p) {
+  return uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 | uint32_t{p[3]} << 24;
+}
+
+struct AddrInfo {
+  addrinfo* head = nullptr;
+  ~AddrInfo() {
+    if (head) freeaddrinfo(head);
+  }
+};
+
+absl::Status Resolve(const std::string& host, int port, bool passive, AddrInfo* out) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = passive ? AI_PASSIVE : 0;
+  const std::string service = std::to_string(port);
+  int rc = getaddrinfo(host.c_str(), service.c_str(), &hints, &out->head);
+  if (rc != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot resolve ", host, ":", port, ": ", gai_strerror(rc)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void EncodeFrameHeader(uint32_t length, unsigned char out[kFrameHeaderBytes]) {
+  PutU32(kFrameMagic, out);
+  PutU32(length, out + 4);
+}
+
+absl::StatusOr<uint32_t> DecodeFrameHeader(const unsigned char in[kFrameHeaderBytes]) {
+  if (GetU32(in) != kFrameMagic) {
+    return absl::InvalidArgumentError("bad frame magic: the peer is not a specline transport");
+  }
+  uint32_t length = GetU32(in + 4);
+  if (length > kMaxFrameBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("frame of ", length, " bytes exceeds the limit of ", kMaxFrameBytes));
+  }
+  return length;
+}
+
+void SetNoDelay(int fd) {
+  // Frames are written whole; Nagle would only hold back the tail of one.
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+absl::StatusOr<int> ListenSocket(const std::string& host, int port, int* bound_port) {
+  AddrInfo ai;
+  if (absl::Status st = Resolve(host, port, true, &ai); !st.ok()) return st;
+  std::string last = "no address";
+  for (addrinfo* a = ai.head; a; a = a->ai_next) {
+    int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) {
+      last = Errno("socket");
+      continue;
+    }
+    // A restarted stage must be able to take its port back at once, while
+    // the old connections sit in TIME_WAIT.
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(fd, a->ai_addr, a->ai_addrlen) != 0) {
+      last = Errno("bind");
+      close(fd);
+      continue;
+    }
+    if (listen(fd, 128) != 0) {
+      last = Errno("listen");
+      close(fd);
+      continue;
+    }
+    sockaddr_storage ss{};
+    socklen_t len = sizeof(ss);
+    getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len);
+    *bound_port = ss.ss_family == AF_INET6
+                      ? ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port)
+                      : ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+    return fd;
+  }
+  return absl::UnavailableError(absl::StrCat("cannot listen on ", host, ":", port, ": ", last));
+}
+
+absl::StatusOr<int> ConnectSocket(const std::string& host, int port, int timeout_ms) {
+  AddrInfo ai;
+  if (absl::Status st = Resolve(host, port, false, &ai); !st.ok()) return st;
+  std::string last = "no address";
+  for (addrinfo* a = ai.head; a; a = a->ai_next) {
+    int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
+    if (fd < 0) {
+      last = Errno("socket");
+      continue;
+    }
+    // Non-blocking connect bounded by a poll: an unreachable host must not
+    // hold a pipeline step for the kernel's minutes-long SYN retry.
+    int rc = connect(fd, a->ai_addr, a->ai_addrlen);
+    if (rc != 0 && errno == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      rc = poll(&p, 1, timeout_ms);
+      if (rc == 0) {
+        last = absl::StrCat("connect timed out after ", timeout_ms, " ms");
+        close(fd);
+        continue;
+      }
+      int err = 0;
+      socklen_t len = sizeof(err);
+      getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+      errno = err;
+      rc = err == 0 ? 0 : -1;
+    }
+    if (rc != 0) {
+      last = Errno("connect");
+      close(fd);
+      continue;
+    }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    SetNoDelay(fd);
+    return fd;
+  }
+  return absl::UnavailableError(absl::StrCat(last));
+}
+
+absl::Status WriteFrame(int fd, const char* data, size_t size) {
+  unsigned char header[kFrameHeaderBytes];
+  EncodeFrameHeader(static_cast<uint32_t>(size), header);
+  iovec iov[2] = {{header, kFrameHeaderBytes}, {const_cast<char*>(data), size}};
+  int first = 0;
+  while (first < 2) {
+    msghdr msg{};
+    msg.msg_iov = iov + first;
+    msg.msg_iovlen = 2 - first;
+    ssize_t n = sendmsg(fd, &msg, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return absl::UnavailableError(Errno("send"));
+    }
+    size_t left = static_cast<size_t>(n);
+    while (first < 2 && left >= iov[first].iov_len) {
+      left -= iov[first].iov_len;
+      ++first;
+    }
+    if (first < 2) {
+      iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + left;
+      iov[first].iov_len -= left;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadExact(int fd, void* buf, size_t n) {
+  char* p = static_cast<char*>(buf);
+  size_t got = 0;
+  while (got < n) {
+    ssize_t r = recv(fd, p + got, n - got, 0);
+    if (r > 0) {
+      got += static_cast<size_t>(r);
+      continue;
+    }
+    if (r < 0 && errno == EINTR) continue;
+    if (r == 0 && got == 0) return absl::OutOfRangeError("connection closed");
+    return absl::UnavailableError(r == 0 ? std::string("connection closed mid-frame")
+                                         : Errno("recv"));
+  }
+  return absl::OkStatus();
+}
+
+bool PeerClosed(int fd) {
+  // Receivers never write, so anything readable means EOF or a reset.
+  pollfd p{fd, POLLIN | POLLRDHUP, 0};
+  return poll(&p, 1, 0) != 0 && (p.revents & (POLLIN | POLLRDHUP | POLLHUP | POLLERR));
+}
+
+}  // namespace specline::transport

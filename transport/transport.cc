@@ -1,0 +1,68 @@
+#include "transport/transport.h"
+
+#include <charconv>
+
+#include "absl/strings/str_cat.h"
+#include "transport/inproc_transport.h"
+#include "transport/tcp_transport.h"
+
+namespace specline::transport {
+
+absl::StatusOr<Address> ParseAddress(const std::string& address) {
+  auto bad = [&](const std::string& why) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bad transport address \"", address, "\": ", why,
+        " (expected tcp://HOST:PORT or inproc://NAME)"));
+  };
+  Address out;
+  if (address.rfind("inproc://", 0) == 0) {
+    out.scheme = "inproc";
+    out.name = address.substr(9);
+    if (out.name.empty()) return bad("empty inproc name");
+    return out;
+  }
+  if (address.rfind("tcp://", 0) != 0) return bad("unknown scheme");
+  out.scheme = "tcp";
+  const std::string rest = address.substr(6);
+  size_t colon;
+  if (!rest.empty() && rest[0] == '[') {  // [IPv6]:port
+    size_t close = rest.find(']');
+    if (close == std::string::npos || close + 1 >= rest.size() || rest[close + 1] != ':') {
+      return bad("unterminated [IPv6] host");
+    }
+    out.host = rest.substr(1, close - 1);
+    colon = close + 1;
+  } else {
+    colon = rest.rfind(':');
+    if (colon == std::string::npos) return bad("missing :PORT");
+    out.host = rest.substr(0, colon);
+  }
+  if (out.host.empty()) return bad("empty host");
+  const std::string port = rest.substr(colon + 1);
+  auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), out.port);
+  if (port.empty() || ec != std::errc() || end != port.data() + port.size() || out.port < 0 ||
+      out.port > 65535) {
+    return bad("port must be a number in [0, 65535]");
+  }
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<ActivationReceiver>> Listen(const std::string& address) {
+  absl::StatusOr<Address> a = ParseAddress(address);
+  if (!a.ok()) return a.status();
+  if (a->scheme == "inproc") return ListenInproc(a->name);
+  return ListenTcp(a->host, a->port);
+}
+
+absl::StatusOr<std::unique_ptr<ActivationSender>> Connect(const std::string& address) {
+  absl::StatusOr<Address> a = ParseAddress(address);
+  if (!a.ok()) return a.status();
+  if (a->scheme == "inproc") return ConnectInproc(a->name);
+  if (a->port == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot connect to \"", address, "\": port 0 is only for Listen"));
+  }
+  return ConnectTcp(a->host, a->port);
+}
+
+}  // namespace specline::transport
