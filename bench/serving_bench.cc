@@ -3,7 +3,7 @@
 // engine (LocalPipeline + Generate) at one stream, then aggregate throughput
 // and TTFT/TPOT percentiles at 1, 8, 32, 64 concurrent streams.
 //
-//   build/serving_bench [--model PATH] [--tokens N] [--threads N] [--quick]
+//   build/bench/serving_bench [--model PATH] [--tokens N] [--threads N] [--quick]
 //                       [--json PATH]
 //
 // The default model is a random stories110M-shaped checkpoint (dim 768,
@@ -118,7 +118,8 @@ Stream RunStream(const std::shared_ptr<grpc::Channel>& channel, const std::vecto
 class Stack {
  public:
   Stack(const Options& o, int stages) {
-    dir_ = fs::temp_directory_path() / ("specline-bench-" + std::to_string(getpid()));
+    dir_ = fs::temp_directory_path() /
+           ("specline-bench-" + std::to_string(getpid()) + "-" + std::to_string(stages));
     fs::create_directories(dir_);
     const std::string port_file = (dir_ / "serve.json").string();
     fs::remove(port_file);
@@ -170,24 +171,35 @@ class Stack {
   std::string addr_;
 };
 
-double InProcessTokS(const Options& o, int repeats) {
-  auto model = specline::OpenModel(o.model);
-  specline::SliceOptions so;
-  so.kv_capacity_tokens = model->config().max_seq_len;
-  specline::LocalPipeline pipeline(*model, specline::EvenSplit(model->config().n_layers, 1), so,
-                                   o.threads);
-  specline::GenerationOptions g;
-  g.max_tokens = o.tokens;
-  g.ignore_eos = true;
-  std::vector<double> rates;
-  const auto prompt = Prompt(o.prompt);
-  for (int r = 0; r < repeats + 1; ++r) {
-    auto res = specline::Generate(pipeline, 1 + r, prompt, g);
+// The in-process engine, kept loaded so its runs can interleave with the
+// distributed ones.
+class InProcess {
+ public:
+  explicit InProcess(const Options& o)
+      : o_(o), model_(specline::OpenModel(o.model)),
+        pipeline_(*model_, specline::EvenSplit(model_->config().n_layers, 1), Slices(*model_),
+                  o.threads) {}
+  // Decode tokens/s of one generation.
+  double Run() {
+    specline::GenerationOptions g;
+    g.max_tokens = o_.tokens;
+    g.ignore_eos = true;
+    auto res = specline::Generate(pipeline_, ++seq_, Prompt(o_.prompt), g);
     if (!res.ok()) throw std::runtime_error(std::string(res.status().message()));
-    if (r > 0) rates.push_back((res->tokens.size() - 1) / res->decode_seconds);  // first: warm-up
+    return (res->tokens.size() - 1) / res->decode_seconds;
   }
-  return Median(rates);
-}
+
+ private:
+  static specline::SliceOptions Slices(const specline::ModelSource& m) {
+    specline::SliceOptions so;
+    so.kv_capacity_tokens = m.config().max_seq_len;
+    return so;
+  }
+  const Options& o_;
+  std::unique_ptr<specline::ModelSource> model_;
+  specline::LocalPipeline pipeline_;
+  uint64_t seq_ = 0;
+};
 
 }  // namespace
 
@@ -215,34 +227,47 @@ int main(int argc, char** argv) {
     o.concurrency = {1, 8};
   }
   EnsureModel(o.model);
-  const int repeats = o.quick ? 2 : 3;
+  // Single stream: the in-process engine and both stacks stay up, and one
+  // run of each is taken per round, so drift on a shared machine hits all
+  // three alike; the ratios reported are medians of per-round ratios.
+  const int rounds = o.quick ? 5 : 9;
   nlohmann::json out = {{"model", o.model}, {"tokens", o.tokens}, {"prompt_tokens", o.prompt},
-                        {"threads_per_process", o.threads},
+                        {"threads_per_process", o.threads}, {"rounds", rounds},
                         {"cores", std::thread::hardware_concurrency()}};
-
-  const double inproc = InProcessTokS(o, repeats);
-  std::printf("single stream decode, %d tokens after a %d-token prompt, %d threads per process\n",
-              o.tokens, o.prompt, o.threads);
-  std::printf("%-34s %10s %10s\n", "path", "tok/s", "vs in-proc");
-  std::printf("%-34s %10.1f %10s\n", "in-process (LocalPipeline)", inproc, "1.000");
-  out["in_process_tok_s"] = inproc;
-
-  for (int stages : {1, 2}) {
-    Stack stack(o, stages);
-    auto channel = stack.channel();
-    RunStream(channel, Prompt(o.prompt), 4);  // warm-up: connections, page-in
-    std::vector<double> rates;
-    for (int r = 0; r < repeats; ++r) {
-      Stream s = RunStream(channel, Prompt(o.prompt), o.tokens);
+  InProcess inproc(o);
+  std::vector<std::unique_ptr<Stack>> stacks;
+  for (int stages : {1, 2}) stacks.push_back(std::make_unique<Stack>(o, stages));
+  inproc.Run();  // warm-up: page in the weights
+  for (auto& st : stacks) RunStream(st->channel(), Prompt(o.prompt), 4);
+  std::vector<double> base;
+  std::vector<std::vector<double>> rate(stacks.size()), ratio(stacks.size());
+  for (int r = 0; r < rounds; ++r) {
+    base.push_back(inproc.Run());
+    for (size_t k = 0; k < stacks.size(); ++k) {
+      Stream s = RunStream(stacks[k]->channel(), Prompt(o.prompt), o.tokens);
       if (!s.ok) throw std::runtime_error("stream failed: " + s.error);
-      rates.push_back(1.0 / s.tpot());
+      rate[k].push_back(1.0 / s.tpot());
+      ratio[k].push_back(rate[k].back() / base.back());
     }
-    const double rate = Median(rates);
+  }
+  std::printf("single stream decode, %d tokens after a %d-token prompt, %d threads per process, "
+              "median of %d interleaved rounds\n", o.tokens, o.prompt, o.threads, rounds);
+  std::printf("%-34s %10s %10s %16s\n", "path", "tok/s", "vs in-proc", "ratio min..max");
+  std::printf("%-34s %10.1f %10s\n", "in-process (LocalPipeline)", Median(base), "1.000");
+  out["in_process_tok_s"] = Median(base);
+
+  for (size_t k = 0; k < stacks.size(); ++k) {
+    const int stages = static_cast<int>(k) + 1;
+    auto channel = stacks[k]->channel();
+    const double tok_s = Median(rate[k]);
+    const double rel = Median(ratio[k]);
     char name[64];
     std::snprintf(name, sizeof name, "gateway+scheduler+%d stage proc", stages);
-    std::printf("%-34s %10.1f %10.3f\n", name, rate, rate / inproc);
-    nlohmann::json row = {{"stages", stages}, {"single_stream_tok_s", rate},
-                          {"ratio_vs_in_process", rate / inproc}};
+    std::printf("%-34s %10.1f %10.3f %7.3f..%.3f\n", name, tok_s, rel,
+                *std::min_element(ratio[k].begin(), ratio[k].end()),
+                *std::max_element(ratio[k].begin(), ratio[k].end()));
+    nlohmann::json row = {{"stages", stages}, {"single_stream_tok_s", tok_s},
+                          {"ratio_vs_in_process", rel}, {"ratios", ratio[k]}};
 
     // Concurrency sweep on this stack.
     std::printf("  %-6s %12s %10s %10s %10s %10s\n", "conc", "agg tok/s", "TTFT p50", "TTFT p99",
