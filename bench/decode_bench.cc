@@ -87,15 +87,7 @@ int main(int argc, char** argv) {
   if (path.empty()) {
     path = (std::filesystem::temp_directory_path() / "specline-bench-stories110m.gguf").string();
     if (!std::filesystem::exists(path)) {
-      ModelConfig c;
-      c.dim = 768;
-      c.hidden_dim = 2048;
-      c.n_layers = 12;
-      c.n_heads = 12;
-      c.n_kv_heads = 12;
-      c.head_dim = 64;
-      c.vocab_size = 32000;
-      c.max_seq_len = 1024;
+      ModelConfig c = Stories110MShape();
       c.rope_style = RopeStyle::kInterleaved;
       std::cerr << "writing random stories110M-shaped model to " << path << "\n";
       WriteRandomModel(c, ModelFormat::kGguf, path, 1, DType::kF32);

@@ -60,15 +60,7 @@ double Percentile(std::vector<double> v, double q) {
 
 std::string EnsureModel(const std::string& path) {
   if (fs::exists(path)) return path;
-  specline::ModelConfig c;
-  c.dim = 768;
-  c.hidden_dim = 2048;
-  c.n_layers = 12;
-  c.n_heads = 12;
-  c.n_kv_heads = 12;
-  c.head_dim = 64;
-  c.vocab_size = 32000;
-  c.max_seq_len = 1024;
+  const specline::ModelConfig c = specline::Stories110MShape();
   std::fprintf(stderr, "writing random stories110M-shaped model to %s\n", path.c_str());
   const std::string tmp = path + ".part";
   specline::WriteRandomModel(c, specline::ModelFormat::kLlama2c, tmp, /*seed=*/110);

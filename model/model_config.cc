@@ -56,4 +56,18 @@ std::string ModelConfig::Validate() const {
   return "";
 }
 
+ModelConfig LlamaShape(int dim, int hidden_dim, int n_layers, int n_heads, int n_kv_heads,
+                       int vocab_size, int max_seq_len) {
+  ModelConfig c;
+  c.dim = dim;
+  c.hidden_dim = hidden_dim;
+  c.n_layers = n_layers;
+  c.n_heads = n_heads;
+  c.n_kv_heads = n_kv_heads;
+  c.head_dim = n_heads > 0 ? dim / n_heads : 0;
+  c.vocab_size = vocab_size;
+  c.max_seq_len = max_seq_len;
+  return c;
+}
+
 }  // namespace specline

@@ -49,4 +49,13 @@ struct ModelConfig {
   std::string Validate() const;
 };
 
+// A Llama shape from its main numbers (head_dim = dim / n_heads; other
+// fields at their defaults): for tests, benchmarks and random models.
+ModelConfig LlamaShape(int dim, int hidden_dim, int n_layers, int n_heads, int n_kv_heads,
+                       int vocab_size, int max_seq_len);
+
+// Karpathy's stories110M (dim 768, 12 layers, 12 heads, vocab 32000): the
+// reference shape of the CPU decode benchmarks.
+inline ModelConfig Stories110MShape() { return LlamaShape(768, 2048, 12, 12, 12, 32000, 1024); }
+
 }  // namespace specline

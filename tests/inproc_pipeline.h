@@ -29,15 +29,7 @@ namespace specline::testing {
 using namespace std::chrono_literals;
 
 inline ModelConfig SchedulerTestConfig() {
-  ModelConfig c;
-  c.dim = 48;
-  c.hidden_dim = 96;
-  c.n_layers = 5;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.head_dim = 12;
-  c.vocab_size = 96;
-  c.max_seq_len = 160;
+  ModelConfig c = LlamaShape(48, 96, 5, 4, 2, 96, 160);
   c.rope_style = RopeStyle::kInterleaved;
   return c;
 }

@@ -22,16 +22,7 @@ std::string Stories260K() { return SharedModelPath("stories260K/stories260K.bin"
 // tested without ../shared too.
 std::string RandomModel() {
   static const std::string path = [] {
-    ModelConfig c;
-    c.dim = 64;
-    c.hidden_dim = 128;
-    c.n_layers = 4;
-    c.n_heads = 4;
-    c.n_kv_heads = 2;
-    c.head_dim = 16;
-    c.vocab_size = 256;
-    c.max_seq_len = 256;
-    c.norm_eps = 1e-5f;
+    const ModelConfig c = LlamaShape(64, 128, 4, 4, 2, 256, 256);
     const std::string p = TempDir() + "/random.bin";
     WriteRandomModel(c, ModelFormat::kLlama2c, p, /*seed=*/7);
     return p;

@@ -12,15 +12,7 @@ namespace specline::testing {
 namespace {
 
 std::string TinyModel() {
-  ModelConfig c;
-  c.dim = 32;
-  c.hidden_dim = 64;
-  c.n_layers = 2;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.head_dim = 8;
-  c.vocab_size = 128;
-  c.max_seq_len = 128;
+  const ModelConfig c = LlamaShape(32, 64, 2, 4, 2, 128, 128);
   const std::string p = TempDir() + "/tiny.bin";
   WriteRandomModel(c, ModelFormat::kLlama2c, p, /*seed=*/5);
   return p;

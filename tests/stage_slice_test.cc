@@ -15,15 +15,7 @@ namespace specline {
 namespace {
 
 ModelConfig SmallConfig() {
-  ModelConfig c;
-  c.dim = 48;
-  c.hidden_dim = 96;
-  c.n_layers = 5;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.head_dim = 12;
-  c.vocab_size = 96;
-  c.max_seq_len = 128;
+  ModelConfig c = LlamaShape(48, 96, 5, 4, 2, 96, 128);
   c.rope_style = RopeStyle::kInterleaved;
   return c;
 }
