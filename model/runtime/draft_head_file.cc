@@ -1,0 +1,471 @@
+#include "model/runtime/draft_head_file.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
+#include "kernels/cpu/ops.h"
+#include "model/formats/safetensors.h"
+#include "model/runtime/weights.h"
+#include "nlohmann/json.hpp"
+
+namespace specline {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using TensorList = std::vector<std::pair<std::string, std::vector<int64_t>>>;
+
+constexpr const char* kFormat = "specline.head.v1";
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
+// Hugging Face suffixes of one decoder layer with their shapes.
+void AddLayerTensors(const ModelConfig& c, const std::string& prefix, TensorList* out) {
+  const int64_t dim = c.dim, q_dim = int64_t{c.n_heads} * c.head_dim,
+                kv_dim = int64_t{c.n_kv_heads} * c.head_dim, hid = c.hidden_dim;
+  out->push_back({prefix + "input_layernorm.weight", {dim}});
+  out->push_back({prefix + "self_attn.q_proj.weight", {q_dim, dim}});
+  out->push_back({prefix + "self_attn.k_proj.weight", {kv_dim, dim}});
+  out->push_back({prefix + "self_attn.v_proj.weight", {kv_dim, dim}});
+  if (c.qkv_bias) {
+    out->push_back({prefix + "self_attn.q_proj.bias", {q_dim}});
+    out->push_back({prefix + "self_attn.k_proj.bias", {kv_dim}});
+    out->push_back({prefix + "self_attn.v_proj.bias", {kv_dim}});
+  }
+  if (c.qk_norm) {
+    out->push_back({prefix + "self_attn.q_norm.weight", {c.head_dim}});
+    out->push_back({prefix + "self_attn.k_norm.weight", {c.head_dim}});
+  }
+  out->push_back({prefix + "self_attn.o_proj.weight", {dim, q_dim}});
+  out->push_back({prefix + "post_attention_layernorm.weight", {dim}});
+  out->push_back({prefix + "mlp.gate_proj.weight", {hid, dim}});
+  out->push_back({prefix + "mlp.up_proj.weight", {hid, dim}});
+  out->push_back({prefix + "mlp.down_proj.weight", {dim, hid}});
+}
+
+// Number of FC feature-aggregation matrices and their input widths (in
+// multiples of dim).
+std::vector<int> SpdFcWidths(const DraftHeadSpec& s) {
+  std::vector<int> w;
+  if (s.spd_layout == SpdFeatureLayout::kV10) {
+    // fc.0: g^0 = FC(H^0); fc.k (k = 1..n): concat(H^0, H^{lmax/2}, H^{lmax}).
+    w.push_back(1);
+    for (int k = 1; k <= s.spd_stages; ++k) w.push_back(3);
+  } else {
+    for (size_t i = 0; i < s.spd_taps.size(); ++i) w.push_back(static_cast<int>(i) + 1);
+  }
+  return w;
+}
+
+json BaseFingerprint(const ModelConfig& c) {
+  return json{{"arch", c.arch},           {"dim", c.dim},
+              {"hidden_dim", c.hidden_dim}, {"n_layers", c.n_layers},
+              {"n_heads", c.n_heads},     {"n_kv_heads", c.n_kv_heads},
+              {"head_dim", c.head_dim},   {"vocab_size", c.vocab_size},
+              {"norm_eps", c.norm_eps},   {"rope_theta", c.rope_theta},
+              {"qkv_bias", c.qkv_bias},   {"qk_norm", c.qk_norm}};
+}
+
+// The canonical-name view of a head file (see DraftHead::source()).
+class HeadSource : public ModelSource {
+ public:
+  HeadSource(const SafetensorsFile& file, ModelConfig config, int first_layer)
+      : config_(std::move(config)), path_(file.path()) {
+    for (const auto& [name, t] : file.tensors()) {
+      std::string canon = name;
+      if (name.rfind("layers.", 0) == 0) {
+        const size_t dot = name.find('.', 7);
+        const int j = std::stoi(name.substr(7, dot - 7));
+        canon = LayerTensorName(first_layer + j, name.substr(dot + 1));
+      } else if (name == "norm.weight") {
+        canon = "model.norm.weight";
+      }
+      TensorInfo copy = t;
+      copy.name = canon;
+      tensors_.emplace(canon, std::move(copy));
+    }
+  }
+  ModelFormat format() const override { return ModelFormat::kHuggingFace; }
+  const ModelConfig& config() const override { return config_; }
+  const std::string& path() const override { return path_; }
+  const TensorInfo* Find(const std::string& name) const override {
+    auto it = tensors_.find(name);
+    return it == tensors_.end() ? nullptr : &it->second;
+  }
+  std::vector<const TensorInfo*> Tensors() const override {
+    std::vector<const TensorInfo*> v;
+    for (const auto& [_, t] : tensors_) v.push_back(&t);
+    return v;
+  }
+
+ private:
+  ModelConfig config_;
+  std::string path_;
+  std::map<std::string, TensorInfo> tensors_;
+};
+
+[[noreturn]] void Fail(const std::string& file, const std::string& what) {
+  throw ModelFormatError(file + ": " + what);
+}
+
+// Reads a required field of a JSON object with the type T, naming the
+// field on error.
+template <typename T>
+T Field(const json& obj, const std::string& key, const std::string& file,
+        const std::string& where) {
+  if (!obj.is_object() || !obj.contains(key)) Fail(file, "missing field '" + where + key + "'");
+  const json& v = obj.at(key);
+  bool ok;
+  if constexpr (std::is_same_v<T, bool>) ok = v.is_boolean();
+  else if constexpr (std::is_integral_v<T>) ok = v.is_number_integer();
+  else if constexpr (std::is_floating_point_v<T>) ok = v.is_number();
+  else ok = v.is_string();
+  if (!ok) Fail(file, "field '" + where + key + "' has the wrong type (" + v.dump() + ")");
+  return v.get<T>();
+}
+
+}  // namespace
+
+const char* DraftMethodName(DraftMethod m) {
+  switch (m) {
+    case DraftMethod::kPpsdNorm: return "ppsd-norm";
+    case DraftMethod::kPpsdLayer: return "ppsd-layer";
+    case DraftMethod::kSpd: return "spd";
+  }
+  return "?";
+}
+
+const char* SpdFeatureLayoutName(SpdFeatureLayout l) {
+  return l == SpdFeatureLayout::kV10 ? "v10" : "v11";
+}
+
+std::vector<int> SpdDefaultTaps(int n_layers, int n_stages) {
+  std::set<int> s;
+  const int per = n_stages > 0 ? n_layers / n_stages : 0;
+  for (int b : {0, per, 3 * per, 6 * per, n_layers - 1}) s.insert(std::clamp(b, 0, n_layers - 1));
+  return {s.begin(), s.end()};
+}
+
+TensorList ExpectedDraftHeadTensors(const DraftHeadSpec& s, const ModelConfig& c) {
+  auto bad = [](const std::string& what) { throw std::invalid_argument(what); };
+  if (std::string err = c.Validate(); !err.empty()) bad("base config: " + err);
+  TensorList out;
+  const int64_t dim = c.dim;
+  switch (s.method) {
+    case DraftMethod::kPpsdNorm:
+    case DraftMethod::kPpsdLayer:
+      if (s.exit_layer < 1 || s.exit_layer >= c.n_layers) {
+        bad("exit_layer " + std::to_string(s.exit_layer) + " is not in [1, " +
+            std::to_string(c.n_layers) + ")");
+      }
+      if (s.method == DraftMethod::kPpsdLayer) AddLayerTensors(c, "layers.0.", &out);
+      out.push_back({"norm.weight", {dim}});
+      out.push_back({"lm_head.weight", {c.vocab_size, dim}});
+      break;
+    case DraftMethod::kSpd: {
+      if (s.spd_stages < 2 || s.spd_stages > c.n_layers) {
+        bad("spd.n_stages " + std::to_string(s.spd_stages) + " is not in [2, " +
+            std::to_string(c.n_layers) + "]");
+      }
+      if (s.spd_layers < 1) bad("spd.n_layers must be at least 1");
+      if (s.spd_taps.empty()) bad("spd.taps is empty");
+      for (size_t i = 0; i < s.spd_taps.size(); ++i) {
+        if (s.spd_taps[i] < 0 || s.spd_taps[i] > c.n_layers ||
+            (i > 0 && s.spd_taps[i] <= s.spd_taps[i - 1])) {
+          bad("spd.taps must be strictly increasing indices in [0, " +
+              std::to_string(c.n_layers) + "]");
+        }
+      }
+      if (s.spd_taps[0] != 0) bad("spd.taps must start with 0 (the embedding)");
+      const std::vector<int> widths = SpdFcWidths(s);
+      for (size_t i = 0; i < widths.size(); ++i) {
+        out.push_back({"fc." + std::to_string(i) + ".weight", {dim, widths[i] * dim}});
+      }
+      for (int j = 0; j < s.spd_layers; ++j) {
+        AddLayerTensors(c, "layers." + std::to_string(j) + ".", &out);
+      }
+      out.push_back({"lm_head.weight", {c.vocab_size, dim}});
+      break;
+    }
+  }
+  return out;
+}
+
+DraftHead::~DraftHead() = default;
+
+const TensorInfo* DraftHead::FileTensor(const std::string& name) const {
+  auto it = file_->tensors().find(name);
+  return it == file_->tensors().end() ? nullptr : &it->second;
+}
+
+std::unique_ptr<DraftHead> LoadDraftHead(const std::string& dir, const ModelConfig& base) {
+  const std::string jpath = (fs::path(dir) / "head.json").string();
+  const std::string spath = (fs::path(dir) / "head.safetensors").string();
+  std::ifstream in(jpath, std::ios::binary);
+  if (!in) Fail(jpath, "cannot open");
+  std::stringstream buf;
+  buf << in.rdbuf();
+  json j;
+  try {
+    j = json::parse(buf.str());
+  } catch (const json::exception& e) {
+    Fail(jpath, std::string("malformed JSON: ") + e.what());
+  }
+  if (!j.is_object()) Fail(jpath, "top level is not a JSON object");
+  if (Field<std::string>(j, "format", jpath, "") != kFormat) {
+    Fail(jpath, "field 'format' is " + j["format"].dump() + ", expected \"" + kFormat + "\"");
+  }
+
+  auto head = std::unique_ptr<DraftHead>(new DraftHead());
+  head->dir_ = dir;
+  head->base_ = base;
+  DraftHeadSpec& s = head->spec_;
+  const std::string method = Field<std::string>(j, "method", jpath, "");
+  if (method == "ppsd-norm") s.method = DraftMethod::kPpsdNorm;
+  else if (method == "ppsd-layer") s.method = DraftMethod::kPpsdLayer;
+  else if (method == "spd") s.method = DraftMethod::kSpd;
+  else Fail(jpath, "field 'method' is \"" + method + "\", expected ppsd-norm, ppsd-layer or spd");
+
+  // Base fingerprint: every number must match the model the head runs with.
+  if (!j.contains("base") || !j["base"].is_object()) Fail(jpath, "missing object 'base'");
+  const json& b = j["base"];
+  const json want = BaseFingerprint(base);
+  for (const auto& [key, expected] : want.items()) {
+    if (!b.contains(key)) Fail(jpath, "missing field 'base." + key + "'");
+    const json& got = b[key];
+    bool same;
+    if (expected.is_number_float()) {
+      same = got.is_number() &&
+             std::fabs(got.get<double>() - expected.get<double>()) <=
+                 1e-6 * std::fabs(expected.get<double>());
+    } else {
+      same = got == expected;
+    }
+    if (!same) {
+      Fail(jpath, "field 'base." + key + "' is " + got.dump() + " but the base model has " +
+                      expected.dump() + ": the head was made for another model");
+    }
+  }
+
+  int first_layer = 0, n_head_layers = 0;
+  if (s.method == DraftMethod::kSpd) {
+    if (!j.contains("spd") || !j["spd"].is_object()) Fail(jpath, "missing object 'spd'");
+    const json& sp = j["spd"];
+    s.spd_stages = Field<int>(sp, "n_stages", jpath, "spd.");
+    s.spd_layers = Field<int>(sp, "n_layers", jpath, "spd.");
+    const std::string layout = Field<std::string>(sp, "feature_layout", jpath, "spd.");
+    if (layout == "v10") s.spd_layout = SpdFeatureLayout::kV10;
+    else if (layout == "v11") s.spd_layout = SpdFeatureLayout::kV11;
+    else Fail(jpath, "field 'spd.feature_layout' is \"" + layout + "\", expected v10 or v11");
+    if (!sp.contains("taps") || !sp["taps"].is_array()) Fail(jpath, "missing array 'spd.taps'");
+    for (const json& t : sp["taps"]) {
+      if (!t.is_number_integer()) Fail(jpath, "field 'spd.taps' holds a non-integer");
+      s.spd_taps.push_back(t.get<int>());
+    }
+    n_head_layers = s.spd_layers;
+  } else {
+    s.exit_layer = Field<int>(j, "exit_layer", jpath, "");
+    first_layer = s.exit_layer;
+    n_head_layers = s.method == DraftMethod::kPpsdLayer ? 1 : 0;
+  }
+  if (j.contains("metadata")) {
+    if (!j["metadata"].is_object()) Fail(jpath, "field 'metadata' is not an object");
+    s.metadata_json = j["metadata"].dump();
+  }
+
+  TensorList expected;
+  try {
+    expected = ExpectedDraftHeadTensors(s, base);
+  } catch (const std::invalid_argument& e) {
+    Fail(jpath, e.what());
+  }
+
+  // Declared shapes must be exactly the expected ones.
+  if (!j.contains("tensors") || !j["tensors"].is_object()) Fail(jpath, "missing object 'tensors'");
+  const json& declared = j["tensors"];
+  for (const auto& [name, shape] : expected) {
+    if (!declared.contains(name)) Fail(jpath, "field 'tensors' does not declare '" + name + "'");
+    const json& d = declared[name];
+    std::vector<int64_t> got;
+    if (d.is_array()) {
+      for (const json& x : d) got.push_back(x.is_number_integer() ? x.get<int64_t>() : -1);
+    }
+    if (got != shape) {
+      Fail(jpath, "field 'tensors." + name + "' is " + d.dump() + ", expected " +
+                      ShapeString(shape));
+    }
+  }
+  if (declared.size() != expected.size()) {
+    for (const auto& [name, _] : declared.items()) {
+      bool known = false;
+      for (const auto& e : expected) known |= e.first == name;
+      if (!known) Fail(jpath, "field 'tensors' declares unexpected tensor '" + name + "'");
+    }
+  }
+
+  head->file_ = SafetensorsFile::Open(spath);  // names spath on format errors
+  const auto& ft = head->file_->tensors();
+  for (const auto& [name, shape] : expected) {
+    auto it = ft.find(name);
+    if (it == ft.end()) Fail(spath, "missing tensor '" + name + "'");
+    if (it->second.shape != shape) {
+      Fail(spath, "tensor '" + name + "' has shape " + ShapeString(it->second.shape) +
+                      ", expected " + ShapeString(shape));
+    }
+  }
+  if (ft.size() != expected.size()) {
+    for (const auto& [name, _] : ft) {
+      bool known = false;
+      for (const auto& e : expected) known |= e.first == name;
+      if (!known) Fail(spath, "unexpected tensor '" + name + "'");
+    }
+  }
+
+  ModelConfig hc = base;
+  hc.n_layers = first_layer + n_head_layers;
+  if (hc.n_layers == 0) hc.n_layers = 1;  // keeps Validate() happy for layer-less heads
+  hc.rope_style = RopeStyle::kHalf;
+  hc.tied_embeddings = false;
+  head->source_ = std::make_unique<HeadSource>(*head->file_, hc, first_layer);
+  return head;
+}
+
+void WriteDraftHead(const std::string& dir, const DraftHeadSpec& spec, const ModelConfig& base,
+                    const std::vector<std::pair<std::string, std::vector<float>>>& tensors,
+                    DType dtype) {
+  const TensorList expected = ExpectedDraftHeadTensors(spec, base);
+  if (dtype != DType::kF32 && dtype != DType::kF16 && dtype != DType::kBF16) {
+    throw std::invalid_argument("head tensors must be F32, F16 or BF16");
+  }
+  if (tensors.size() != expected.size()) {
+    throw std::invalid_argument("WriteDraftHead: " + std::to_string(tensors.size()) +
+                                " tensors given, the spec needs " +
+                                std::to_string(expected.size()));
+  }
+  const int64_t esize = dtype == DType::kF32 ? 4 : 2;
+  std::vector<std::vector<uint8_t>> bytes(tensors.size());
+  std::vector<TensorInfo> infos;
+  json shapes = json::object();
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const auto& [name, shape] = expected[i];
+    const auto& values = tensors[i].second;
+    int64_t numel = 1;
+    for (int64_t d : shape) numel *= d;
+    if (tensors[i].first != name || static_cast<int64_t>(values.size()) != numel) {
+      throw std::invalid_argument("WriteDraftHead: tensor " + std::to_string(i) + " is '" +
+                                  tensors[i].first + "' with " +
+                                  std::to_string(values.size()) + " values, expected '" + name +
+                                  "' " + ShapeString(shape));
+    }
+    bytes[i].resize(numel * esize);
+    for (int64_t k = 0; k < numel; ++k) {
+      if (dtype == DType::kF32) {
+        std::memcpy(bytes[i].data() + 4 * k, &values[k], 4);
+      } else {
+        const uint16_t h = dtype == DType::kF16 ? kernels::F32ToF16(values[k])
+                                                : kernels::F32ToBF16(values[k]);
+        std::memcpy(bytes[i].data() + 2 * k, &h, 2);
+      }
+    }
+    TensorInfo t;
+    t.name = t.file_name = name;
+    t.dtype = dtype;
+    t.shape = shape;
+    t.data = bytes[i].data();
+    t.nbytes = static_cast<int64_t>(bytes[i].size());
+    infos.push_back(std::move(t));
+    shapes[name] = shape;
+  }
+
+  json j;
+  j["format"] = kFormat;
+  j["method"] = DraftMethodName(spec.method);
+  j["base"] = BaseFingerprint(base);
+  if (spec.method == DraftMethod::kSpd) {
+    j["spd"] = {{"n_stages", spec.spd_stages},
+                {"taps", spec.spd_taps},
+                {"n_layers", spec.spd_layers},
+                {"feature_layout", SpdFeatureLayoutName(spec.spd_layout)}};
+  } else {
+    j["exit_layer"] = spec.exit_layer;
+  }
+  j["dtype"] = dtype == DType::kF32 ? "F32" : dtype == DType::kF16 ? "F16" : "BF16";
+  j["tensors"] = shapes;
+  json meta = json::parse(spec.metadata_json.empty() ? "{}" : spec.metadata_json);
+  if (!meta.is_object()) throw std::invalid_argument("metadata_json is not a JSON object");
+  j["metadata"] = meta;
+
+  fs::create_directories(dir);
+  WriteSafetensors((fs::path(dir) / "head.safetensors").string(), infos,
+                   {{"format", kFormat}});
+  std::ofstream out(fs::path(dir) / "head.json", std::ios::binary | std::ios::trunc);
+  out << j.dump(2) << "\n";
+  if (!out) throw std::runtime_error("cannot write " + (fs::path(dir) / "head.json").string());
+}
+
+void WriteRandomDraftHead(const std::string& dir, const DraftHeadSpec& spec,
+                          const ModelConfig& base, uint64_t seed, const ModelSource* init_from,
+                          DType dtype) {
+  const TensorList expected = ExpectedDraftHeadTensors(spec, base);
+  std::vector<std::pair<std::string, std::vector<float>>> tensors;
+  for (const auto& [name, shape] : expected) {
+    int64_t numel = 1;
+    for (int64_t d : shape) numel *= d;
+    std::vector<float> v(numel);
+    const TensorInfo* from = nullptr;
+    if (init_from != nullptr) {
+      if (name == "norm.weight") from = &init_from->Require("model.norm.weight", shape);
+      if (name == "lm_head.weight") {
+        from = init_from->Find("lm_head.weight");
+        if (from == nullptr || init_from->config().tied_embeddings) {
+          from = &init_from->Require("model.embed_tokens.weight");
+        }
+        from = &init_from->Require(from->name, shape);
+      }
+    }
+    if (from != nullptr) {
+      kernels::DequantizeRow(from->dtype, from->data, numel, v.data());
+    } else {
+      // splitmix64 stream seeded by (seed, name).
+      uint64_t state = seed;
+      for (unsigned char ch : name) state = (state ^ ch) * 0x100000001b3ull;
+      auto next = [&state] {
+        uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        z ^= z >> 31;
+        return static_cast<float>(z >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f;
+      };
+      const bool is_norm = name.find("norm.weight") != std::string::npos;
+      const bool is_bias = name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
+      const float sqrt3 = std::sqrt(3.0f);
+      float center = 0.0f, half = 0.1f;
+      if (is_norm) {
+        center = 1.0f;
+      } else if (!is_bias) {
+        const float std = name == "lm_head.weight" ? 2.0f / std::sqrt(float(shape[1]))
+                                                   : 1.0f / std::sqrt(float(shape[1]));
+        half = std * sqrt3;
+      }
+      for (float& x : v) x = center + next() * half;
+    }
+    tensors.push_back({name, std::move(v)});
+  }
+  WriteDraftHead(dir, spec, base, tensors, dtype);
+}
+
+}  // namespace specline
