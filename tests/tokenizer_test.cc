@@ -89,7 +89,7 @@ TEST(SentencePiece, Tok512ModelMatchesGolden) {
   EXPECT_EQ(tok->eos_id(), 2);
   EXPECT_TRUE(tok->IsControl(1));
   EXPECT_FALSE(tok->IsControl(300));
-  ExpectMatchesGolden(*tok, Golden("tok512.json"));
+  ExpectMatchesGolden(*tok, Golden("stories260k.json"));
 }
 
 TEST(SentencePiece, Tok512BinAgreesWithModel) {
@@ -103,14 +103,14 @@ TEST(SentencePiece, Tok512BinAgreesWithModel) {
   }
   // tok512.model cleans up whitespace (remove_extra_whitespaces defaults to
   // true) where llama2.c's encoder does not, so compare where that is moot.
-  ExpectMatchesGolden(*from_bin, Golden("tok512.json"), /*only_round_trips=*/true);
+  ExpectMatchesGolden(*from_bin, Golden("stories260k.json"), /*only_round_trips=*/true);
 }
 
 TEST(SentencePiece, Tok512GgufAgreesWithModel) {
   REQUIRE_SHARED(path, "stories260K/stories260K.gguf");
   auto tok = LoadGgufTokenizer(*GgufFile::Open(path));
   EXPECT_EQ(tok->vocab_size(), 512);
-  ExpectMatchesGolden(*tok, Golden("tok512.json"), /*only_round_trips=*/true);
+  ExpectMatchesGolden(*tok, Golden("stories260k.json"), /*only_round_trips=*/true);
 }
 
 // The first piece after BOS drops its dummy-prefix space, as llama2.c's

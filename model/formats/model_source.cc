@@ -12,15 +12,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string ShapeString(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) {
-    if (i) s += ", ";
-    s += std::to_string(shape[i]);
-  }
-  return s + "]";
-}
-
 bool HasGgufMagic(const std::string& path) {
   FILE* f = std::fopen(path.c_str(), "rb");
   if (!f) return false;

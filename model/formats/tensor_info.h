@@ -32,4 +32,14 @@ struct TensorInfo {
   }
 };
 
+// "[out, in]": a shape as error messages print it.
+inline std::string ShapeString(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
 }  // namespace specline

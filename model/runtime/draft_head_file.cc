@@ -24,15 +24,6 @@ using TensorList = std::vector<std::pair<std::string, std::vector<int64_t>>>;
 
 constexpr const char* kFormat = "specline.head.v1";
 
-std::string ShapeString(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) {
-    if (i) s += ", ";
-    s += std::to_string(shape[i]);
-  }
-  return s + "]";
-}
-
 // Hugging Face suffixes of one decoder layer with their shapes.
 void AddLayerTensors(const ModelConfig& c, const std::string& prefix, TensorList* out) {
   const int64_t dim = c.dim, q_dim = int64_t{c.n_heads} * c.head_dim,

@@ -254,7 +254,7 @@ def main():
         "~/.cache/specline/models/SmolLM2-135M-Instruct.Q4_1.gguf"))
     args = ap.parse_args()
     os.makedirs(OUT, exist_ok=True)
-    spm_golden("tok512", os.path.join(args.shared, "stories260K/tok512.model"), "stories260K/tok512.model")
+    spm_golden("stories260k", os.path.join(args.shared, "stories260K/tok512.model"), "stories260K/tok512.model")
     spm_golden("llama2", os.path.join(args.shared, "llama2-tokenizer/tokenizer.model"),
                "llama2-tokenizer/tokenizer.model")
     train_unigram()
