@@ -9,7 +9,7 @@ std::vector<SlotRun> PlanBatch(const std::vector<std::shared_ptr<Sequence>>& run
   std::vector<SlotRun> runs;
   int budget = std::max(policy.max_batch_tokens, 1);
   auto schedulable = [](const Sequence& s) {
-    return !s.finished() && !s.in_flight && s.pending() > 0;
+    return !s.finished() && s.pending() > 0;
   };
   for (const auto& s : running) {
     if (budget == 0) break;
@@ -17,14 +17,14 @@ std::vector<SlotRun> PlanBatch(const std::vector<std::shared_ptr<Sequence>>& run
     // AR decode has exactly one pending token; sending all of them keeps the
     // rule right if a policy ever leaves more.
     const int32_t n = std::min<int32_t>(s->pending(), budget);
-    runs.push_back({s, s->cached, n, n == s->pending()});
+    runs.push_back({s, s->cached, n, n == s->pending(), s->epoch});
     budget -= n;
   }
   for (const auto& s : running) {
     if (budget == 0) break;
     if (!schedulable(*s) || s->state != SeqState::kPrefill) continue;
     const int32_t n = std::min({s->pending(), std::max(policy.prefill_chunk, 1), budget});
-    runs.push_back({s, s->cached, n, n == s->pending()});
+    runs.push_back({s, s->cached, n, n == s->pending(), s->epoch});
     budget -= n;
   }
   return runs;

@@ -2,9 +2,11 @@
 // decode tokens first, one per sequence, because each is a user waiting for
 // the next token and costs one slot; then prefill chunks of at most
 // `prefill_chunk` positions, so one long prompt is spread over several
-// batches and never stalls the decoders. Both in admission order. A
-// sequence already in flight is skipped (autoregressive: its next input is
-// not known until its batch returns).
+// batches and never stalls the decoders. Both in admission order. Only
+// pending inputs are sent: a plain decoder has none while its token is in
+// flight (the next is not known yet); a speculative one has its next draft
+// as soon as the drafter made it; the chunks of a long prompt follow each
+// other down the pipeline without waiting for one another.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +30,7 @@ struct SlotRun {
   // True when the run ends at the sequence's newest token: the last row's
   // hidden state then yields the next token (the only logits computed).
   bool needs_logits = false;
+  uint32_t epoch = 0;  // the sequence's epoch when sent
 };
 
 // `running` in admission order. Does not change the sequences.

@@ -3,6 +3,7 @@
 #include "scheduler/engine.h"
 
 #include <algorithm>
+#include <stdexcept>
 
 #include "absl/strings/str_cat.h"
 #include "spdlog/spdlog.h"
@@ -23,8 +24,44 @@ Engine::Engine(std::shared_ptr<const ModelSource> model,
       stage_up_(stages_.size(), false),
       stage_data_addr_(stages_.size()) {
   if (options_.max_inflight <= 0) options_.max_inflight = std::max<int>(stages_.size(), 1);
+  max_drafts_ = options_.spec.max_drafts > 0 ? options_.spec.max_drafts
+                                             : std::max(options_.max_inflight - 1, 1);
+  LoadDrafters();
   metrics_->pipeline_up->Set(0);
 }
+
+// Heads are checked against the served model now, so a wrong head stops the
+// scheduler at start-up rather than failing requests later.
+void Engine::LoadDrafters() {
+  const SpecOptions& o = options_.spec;
+  const ModelConfig& c = config();
+  if (!o.ppsd_head.empty()) {
+    std::shared_ptr<const DraftHead> head = LoadDraftHead(o.ppsd_head, c);
+    if (head->spec().method == DraftMethod::kSpd) {
+      throw std::invalid_argument(o.ppsd_head + ": an SPD module is not a PPSD head");
+    }
+    ppsd_ = MakePpsdDrafter(head, pool_, o.draft_kv_capacity_tokens);
+    if (o.allow_oracle) oracle_ppsd_ = MakeOracleDrafter(head->spec().exit_layer);
+  }
+  if (!o.spd_head.empty()) {
+    std::shared_ptr<const DraftHead> head = LoadDraftHead(o.spd_head, c);
+    if (head->spec().method != DraftMethod::kSpd) {
+      throw std::invalid_argument(o.spd_head + ": a " + DraftMethodName(head->spec().method) +
+                                  " head is not an SPD module");
+    }
+    if (head->spec().spd_stages != n_stages()) {
+      throw std::invalid_argument(absl::StrCat(o.spd_head, ": the module was made for ",
+                                               head->spec().spd_stages,
+                                               " pipeline stages; this pipeline has ",
+                                               n_stages()));
+    }
+    spd_ = MakeSpdDrafter(head, model_, pool_, o.draft_kv_capacity_tokens);
+  }
+  if (o.allow_oracle) oracle_spd_ = MakeOracleDrafter(0);
+  // The PPSD oracle without a head exits where the first stage ends; that
+  // is known once the stages answer (BringUp).
+}
+
 
 Engine::~Engine() { Stop(); }
 
@@ -77,8 +114,43 @@ absl::Status Engine::Validate(const RequestSpec& spec) const {
     }
   }
   if (spec.max_tokens < 1) return absl::InvalidArgumentError("max_tokens: must be >= 1");
+  if (absl::Status st = ValidateSpeculation(spec); !st.ok()) return st;
   if (std::string err = spec.sampling.Validate(); !err.empty()) {
     return absl::InvalidArgumentError("sampling." + err);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Engine::ValidateSpeculation(const RequestSpec& spec) const {
+  const OracleSpec& o = spec.oracle;
+  if (o.enabled) {
+    if (!options_.spec.allow_oracle) {
+      return absl::InvalidArgumentError(
+          "oracle: oracle drafting is for tests and benchmarks (start the scheduler with "
+          "--allow-oracle)");
+    }
+    if (spec.mode == SpecMode::kAutoregressive) {
+      return absl::InvalidArgumentError("oracle: needs a speculative policy (PPSD or SPD)");
+    }
+    if (!(o.alpha >= 0 && o.alpha <= 1)) {
+      return absl::InvalidArgumentError(absl::StrCat("oracle.alpha: ", o.alpha,
+                                                     " is outside [0, 1]"));
+    }
+    for (size_t i = 0; i < o.reference.size(); ++i) {
+      if (o.reference[i] < 0 || o.reference[i] >= config().vocab_size) {
+        return absl::InvalidArgumentError(absl::StrCat("oracle.reference[", i, "]: token id ",
+                                                       o.reference[i], " is outside the vocabulary"));
+      }
+    }
+    return absl::OkStatus();
+  }
+  if (spec.mode == SpecMode::kPpsd && !ppsd_) {
+    return absl::FailedPreconditionError(
+        "policy PPSD is not available on this deployment (the scheduler has no --ppsd-head)");
+  }
+  if (spec.mode == SpecMode::kSpd && !spd_) {
+    return absl::FailedPreconditionError(
+        "policy SPD is not available on this deployment (the scheduler has no --spd-head)");
   }
   return absl::OkStatus();
 }
@@ -104,8 +176,14 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(RequestSpec spec) 
       return absl::ResourceExhaustedError(absl::StrCat(
           "the waiting queue is full (", options_.max_waiting, " requests); retry later"));
     }
+    const bool oracle = spec.oracle.enabled;
     auto seq = std::make_shared<Sequence>(next_seq_id_++, std::move(spec));
     seq->kv_blocks = need;
+    seq->drafter = DrafterFor(seq->mode, oracle);
+    if (seq->mode != SpecMode::kAutoregressive && !seq->drafter) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "policy ", SpecModeName(seq->mode), " is not available on this deployment yet"));
+    }
     stream = std::make_shared<RequestStream>(seq->id);
     streams_[seq->id] = stream;
     waiting_.push_back(seq);
@@ -178,6 +256,14 @@ void Engine::FinishLocked(Sequence& seq, FinishReason reason, absl::Status error
   if (seq.finished()) return;
   const bool was_running = seq.state != SeqState::kWaiting;
   seq.state = SeqState::kFinished;
+  // Drafts still in flight are never shown; their slots run out harmlessly
+  // and the release below frees their KV.
+  seq.spec.stats.discarded_tokens += static_cast<int64_t>(seq.spec.drafts.size());
+  metrics_->spec_discarded_tokens->Increment(static_cast<double>(seq.spec.drafts.size()));
+  seq.spec.drafts.clear();
+  seq.spec.taps.clear();
+  if (seq.drafter) drafter_releases_.emplace_back(seq.drafter, seq.id);
+  RecordSpecFinishLocked(seq);
   if (was_running) {
     budget_.Return(seq.kv_blocks);
     std::erase_if(running_, [&](const auto& s) { return s.get() == &seq; });
@@ -188,6 +274,8 @@ void Engine::FinishLocked(Sequence& seq, FinishReason reason, absl::Status error
   if (auto it = streams_.find(seq.id); it != streams_.end()) {
     last.finish = reason;
     last.error = std::move(error);
+    last.mode = seq.mode;
+    last.spec = seq.spec.stats;
     it->second->Push(std::move(last));
     streams_.erase(it);
   }

@@ -17,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -27,6 +28,7 @@
 #include "model/formats/model_source.h"
 #include "model/runtime/output_head.h"
 #include "scheduler/batch_builder.h"
+#include "scheduler/drafter.h"
 #include "scheduler/kv_budget.h"
 #include "scheduler/metrics.h"
 #include "scheduler/request_stream.h"
@@ -37,6 +39,33 @@
 
 namespace specline::scheduler {
 
+// When a sequence with a speculative mode may spend pipeline slots on
+// drafts (docs/speculation.md "Policy").
+enum class SpecPolicy {
+  kNever,   // decode every sequence plainly
+  kAlways,  // draft whenever the sequence has room in the pipeline
+  // Draft only while fewer sequences run than micro-batches fit in the
+  // pipeline (otherwise other requests fill it), and only while the
+  // sequence's recent acceptance is at least min_acceptance (else one probe
+  // draft every probe_interval tokens).
+  kAuto,
+};
+const char* SpecPolicyName(SpecPolicy p);
+
+struct SpecOptions {
+  SpecPolicy policy = SpecPolicy::kAuto;
+  SpecMode default_mode = SpecMode::kAutoregressive;  // for requests that do not choose
+  std::string ppsd_head;  // head directory enabling PPSD ("" = none)
+  std::string spd_head;   // head directory enabling SPD ("" = none)
+  bool allow_oracle = false;  // accept OracleSpec (tests, benchmarks)
+  double min_acceptance = 0.3;
+  int probe_interval = 16;
+  int max_drafts = 0;  // drafts in flight per sequence; 0 = max_inflight - 1
+  // KV positions of the drafters' own caches (PPSD layer head, SPD module),
+  // over all sequences; a sequence that does not fit decodes plainly.
+  int draft_kv_capacity_tokens = 8192;
+};
+
 struct EngineOptions {
   BatchPolicy batch;
   int max_inflight = 0;            // micro-batches in the pipeline; 0 = one per stage
@@ -46,7 +75,8 @@ struct EngineOptions {
   std::chrono::milliseconds batch_timeout{10000};
   std::chrono::milliseconds health_interval{250};
   std::chrono::milliseconds health_deadline{500};
-  int threads = 1;  // output head (LM head matmul)
+  int threads = 1;  // output head (LM head matmul) and drafters
+  SpecOptions spec;
 };
 
 struct EngineStats {
@@ -96,6 +126,8 @@ class Engine {
   const std::string& model_path() const { return model_->path(); }
   int n_stages() const { return static_cast<int>(stages_.size()); }
   const std::string& inbox_address() const { return inbox_->address(); }
+  // Decoding modes requests may ask for on this deployment.
+  std::vector<SpecMode> modes() const;
 
  private:
   struct InFlight {
@@ -104,6 +136,7 @@ class Engine {
     std::vector<SlotRun> runs;
     int slots = 0;
   };
+  using Notice = std::pair<uint64_t, uint32_t>;  // (sequence, new epoch)
 
   // engine.cc (locked helpers end in Locked: mu_ must be held)
   // `last` may carry the final token(s); its finish and error are set here.
@@ -111,6 +144,8 @@ class Engine {
                     StreamEvent last = {});
   void AdmitLocked();
   void UpdateGaugesLocked();
+  void LoadDrafters();
+  absl::Status ValidateSpeculation(const RequestSpec& spec) const;
   // engine_pipeline.cc
   void DriverLoop();
   bool HasWorkLocked();
@@ -118,6 +153,20 @@ class Engine {
   void HandleResult(internal::MicroBatch batch);
   void EmitTokenLocked(Sequence& seq, int32_t token);
   void CheckTimeoutsLocked();
+  // engine_spec.cc: speculation
+  Drafter* DrafterFor(SpecMode mode, bool oracle) const;
+  bool WantsDraftLocked(const Sequence& s) const;
+  std::vector<DraftJob> GatherDraftJobsLocked();
+  void RunDrafters(std::vector<DraftJob>& jobs);
+  void ApplyDraftsLocked(std::vector<DraftJob>& jobs);
+  std::vector<int> TapLayersFor(const std::vector<SlotRun>& runs) const;
+  void StoreTapsLocked(const internal::MicroBatch& batch);
+  // Samples the next token, or verifies the oldest draft against `logits`.
+  void DecideTokenLocked(Sequence& s, std::span<const float> logits);
+  void FlushLocked(Sequence& s);
+  void SendNotices(std::vector<Notice> notices);
+  void ReleaseDrafterState();
+  void RecordSpecFinishLocked(const Sequence& s);
   // engine_health.cc
   void HealthLoop();
   bool BringUp(const std::vector<internal::StageInfo>& infos);
@@ -153,6 +202,15 @@ class Engine {
 
   std::mutex send_mu_;  // the sender is used by the driver and replaced on bring-up
   std::unique_ptr<transport::ActivationSender> sender_;
+
+  // Speculation: drafters (shared by their sequences; used by the driver
+  // thread only), drafter state to free, epoch notices to send.
+  std::unique_ptr<Drafter> ppsd_, spd_, oracle_ppsd_, oracle_spd_;
+  int max_drafts_ = 1;
+  std::vector<std::pair<Drafter*, uint64_t>> drafter_releases_;
+  std::vector<Notice> notices_;
+  std::mutex notice_mu_;  // the senders below, replaced on bring-up
+  std::vector<std::unique_ptr<transport::ActivationSender>> notice_senders_;
 
   std::thread driver_, receiver_, health_;
 };

@@ -116,8 +116,11 @@ bool Engine::BringUp(const std::vector<internal::StageInfo>& infos) {
     }
     capacity = smallest;
   }
+  // Taps go where the last stage sends its output: the scheduler's inbox as
+  // the stages reach it (our own listen address may be a wildcard).
+  const std::string report_address = infos.empty() ? "" : infos.back().next_address();
   for (size_t i = 0; i < stages_.size(); ++i) {
-    if (absl::Status st = stages_[i]->Reset(options_.health_deadline); !st.ok()) {
+    if (absl::Status st = stages_[i]->Reset(options_.health_deadline, report_address); !st.ok()) {
       spdlog::warn("{}: Reset failed: {}", StageName(i), st.ToString());
       return false;
     }
@@ -132,10 +135,24 @@ bool Engine::BringUp(const std::vector<internal::StageInfo>& infos) {
     std::lock_guard<std::mutex> lock(send_mu_);
     sender_ = *std::move(sender);
   }
+  // Epoch notices go to every stage directly, overtaking the stale slots.
+  std::vector<std::unique_ptr<transport::ActivationSender>> notice_senders;
+  for (const internal::StageInfo& in : infos) {
+    auto s = transport::Connect(in.data_address());
+    if (s.ok()) notice_senders.push_back(*std::move(s));
+  }
+  {
+    std::lock_guard<std::mutex> lock(notice_mu_);
+    notice_senders_ = std::move(notice_senders);
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stop_) return false;
     budget_ = KvBudget(capacity, options_.kv_block_size);
+    // The PPSD oracle without a head exits where the first stage ends.
+    if (options_.spec.allow_oracle && !oracle_ppsd_ && !infos.empty()) {
+      oracle_ppsd_ = MakeOracleDrafter(infos.front().layer_end());
+    }
     releases_.clear();
     inflight_.clear();
     up_ = true;

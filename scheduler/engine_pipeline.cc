@@ -17,20 +17,33 @@ bool Engine::HasWorkLocked() {
   if (!up_ || static_cast<int>(inflight_.size()) >= options_.max_inflight) return false;
   AdmitLocked();
   if (!releases_.empty()) return true;
-  return std::any_of(running_.begin(), running_.end(), [](const auto& s) {
-    return !s->in_flight && s->pending() > 0;
+  return std::any_of(running_.begin(), running_.end(), [this](const auto& s) {
+    return s->pending() > 0 || WantsDraftLocked(*s);
   });
 }
 
 void Engine::DriverLoop() {
   for (;;) {
+    ReleaseDrafterState();
     internal::MicroBatch batch;
     uint64_t generation = 0;
+    std::vector<DraftJob> jobs;
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return stop_ || HasWorkLocked(); });
       if (stop_) return;
+      jobs = GatherDraftJobsLocked();
+    }
+    // Drafting runs without the lock: the receiver keeps verifying meanwhile.
+    if (!jobs.empty()) RunDrafters(jobs);
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (stop_) return;
+      ApplyDraftsLocked(jobs);
+      jobs.clear();
+      if (!up_ || static_cast<int>(inflight_.size()) >= options_.max_inflight) continue;
       std::vector<SlotRun> runs = PlanBatch(running_, options_.batch);
+      if (runs.empty() && releases_.empty()) continue;
       const auto now = Clock::now();
       batch.set_batch_id(next_batch_id_++);
       for (SlotRun& r : runs) {
@@ -39,7 +52,7 @@ void Engine::DriverLoop() {
           batch.add_seq_ids(s.id);
           batch.add_positions(r.first_pos + i);
           batch.add_epochs(s.epoch);
-          batch.add_tokens(s.tokens[r.first_pos + i]);
+          batch.add_tokens(s.chain_token(r.first_pos + i));
         }
         if (!s.sent_any) {
           s.sent_any = true;
@@ -47,9 +60,10 @@ void Engine::DriverLoop() {
           metrics_->queue_time->Observe(Seconds(now - s.arrival));
         }
         if (s.state == SeqState::kPrefill) metrics_->prompt_tokens->Increment(r.count);
-        s.in_flight = true;
+        ++s.in_flight;
         s.cached += r.count;
       }
+      for (int layer : TapLayersFor(runs)) batch.add_tap_layers(layer);
       for (uint64_t id : releases_) batch.add_release(id);
       releases_.clear();
       generation = generation_;
@@ -115,6 +129,15 @@ void Engine::CheckTimeoutsLocked() {
 }
 
 void Engine::HandleResult(internal::MicroBatch batch) {
+  if (batch.kind() == internal::MicroBatch::TAPS) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      StoreTapsLocked(batch);
+    }
+    cv_.notify_all();  // a drafter may have been waiting for these features
+    return;
+  }
+  if (batch.kind() != internal::MicroBatch::BATCH) return;
   std::vector<SlotRun> runs;
   std::vector<float> rows;         // hidden rows that need logits
   std::vector<int64_t> logit_row;  // per run: its row in `rows`, or -1
@@ -138,30 +161,46 @@ void Engine::HandleResult(internal::MicroBatch batch) {
     generation = f.generation;
     ++steps_;
     metrics_->step_seconds->Observe(Seconds(Clock::now() - f.sent));
+    for (SlotRun& r : f.runs) --r.seq->in_flight;
     if (!batch.error().empty()) {
       PipelineDownLocked(absl::StrCat(StageName(batch.error_stage()), " failed micro-batch ",
                                       batch.batch_id(), ": ", batch.error()),
                          batch.error_stage());
       return;
     }
-    if (batch.hidden().size() != static_cast<size_t>(f.slots) * dim * sizeof(float)) {
+    // Stages drop slots a flush made stale, so the rows are those the batch
+    // came back with, not those it left with.
+    const int slots = batch.seq_ids_size();
+    if (batch.hidden().size() != static_cast<size_t>(slots) * dim * sizeof(float) ||
+        batch.positions_size() != slots || slots > f.slots) {
       PipelineDownLocked(absl::StrCat("the last stage returned ", batch.hidden().size(),
-                                      " bytes of hidden state for ", f.slots,
-                                      " slots of dim ", dim, " (", StageName(n_stages() - 1),
+                                      " bytes of hidden state for ", slots, " slots (sent ",
+                                      f.slots, ") of dim ", dim, " (", StageName(n_stages() - 1),
                                       " serves a different model?)"),
                          n_stages() - 1);
       return;
     }
+    StoreTapsLocked(batch);
     // Only each sequence's newest row yields a token; skip the rest, and
-    // sequences that ended while the batch was out.
+    // sequences that ended or were flushed while the batch was out.
     const float* hidden = reinterpret_cast<const float*>(batch.hidden().data());
     int row = 0;
     for (SlotRun& r : f.runs) {
-      row += r.count;
       logit_row.push_back(-1);
-      if (!r.needs_logits || r.seq->finished()) continue;
-      logit_row.back() = static_cast<int64_t>(rows.size()) / dim;
-      rows.insert(rows.end(), hidden + int64_t(row - 1) * dim, hidden + int64_t(row) * dim);
+      const int32_t last = r.first_pos + r.count - 1;
+      // Rows keep the order they were sent in; a run's last row is found
+      // by skipping what lies before it (runs of dropped slots are gone).
+      int found = row;
+      while (found < slots &&
+             !(batch.seq_ids(found) == r.seq->id && batch.positions(found) == last)) {
+        ++found;
+      }
+      if (found == slots) continue;  // dropped by a stage as stale
+      row = found;
+      if (r.needs_logits && !r.seq->finished() && r.epoch == r.seq->epoch) {
+        logit_row.back() = static_cast<int64_t>(rows.size()) / dim;
+        rows.insert(rows.end(), hidden + int64_t(row) * dim, hidden + int64_t(row + 1) * dim);
+      }
     }
     runs = std::move(f.runs);
   }
@@ -169,21 +208,22 @@ void Engine::HandleResult(internal::MicroBatch batch) {
   const int vocab = head_.vocab_size();
   std::vector<float> logits(n * vocab);
   if (n > 0) head_.Logits(rows.data(), n, logits.data());
+  std::vector<Notice> notices;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (generation != generation_) return;  // the pipeline failed meanwhile
     for (size_t i = 0; i < runs.size(); ++i) {
       Sequence& s = *runs[i].seq;
-      s.in_flight = false;
-      // A sequence cancelled while its logits were computed is skipped.
-      if (logit_row[i] < 0 || s.finished()) continue;
-      const float* l = logits.data() + logit_row[i] * vocab;
-      const int32_t token =
-          Sample({l, static_cast<size_t>(vocab)}, s.sampling, s.tokens, s.rng);
-      EmitTokenLocked(s, token);
+      // Skipped: cancelled, or flushed while the logits were computed, or
+      // (defensively) not the newest verified token.
+      if (logit_row[i] < 0 || s.finished() || runs[i].epoch != s.epoch) continue;
+      if (runs[i].first_pos + runs[i].count != static_cast<int32_t>(s.tokens.size())) continue;
+      DecideTokenLocked(s, {logits.data() + logit_row[i] * vocab, static_cast<size_t>(vocab)});
     }
+    notices.swap(notices_);
   }
   cv_.notify_all();
+  SendNotices(std::move(notices));
 }
 
 // Appends a sampled token, streams it, and ends the sequence when the token
@@ -203,7 +243,8 @@ void Engine::EmitTokenLocked(Sequence& s, int32_t token) {
   FinishReason reason = FinishReason::kNone;
   if (std::find(s.stop_ids.begin(), s.stop_ids.end(), token) != s.stop_ids.end()) {
     reason = FinishReason::kStop;
-  } else if (s.generated() >= s.max_tokens || s.cached >= config().max_seq_len) {
+  } else if (s.generated() >= s.max_tokens ||
+             static_cast<int>(s.tokens.size()) > config().max_seq_len) {
     reason = FinishReason::kLength;
   }
   if (reason == FinishReason::kNone) {

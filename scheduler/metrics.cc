@@ -1,5 +1,7 @@
 #include "scheduler/metrics.h"
 
+#include <string>
+
 namespace specline::scheduler {
 namespace {
 
@@ -73,6 +75,35 @@ SchedulerMetrics::SchedulerMetrics(std::shared_ptr<prometheus::Registry> reg)
                            .Help("Times the pipeline went down (stage unreachable, batch error or timeout)")
                            .Register(r)
                            .Add({});
+  auto counter = [&](const char* name, const char* help) {
+    return &BuildCounter().Name(name).Help(help).Register(r).Add({});
+  };
+  spec_drafts = counter("specline_spec_decode_num_drafts_total",
+                        "Chains of draft tokens started (one per speculation after a verified token)");
+  spec_draft_tokens =
+      counter("specline_spec_decode_num_draft_tokens_total", "Draft tokens sent down the pipeline");
+  spec_accepted_tokens =
+      counter("specline_spec_decode_num_accepted_tokens_total", "Draft tokens verified and kept");
+  spec_flushes = counter("specline_spec_decode_num_flushes_total",
+                         "Rejected drafts: pipeline flushes with KV rollback");
+  spec_discarded_tokens =
+      counter("specline_spec_decode_num_discarded_tokens_total",
+              "Draft tokens voided before verification (by a flush or the end of the request)");
+  spec_equivalent_acceptance_length =
+      &BuildHistogram()
+           .Name("specline_spec_decode_equivalent_acceptance_length")
+           .Help("Per request: L'acc = n * N / K (n stages, N tokens, K pipeline cycles)")
+           .Register(r)
+           .Add({}, prometheus::Histogram::BucketBoundaries{1, 1.25, 1.5, 1.75, 2, 2.5, 3, 3.5, 4,
+                                                            5, 6, 8, 12, 16});
+  accepted_per_pos_ = &BuildCounter()
+                           .Name("specline_spec_decode_num_accepted_tokens_per_pos_total")
+                           .Help("Accepted draft tokens by position in their chain")
+                           .Register(r);
+}
+
+prometheus::Counter* SchedulerMetrics::AcceptedAtPosition(int position) {
+  return &accepted_per_pos_->Add({{"position", std::to_string(position)}});
 }
 
 }  // namespace specline::scheduler

@@ -26,6 +26,20 @@ struct SchedulerMetrics {
   prometheus::Gauge* kv_free_tokens;
   prometheus::Gauge* pipeline_up;
   prometheus::Counter* pipeline_failures;
+
+  // Speculative decoding (vLLM's spec_decode counters, plus the pipeline's
+  // own: flushes, discarded drafts, L'acc per request).
+  prometheus::Counter* spec_drafts;            // chains of drafts started
+  prometheus::Counter* spec_draft_tokens;      // drafts sent down the pipeline
+  prometheus::Counter* spec_accepted_tokens;
+  prometheus::Counter* spec_flushes;           // rejections
+  prometheus::Counter* spec_discarded_tokens;  // drafts voided unverified
+  prometheus::Histogram* spec_equivalent_acceptance_length;  // n * N / K per request
+  // Accepted drafts by position in their chain (0 = the first draft).
+  prometheus::Counter* AcceptedAtPosition(int position);
+
+ private:
+  prometheus::Family<prometheus::Counter>* accepted_per_pos_;
 };
 
 }  // namespace specline::scheduler

@@ -21,6 +21,9 @@ struct StreamEvent {
   FinishReason finish = FinishReason::kNone;  // set on the last event
   double queue_seconds = -1;                  // >= 0 on the first event
   absl::Status error;  // not OK on a last event that failed (UNAVAILABLE, ...)
+  // On the last event: how the request was decoded and its speculation counters.
+  SpecMode mode = SpecMode::kAutoregressive;
+  SpecStats spec;
   bool last() const { return finish != FinishReason::kNone; }
 };
 

@@ -12,6 +12,15 @@ const char* SeqStateName(SeqState s) {
   return "?";
 }
 
+const char* SpecModeName(SpecMode m) {
+  switch (m) {
+    case SpecMode::kAutoregressive: return "autoregressive";
+    case SpecMode::kPpsd: return "ppsd";
+    case SpecMode::kSpd: return "spd";
+  }
+  return "?";
+}
+
 const char* FinishReasonName(FinishReason r) {
   switch (r) {
     case FinishReason::kNone: return "none";
@@ -32,6 +41,18 @@ Sequence::Sequence(uint64_t id_, RequestSpec spec)
       stop_ids(std::move(spec.stop_ids)),
       sampling(spec.sampling),
       rng(spec.sampling.seed),
-      arrival(Clock::now()) {}
+      arrival(Clock::now()),
+      mode(spec.mode),
+      oracle_spec(std::move(spec.oracle)) {
+  // The drafter's stream must not share uniforms with the verifier's.
+  SeedSpeculation(spec.sampling.seed);
+}
+
+void Sequence::SeedSpeculation(uint64_t seed) {
+  spec.draft_rng = Rng(seed ^ 0x9e3779b97f4a7c15ULL);
+  if (oracle_spec.enabled) {
+    oracle = std::make_unique<OracleDrafter>(oracle_spec.alpha, seed ^ 0xd1b54a32d192ed03ULL);
+  }
+}
 
 }  // namespace specline::scheduler

@@ -8,20 +8,32 @@
 // token); `cached` counts the positions whose KV the stages hold (or will
 // hold once the batch in flight returns). Whatever lies in
 // tokens[cached, end) is the work still to send: a prompt remainder during
-// PREFILL, the one newest token during DECODE. Speculation (issue 4) extends
-// this: draft tokens are appended past the verified ones, and a rejected
-// draft moves `cached` back and bumps `epoch`, which stages use to drop stale
-// slots and to truncate their caches implicitly.
+// PREFILL, the one newest token during DECODE.
+//
+// Speculation (docs/speculation.md) adds `spec.drafts`: unverified tokens
+// past the verified ones, already sent (each rides one micro-batch behind
+// its predecessor). The chain is tokens ++ drafts; `cached` counts sent
+// positions of the chain. When the newest verified token comes back, its
+// logits verify drafts.front(): accepted, it moves to `tokens` (and is
+// streamed); rejected, the replacement is appended to `tokens`, every draft
+// is discarded, `cached` moves back to the replacement's position and
+// `epoch` is bumped, which stages use to drop stale slots (their caches
+// roll back implicitly when the replacement is written).
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "model/runtime/oracle_drafter.h"
 #include "model/runtime/sampler.h"
+#include "scheduler/spec_state.h"
 
 namespace specline::scheduler {
+
+class Drafter;
 
 using Clock = std::chrono::steady_clock;
 
@@ -38,6 +50,8 @@ struct RequestSpec {
   SamplingParams sampling;  // sampling.seed is used as given
   int max_tokens = 16;
   std::vector<int32_t> stop_ids;  // generation ends after emitting one
+  SpecMode mode = SpecMode::kAutoregressive;
+  OracleSpec oracle;  // tests and benchmarks: draft with the oracle instead of a head
 };
 
 struct Sequence {
@@ -53,9 +67,9 @@ struct Sequence {
   SamplingParams sampling;
   Rng rng;  // one stream per sequence, so results do not depend on batching
 
-  int32_t cached = 0;      // positions the stages hold (incl. in flight)
-  uint32_t epoch = 0;      // bumped on flush (speculative rollback, issue 4)
-  bool in_flight = false;  // AR: at most one batch carries this sequence
+  int32_t cached = 0;      // chain positions the stages hold (incl. in flight)
+  uint32_t epoch = 0;      // bumped on flush (speculative rollback)
+  int in_flight = 0;       // micro-batches out that carry this sequence
   bool sent_any = false;   // stages may hold KV: a release is due at the end
   int64_t kv_blocks = 0;   // reserved by admission, returned at the end
 
@@ -63,9 +77,24 @@ struct Sequence {
   Clock::time_point first_scheduled{};
   Clock::time_point first_token{};
 
+  SpecMode mode = SpecMode::kAutoregressive;
+  Drafter* drafter = nullptr;  // null: plain decoding (or speculation disabled)
+  OracleSpec oracle_spec;
+  std::unique_ptr<OracleDrafter> oracle;  // oracle sequences only
+  SpecState spec;
+
+  // Seeds the drafter's randomness (and the oracle) from the request seed.
+  void SeedSpeculation(uint64_t seed);
+
   int generated() const { return static_cast<int>(tokens.size()) - prompt_len; }
+  // Length of the chain: verified tokens then drafts.
+  int32_t chain_end() const { return static_cast<int32_t>(tokens.size() + spec.drafts.size()); }
+  int32_t chain_token(int32_t pos) const {
+    return pos < static_cast<int32_t>(tokens.size()) ? tokens[pos]
+                                                      : spec.drafts[pos - tokens.size()].token;
+  }
   // Inputs not yet sent to the stages.
-  int32_t pending() const { return static_cast<int32_t>(tokens.size()) - cached; }
+  int32_t pending() const { return chain_end() - cached; }
   bool finished() const { return state == SeqState::kFinished; }
 };
 

@@ -29,11 +29,14 @@ class GrpcStageControl : public StageControl {
     return info;
   }
 
-  absl::Status Reset(std::chrono::milliseconds deadline) override {
+  absl::Status Reset(std::chrono::milliseconds deadline,
+                     const std::string& report_address) override {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + deadline);
+    internal::ResetRequest req;
+    req.set_report_address(report_address);
     internal::ResetResponse resp;
-    return FromGrpc(stub_->Reset(&ctx, internal::ResetRequest(), &resp));
+    return FromGrpc(stub_->Reset(&ctx, req, &resp));
   }
 
   const std::string& address() const override { return address_; }

@@ -17,8 +17,10 @@ class StageControl {
  public:
   virtual ~StageControl() = default;
   virtual absl::StatusOr<internal::StageInfo> GetInfo(std::chrono::milliseconds deadline) = 0;
-  // Forgets every sequence on the stage.
-  virtual absl::Status Reset(std::chrono::milliseconds deadline) = 0;
+  // Forgets every sequence on the stage; from now on it sends the taps it
+  // produces to `report_address` (the scheduler's inbox; "" = with the batch).
+  virtual absl::Status Reset(std::chrono::milliseconds deadline,
+                             const std::string& report_address) = 0;
   // The control address, for messages ("127.0.0.1:50051").
   virtual const std::string& address() const = 0;
 };

@@ -25,16 +25,76 @@ bool StageRunner::ProducesTap(int layer) const {
   return (layer > slice_.begin() && layer <= slice_.end()) || (slice_.begin() == 0 && layer == 0);
 }
 
-void StageRunner::Process(internal::MicroBatch& batch) {
+void StageRunner::DropStaleSlots(internal::MicroBatch& batch) {
+  const int n = batch.seq_ids_size();
+  if (batch.epochs_size() != n || batch.positions_size() != n) return;  // checked below
+  std::vector<int> keep;
+  keep.reserve(n);
+  for (int i = 0; i < n; ++i) {
+    uint32_t& newest = epochs_[batch.seq_ids(i)];
+    if (batch.epochs(i) < newest) continue;
+    newest = batch.epochs(i);
+    keep.push_back(i);
+  }
+  if (static_cast<int>(keep.size()) == n) return;
+  stale_slots_ += n - keep.size();
+  const bool first = slice_.begin() == 0;
+  const size_t row = static_cast<size_t>(slice_.config().dim) * sizeof(float);
+  const bool has_hidden = !first && batch.hidden().size() == n * row;
+  std::string hidden;
+  for (size_t j = 0; j < keep.size(); ++j) {
+    const int i = keep[j];
+    batch.set_seq_ids(j, batch.seq_ids(i));
+    batch.set_positions(j, batch.positions(i));
+    batch.set_epochs(j, batch.epochs(i));
+    if (first && batch.tokens_size() == n) batch.set_tokens(j, batch.tokens(i));
+    if (has_hidden) hidden.append(batch.hidden().data() + i * row, row);
+  }
+  const int k = static_cast<int>(keep.size());
+  batch.mutable_seq_ids()->Truncate(k);
+  if (batch.positions_size() == n) batch.mutable_positions()->Truncate(k);
+  batch.mutable_epochs()->Truncate(k);
+  if (first && batch.tokens_size() == n) batch.mutable_tokens()->Truncate(k);
+  if (has_hidden) batch.set_hidden(std::move(hidden));
+}
+
+void StageRunner::SendTaps(internal::MicroBatch& batch) {
+  if (is_last_ || !report_ || batch.taps_size() == 0) return;
+  internal::MicroBatch report;
+  report.set_kind(internal::MicroBatch::TAPS);
+  report.set_batch_id(batch.batch_id());
+  report.set_from_stage(stage_);
+  *report.mutable_seq_ids() = batch.seq_ids();
+  *report.mutable_positions() = batch.positions();
+  *report.mutable_epochs() = batch.epochs();
+  report.mutable_taps()->Swap(batch.mutable_taps());
+  if (absl::Status st = report_->Send(report.SerializeAsString()); !st.ok()) {
+    // The drafter waits for these taps; the sequence falls back to plain
+    // decoding for the tokens that lack them (the scheduler's rule).
+    spdlog::warn("stage {}: taps of batch {} not delivered: {}", stage_, batch.batch_id(),
+                 std::string(st.message()));
+  }
+}
+
+bool StageRunner::Process(internal::MicroBatch& batch) {
   const auto t0 = std::chrono::steady_clock::now();
   std::lock_guard<std::mutex> lock(mu_);
+  if (batch.kind() == internal::MicroBatch::EPOCH) {
+    for (int i = 0; i < std::min(batch.seq_ids_size(), batch.epochs_size()); ++i) {
+      uint32_t& newest = epochs_[batch.seq_ids(i)];
+      newest = std::max(newest, batch.epochs(i));
+    }
+    return false;
+  }
   // Releases come first and even on failed batches: a finished sequence's
   // KV must come back whatever happened to the slots travelling with it.
   for (uint64_t seq : batch.release()) {
     slice_.Release(seq);
     sequences_.erase(seq);
+    epochs_.erase(seq);
   }
-  if (!batch.error().empty()) return;
+  if (!batch.error().empty()) return true;
+  DropStaleSlots(batch);
 
   auto fail = [&](const std::string& why) {
     batch.set_error(absl::StrCat("stage ", stage_, " (layers ", slice_.begin(), ":", slice_.end(),
@@ -46,17 +106,19 @@ void StageRunner::Process(internal::MicroBatch& batch) {
   const int n = batch.seq_ids_size();
   const int64_t dim = slice_.config().dim;
   if (batch.positions_size() != n) {
-    return fail(absl::StrCat("positions has ", batch.positions_size(), " entries for ", n,
-                             " slots"));
+    fail(absl::StrCat("positions has ", batch.positions_size(), " entries for ", n, " slots"));
+    return true;
   }
   const bool first = slice_.begin() == 0;
   if (first && batch.tokens_size() != n) {
-    return fail(absl::StrCat("tokens has ", batch.tokens_size(), " entries for ", n, " slots"));
+    fail(absl::StrCat("tokens has ", batch.tokens_size(), " entries for ", n, " slots"));
+    return true;
   }
   const size_t hidden_bytes = static_cast<size_t>(n) * dim * sizeof(float);
   if (!first && batch.hidden().size() != hidden_bytes) {
-    return fail(absl::StrCat("hidden has ", batch.hidden().size(), " bytes, expected ",
-                             hidden_bytes, " (", n, " slots x dim ", dim, " fp32)"));
+    fail(absl::StrCat("hidden has ", batch.hidden().size(), " bytes, expected ", hidden_bytes,
+                      " (", n, " slots x dim ", dim, " fp32)"));
+    return true;
   }
 
   std::vector<SlotRef> slots(n);
@@ -69,7 +131,7 @@ void StageRunner::Process(internal::MicroBatch& batch) {
   }
   if (n == 0) {
     batch.add_stage_seconds(Seconds(t0));
-    return;
+    return true;
   }
 
   SliceInput in{slots, {}, {}};
@@ -82,7 +144,10 @@ void StageRunner::Process(internal::MicroBatch& batch) {
     in.hidden = input_;
   }
   SliceOutput out;
-  if (absl::Status st = slice_.Forward(in, taps, &out); !st.ok()) return fail(st.ToString());
+  if (absl::Status st = slice_.Forward(in, taps, &out); !st.ok()) {
+    fail(st.ToString());
+    return true;
+  }
   for (const SlotRef& s : slots) sequences_.insert(s.seq_id);
 
   batch.set_hidden(out.hidden.data(), out.hidden.size() * sizeof(float));
@@ -91,7 +156,11 @@ void StageRunner::Process(internal::MicroBatch& batch) {
     t->set_layer(tap.index);
     t->set_hidden(tap.hidden.data(), tap.hidden.size() * sizeof(float));
   }
+  // Taps leave before the batch moves on, so they reach the scheduler
+  // before (in-process: strictly before) the batch's result.
+  SendTaps(batch);
   batch.add_stage_seconds(Seconds(t0));
+  return true;
 }
 
 void StageRunner::Start(std::unique_ptr<transport::ActivationReceiver> in,
@@ -124,7 +193,7 @@ void StageRunner::Loop() {
                     msg->size());
       continue;
     }
-    Process(batch);
+    if (!Process(batch)) continue;
     batches_.fetch_add(1);
     if (observer_) observer_(batch, Seconds(t0));
     if (absl::Status st = out_->Send(batch.SerializeAsString()); !st.ok()) {
@@ -136,10 +205,21 @@ void StageRunner::Loop() {
   }
 }
 
-void StageRunner::Reset() {
+void StageRunner::Reset(const std::string& report_address) {
   std::lock_guard<std::mutex> lock(mu_);
   for (uint64_t seq : sequences_) slice_.Release(seq);
   sequences_.clear();
+  epochs_.clear();
+  report_.reset();
+  if (!report_address.empty() && !is_last_) {
+    auto sender = transport::Connect(report_address);
+    if (sender.ok()) {
+      report_ = *std::move(sender);
+    } else {
+      spdlog::warn("stage {}: cannot send taps to {}: {}", stage_, report_address,
+                   sender.status().ToString());
+    }
+  }
 }
 
 StageStats StageRunner::Stats() const {
@@ -150,6 +230,7 @@ StageStats StageRunner::Stats() const {
   s.kv_free_tokens = int64_t{kv.free_blocks()} * kv.shape().block_size;
   s.sequences = kv.num_sequences();
   s.batches = batches_.load();
+  s.stale_slots = stale_slots_;
   return s;
 }
 

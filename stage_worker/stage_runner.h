@@ -8,6 +8,8 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <string>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -23,6 +25,7 @@ struct StageStats {
   int64_t kv_free_tokens = 0;  // free blocks * block size
   int sequences = 0;
   uint64_t batches = 0;
+  uint64_t stale_slots = 0;  // dropped because a flush made them stale
 };
 
 class StageRunner {
@@ -40,8 +43,18 @@ class StageRunner {
   // Taps: a boundary k between two stages can be produced by both (it is
   // the output of one and the input of the next); the stage that ends
   // there produces it, so the rule is begin < k <= end, plus k == 0 on the
-  // first stage. Each requested tap thus arrives exactly once.
-  void Process(internal::MicroBatch& batch);
+  // first stage. Each requested tap thus arrives exactly once. With a report
+  // address (see Reset) a stage that is not the last sends its taps to the
+  // scheduler at once, in a TAPS message, instead of appending them.
+  //
+  // Epochs (speculative flush): the runner remembers the newest epoch seen
+  // per sequence, from slots and from EPOCH messages; slots with an older
+  // epoch are stale and removed from the batch before it runs (the
+  // scheduler has discarded them; the newer slots overwrite their KV
+  // positions anyway, so dropping only saves work).
+  //
+  // Returns false when the message is not to be forwarded (EPOCH).
+  bool Process(internal::MicroBatch& batch);
 
   // Receives from `in`, processes, sends to `out` until Stop().
   void Start(std::unique_ptr<transport::ActivationReceiver> in,
@@ -54,8 +67,10 @@ class StageRunner {
   using Observer = std::function<void(const internal::MicroBatch&, double seconds)>;
   void set_observer(Observer observer) { observer_ = std::move(observer); }
 
-  // Forgets every sequence (control plane; safe while running).
-  void Reset();
+  // Forgets every sequence (control plane; safe while running). A non-empty
+  // `report_address` is where taps go from now on (ignored by the last
+  // stage, whose output already goes to the scheduler).
+  void Reset(const std::string& report_address = "");
   StageStats Stats() const;
   // Messages waiting in the inbox (0 before Start).
   size_t queue_depth() const;
@@ -68,6 +83,9 @@ class StageRunner {
  private:
   void Loop();
   bool ProducesTap(int layer) const;
+  // Removes the slots whose epoch is older than their sequence's newest.
+  void DropStaleSlots(internal::MicroBatch& batch);
+  void SendTaps(internal::MicroBatch& batch);
   StageSlice& slice_;
   int stage_;
   bool is_last_;
@@ -83,6 +101,9 @@ class StageRunner {
   // Sequences that may hold KV here: what Reset must release (the cache
   // does not enumerate its sequences).
   std::unordered_set<uint64_t> sequences_;
+  std::unordered_map<uint64_t, uint32_t> epochs_;  // newest epoch seen per sequence
+  std::unique_ptr<transport::ActivationSender> report_;  // taps to the scheduler
+  uint64_t stale_slots_ = 0;
   std::vector<float> input_;  // aligned copy of batch.hidden
 };
 

@@ -40,9 +40,9 @@ grpc::Status StageServiceImpl::GetInfo(grpc::ServerContext*, const internal::Sta
   return grpc::Status::OK;
 }
 
-grpc::Status StageServiceImpl::Reset(grpc::ServerContext*, const internal::ResetRequest*,
+grpc::Status StageServiceImpl::Reset(grpc::ServerContext*, const internal::ResetRequest* request,
                                      internal::ResetResponse*) {
-  for (StageRunner* r : runners_) r->Reset();
+  for (StageRunner* r : runners_) r->Reset(request->report_address());
   spdlog::info("stage {}: reset, every sequence released", runners_.front()->stage());
   return grpc::Status::OK;
 }

@@ -33,6 +33,16 @@ PpsdHead::~PpsdHead() = default;
 
 absl::Status PpsdHead::Forward(std::span<const SlotRef> slots, const float* hidden,
                                float* logits) {
+  return Run(slots, hidden, logits, /*last_only=*/false);
+}
+
+absl::Status PpsdHead::LastLogits(std::span<const SlotRef> slots, const float* hidden,
+                                  float* logits) {
+  return Run(slots, hidden, logits, /*last_only=*/true);
+}
+
+absl::Status PpsdHead::Run(std::span<const SlotRef> slots, const float* hidden, float* logits,
+                           bool last_only) {
   const int64_t n = static_cast<int64_t>(slots.size());
   if (n == 0) return absl::OkStatus();
   const float* h = hidden;
@@ -43,7 +53,11 @@ absl::Status PpsdHead::Forward(std::span<const SlotRef> slots, const float* hidd
     if (absl::Status st = layer_->Forward(in, {}, &scratch_); !st.ok()) return st;
     h = scratch_.hidden.data();
   }
-  out_->Logits(h, n, logits);
+  if (last_only) {
+    out_->Logits(h + (n - 1) * dim(), 1, logits);
+  } else {
+    out_->Logits(h, n, logits);
+  }
   return absl::OkStatus();
 }
 

@@ -48,6 +48,10 @@ class PpsdHead {
   // becomes the new length (implicit rollback); all-or-nothing on error.
   absl::Status Forward(std::span<const SlotRef> slots, const float* hidden, float* logits);
 
+  // Same rules, but only the last row's logits (vocab floats): feeding a
+  // prompt's rows into the layer head's cache costs no LM head per row.
+  absl::Status LastLogits(std::span<const SlotRef> slots, const float* hidden, float* logits);
+
   // One token: throws std::runtime_error with the status message on error.
   std::vector<float> Logits(uint64_t seq_id, int32_t pos, const float* hidden_after_e);
 
@@ -59,6 +63,9 @@ class PpsdHead {
   const PagedKvCache* kv_cache() const;
 
  private:
+  absl::Status Run(std::span<const SlotRef> slots, const float* hidden, float* logits,
+                   bool last_only);
+
   std::shared_ptr<const DraftHead> head_;
   std::shared_ptr<kernels::ThreadPool> pool_;
   std::unique_ptr<StageSlice> layer_;  // ppsd-layer only: layer [E, E+1)

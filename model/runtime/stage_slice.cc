@@ -37,6 +37,7 @@ StageSlice::StageSlice(const ModelSource& src, int begin, int end, const SliceOp
       begin_(begin),
       end_(end),
       pool_(std::move(pool)),
+      embeds_(begin == 0 && !options.hidden_input),
       kv_(KvCacheShape{end - begin, src.config().n_kv_heads, src.config().head_dim,
                        options.kv_block_size, KvBlocks(options)}),
       rope_(src.config()) {
@@ -45,7 +46,7 @@ StageSlice::StageSlice(const ModelSource& src, int begin, int end, const SliceOp
                                              ") is not inside [0, ", config_.n_layers, ")"));
   }
   if (!pool_) throw std::invalid_argument("StageSlice needs a thread pool");
-  if (begin_ == 0) {
+  if (embeds_) {
     embedding_ = MatrixOf(
         src.Require("model.embed_tokens.weight", {config_.vocab_size, config_.dim}));
   }
@@ -55,7 +56,7 @@ StageSlice::StageSlice(const ModelSource& src, int begin, int end, const SliceOp
 
 absl::Status StageSlice::ValidateAndReserve(const SliceInput& in) {
   const size_t n = in.slots.size();
-  if (begin_ == 0) {
+  if (embeds_) {
     if (in.tokens.size() != n) {
       return absl::InvalidArgumentError(
           absl::StrCat("first slice needs one token per slot: ", in.tokens.size(),
@@ -146,7 +147,7 @@ absl::Status StageSlice::Forward(const SliceInput& in, std::span<const int> tap_
   const int64_t dim = config_.dim;
   out->hidden.resize(n * dim);
   float* x = out->hidden.data();
-  if (begin_ == 0) {
+  if (embeds_) {
     Embed(in.tokens, x);
   } else {
     std::copy(in.hidden.begin(), in.hidden.end(), x);

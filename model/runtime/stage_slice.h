@@ -1,7 +1,7 @@
 // A contiguous range of decoder layers [begin, end) with its own paged KV
 // cache: the unit a pipeline stage runs. The first slice (begin == 0) also
-// embeds token ids. The final norm and LM head are not part of any slice
-// (see OutputHead): the scheduler owns them.
+// embeds token ids (unless SliceOptions::hidden_input). The final norm and
+// LM head are not part of any slice (see OutputHead): the scheduler owns them.
 //
 // One Forward call runs a micro-batch of slots that may mix decode tokens of
 // many sequences with prefill chunks: each slot is (sequence, position) plus
@@ -49,6 +49,11 @@ struct SliceOptions {
   int kv_block_size = 16;
   // KV capacity of this slice in token positions (summed over sequences).
   int kv_capacity_tokens = 4096;
+  // A slice with begin == 0 normally embeds token ids. With hidden_input it
+  // takes hidden rows like any other slice and maps no embedding: for
+  // modules whose layer 0 reads computed features, not tokens (SPD's
+  // speculation module, whose source has no embedding of its own).
+  bool hidden_input = false;
 };
 
 class StageSlice {
@@ -87,7 +92,8 @@ class StageSlice {
   ModelConfig config_;
   int begin_, end_;
   std::shared_ptr<kernels::ThreadPool> pool_;
-  kernels::WeightMatrix embedding_{};  // valid when begin_ == 0
+  bool embeds_;                        // begin == 0 and not options.hidden_input
+  kernels::WeightMatrix embedding_{};  // valid when embeds_
   std::vector<LayerWeights> layers_;
   PagedKvCache kv_;
   Rope rope_;

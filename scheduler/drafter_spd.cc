@@ -1,0 +1,89 @@
+// The SPD drafter: the speculation module run on every row the pipeline has
+// not finished with, each at the deepest features that have arrived for it.
+#include "absl/strings/str_cat.h"
+#include "model/runtime/spd_module.h"
+#include "scheduler/drafter.h"
+
+namespace specline::scheduler {
+namespace {
+
+class SpdDrafter : public Drafter {
+ public:
+  SpdDrafter(std::shared_ptr<const DraftHead> head, std::shared_ptr<const ModelSource> base,
+             std::shared_ptr<kernels::ThreadPool> pool, int kv_capacity_tokens)
+      : module_(std::move(head), std::move(base), std::move(pool),
+                SpdModuleOptions{16, kv_capacity_tokens}) {
+    for (int l : module_.AllTaps()) {
+      if (l != 0) taps_.push_back(l);  // H^0 the module embeds itself
+    }
+  }
+
+  std::string name() const override {
+    return absl::StrCat("SPD module (n=", module_.n_stages(), ", L_s=", module_.n_layers(), ")");
+  }
+  std::vector<int> TapLayers() const override { return taps_; }
+  // Every row has at least depth 0 (its own embedding): SPD drafts at once.
+  bool Ready(const Sequence&) const override { return true; }
+
+  void Propose(DraftJob& job) override {
+    const int n = module_.n_stages();
+    const int dim = module_.dim();
+    const size_t rows = static_cast<size_t>(job.end - job.first);
+    std::vector<SpdRow> in(rows);
+    std::vector<std::vector<float>> features(rows);
+    int32_t fed = job.first;
+    bool leading_final = true;
+    for (size_t r = 0; r < rows; ++r) {
+      const auto& have = job.taps[r];
+      // The deepest depth whose taps have all arrived.
+      int depth = 0;
+      for (int d = n; d > 0; --d) {
+        bool all = true;
+        for (int l : module_.TapsForDepth(d)) all = all && (l == 0 || have.count(l) > 0);
+        if (all) {
+          depth = d;
+          break;
+        }
+      }
+      for (int l : module_.TapsForDepth(depth)) {
+        if (l == 0) continue;
+        const std::vector<float>& h = have.at(l);
+        if (static_cast<int>(h.size()) != dim) {
+          job.status = absl::InternalError(absl::StrCat("tap ", l, " has ", h.size(), " floats"));
+          return;
+        }
+        features[r].insert(features[r].end(), h.begin(), h.end());
+      }
+      const int32_t pos = job.first + static_cast<int32_t>(r);
+      in[r] = {pos, job.chain[pos], depth, features[r]};
+      // Rows at full depth will not change any more: they stay in the
+      // module's cache and are not rerun next time.
+      leading_final = leading_final && depth == n;
+      if (leading_final) fed = pos + 1;
+    }
+    logits_.resize(module_.vocab_size());
+    job.status = module_.Forward(job.seq_id, in, logits_.data());
+    if (!job.status.ok()) return;
+    job.draft = DraftFromLogits(logits_, job.sampling, job.chain, job.rng);
+    job.fed = fed;
+  }
+
+  void Release(uint64_t seq_id) override { module_.Release(seq_id); }
+
+ private:
+  SpdModule module_;
+  std::vector<int> taps_;
+  std::vector<float> logits_;
+};
+
+}  // namespace
+
+std::unique_ptr<Drafter> MakeSpdDrafter(std::shared_ptr<const DraftHead> head,
+                                        std::shared_ptr<const ModelSource> base,
+                                        std::shared_ptr<kernels::ThreadPool> pool,
+                                        int kv_capacity_tokens) {
+  return std::make_unique<SpdDrafter>(std::move(head), std::move(base), std::move(pool),
+                                      kv_capacity_tokens);
+}
+
+}  // namespace specline::scheduler

@@ -1,0 +1,69 @@
+// Per-sequence state of pipeline speculation (docs/speculation.md): the
+// drafts in flight, the features (taps) the drafter reads, and the counters
+// behind the spec-decode metrics.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <vector>
+
+#include "model/runtime/sampler.h"
+
+namespace specline::scheduler {
+
+// How a sequence decodes. PPSD drafts from an early-exit head once the
+// newest token has passed layer E; SPD drafts from the speculation module
+// at once, on whatever depth each in-flight token has reached.
+enum class SpecMode { kAutoregressive, kPpsd, kSpd };
+const char* SpecModeName(SpecMode m);
+
+// Oracle drafter (tests and benchmarks only): instead of a head, propose
+// reference[i] (the i-th generated token of a plain run) with probability
+// alpha, else a wrong token. The sequence keeps its mode's timing (PPSD:
+// after layer E; SPD: at once).
+struct OracleSpec {
+  bool enabled = false;
+  double alpha = 0;
+  std::vector<int32_t> reference;  // generated tokens of the plain run
+};
+
+struct DraftToken {
+  int32_t token = 0;
+  // The drafter's distribution (under the request's warping) that token
+  // was drawn from; empty ids = a point mass on `token` (greedy drafts, the
+  // oracle).
+  TokenDistribution q;
+};
+
+// Counters of one request; also what the final stream event reports.
+struct SpecStats {
+  int64_t drafts = 0;           // chains started (a draft sent after a verified token)
+  int64_t draft_tokens = 0;     // drafts sent
+  int64_t accepted_tokens = 0;  // drafts verified and kept
+  int64_t rejected_tokens = 0;  // drafts verified and replaced (each one a flush)
+  int64_t discarded_tokens = 0; // drafts dropped unverified (flush or finish)
+  std::vector<int64_t> accepted_per_pos;  // by position in the chain (0 = first draft)
+  // Pipeline cycles K of the SPD accounting: a token whose draft was
+  // accepted costs one cycle; a token decided without a live draft (plain,
+  // corrected, or the first) costs n, the pipeline's depth.
+  int64_t cycles = 0;
+
+  int64_t flushes() const { return rejected_tokens; }
+};
+
+struct SpecState {
+  std::deque<DraftToken> drafts;  // chain positions tokens.size() ...
+  int chain_index = 0;            // drafts since the last verified token was decided
+  // Taps of the current epoch by chain position, then global layer index.
+  std::map<int32_t, std::map<int, std::vector<float>>> taps;
+  // Positions [0, fed) are final in the drafter's own state (its KV cache):
+  // their taps are no longer needed. A flush at p lowers it to p.
+  int32_t fed = 0;
+  Rng draft_rng{0};           // the drafter's randomness, separate from the verifier's
+  double acceptance_ema = 1;  // recent acceptance, for the auto policy
+  int tokens_since_draft = 0;
+  SpecStats stats;
+};
+
+}  // namespace specline::scheduler

@@ -1,0 +1,172 @@
+// Pipeline speculation through real stages (in-process): PPSD and SPD with
+// the oracle at several acceptance rates and with randomly initialised
+// heads give exactly the tokens of plain decoding (greedy), and the
+// speculation counters say what happened.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "model/runtime/draft_head_file.h"
+#include "tests/inproc_pipeline.h"
+
+namespace specline::testing {
+namespace {
+
+using scheduler::SpecMode;
+
+// Random heads for the scheduler test model, one directory per kind.
+std::string HeadDir(const std::string& kind, int n_stages) {
+  const std::string dir = TempDir() + "/spec_heads/" + kind + "-" + std::to_string(n_stages);
+  if (std::filesystem::exists(dir + "/head.json")) return dir;
+  const ModelConfig base = SchedulerTestConfig();
+  auto model = OpenModel(SchedulerTestModel());
+  DraftHeadSpec s;
+  if (kind == "ppsd-norm" || kind == "ppsd-layer") {
+    s.method = kind == "ppsd-norm" ? DraftMethod::kPpsdNorm : DraftMethod::kPpsdLayer;
+    s.exit_layer = EvenSplit(base.n_layers, n_stages)[1];  // where the first stage ends
+  } else {
+    s.method = DraftMethod::kSpd;
+    s.spd_stages = n_stages;
+    s.spd_layers = 1;
+    if (kind == "spd-v10") {
+      s.spd_layout = SpdFeatureLayout::kV10;
+      std::vector<int> taps = {0};
+      for (int k = 1; k <= n_stages; ++k) {
+        const int l = k * base.n_layers / n_stages;
+        for (int t : {l / 2, l}) {
+          if (std::find(taps.begin(), taps.end(), t) == taps.end()) taps.push_back(t);
+        }
+      }
+      std::sort(taps.begin(), taps.end());
+      s.spd_taps = taps;
+    } else {
+      s.spd_layout = SpdFeatureLayout::kV11;
+      s.spd_taps = SpdDefaultTaps(base.n_layers, n_stages);
+    }
+  }
+  WriteRandomDraftHead(dir, s, base, /*seed=*/17, model.get());
+  return dir;
+}
+
+scheduler::EngineOptions SpecOptions(int n_stages, const std::string& ppsd_kind,
+                                     const std::string& spd_kind) {
+  scheduler::EngineOptions o;
+  o.spec.policy = scheduler::SpecPolicy::kAlways;
+  o.spec.allow_oracle = true;
+  if (!ppsd_kind.empty()) o.spec.ppsd_head = HeadDir(ppsd_kind, n_stages);
+  if (!spd_kind.empty()) o.spec.spd_head = HeadDir(spd_kind, n_stages);
+  return o;
+}
+
+scheduler::RequestSpec Greedy(uint32_t prompt_seed, int max_tokens) {
+  scheduler::RequestSpec r;
+  r.prompt = MakePrompt(3 + prompt_seed % 7, prompt_seed);
+  r.max_tokens = max_tokens;
+  return r;
+}
+
+StreamResult RunRequest(InprocPipeline& p, scheduler::RequestSpec spec) {
+  auto stream = p.engine().Submit(std::move(spec));
+  EXPECT_TRUE(stream.ok()) << stream.status();
+  if (!stream.ok()) return {};
+  return Collect(**stream);
+}
+
+struct OracleCase {
+  int n_stages;
+  SpecMode mode;
+};
+
+class OracleGreedy : public ::testing::TestWithParam<OracleCase> {};
+
+TEST_P(OracleGreedy, EqualsPlainDecodingAtEveryAcceptanceRate) {
+  const OracleCase c = GetParam();
+  InprocPipeline p(c.n_stages, SpecOptions(c.n_stages, "", ""));
+  for (double alpha : {0.0, 0.3, 0.7, 1.0}) {
+    for (uint32_t prompt : {1u, 2u, 3u}) {
+      scheduler::RequestSpec spec = Greedy(prompt, 24);
+      const Reference ref = Generate1(p.model(), spec);
+      spec.mode = c.mode;
+      spec.oracle = {true, alpha, ref.tokens};
+      const StreamResult got = RunRequest(p, spec);
+      EXPECT_EQ(got.tokens, ref.tokens) << "alpha " << alpha << " prompt " << prompt;
+      const scheduler::SpecStats& st = got.last.spec;
+      EXPECT_EQ(got.last.mode, c.mode);
+      EXPECT_GT(st.draft_tokens, 0) << "alpha " << alpha;
+      // Greedy verification accepts exactly the oracle's true proposals.
+      if (alpha == 1.0) EXPECT_EQ(st.rejected_tokens, 0);
+      if (alpha == 0.0) EXPECT_EQ(st.accepted_tokens, 0);
+      // (How many are accepted also depends on whether the driver drafted
+      // before the token came back: on a tiny model it often did not.)
+      if (alpha == 1.0) EXPECT_GT(st.accepted_tokens, 0);
+      EXPECT_EQ(st.accepted_tokens + st.rejected_tokens + st.discarded_tokens, st.draft_tokens);
+    }
+  }
+  EXPECT_TRUE(Eventually([&] { return p.StagesEmpty(); }));
+  const auto stats = p.engine().Stats();
+  EXPECT_EQ(stats.kv_free_tokens, stats.kv_capacity_tokens);
+}
+
+INSTANTIATE_TEST_SUITE_P(Pipelines, OracleGreedy,
+                         ::testing::Values(OracleCase{2, SpecMode::kPpsd},
+                                           OracleCase{2, SpecMode::kSpd},
+                                           OracleCase{4, SpecMode::kPpsd},
+                                           OracleCase{4, SpecMode::kSpd}),
+                         [](const auto& info) {
+                           return std::string(scheduler::SpecModeName(info.param.mode)) +
+                                  std::to_string(info.param.n_stages) + "stages";
+                         });
+
+struct HeadCase {
+  int n_stages;
+  std::string ppsd, spd;
+};
+
+class HeadGreedy : public ::testing::TestWithParam<HeadCase> {};
+
+TEST_P(HeadGreedy, RandomHeadsEqualPlainDecoding) {
+  const HeadCase c = GetParam();
+  InprocPipeline p(c.n_stages, SpecOptions(c.n_stages, c.ppsd, c.spd));
+  const SpecMode mode = c.ppsd.empty() ? SpecMode::kSpd : SpecMode::kPpsd;
+  int64_t drafts = 0;
+  for (uint32_t prompt : {4u, 5u, 6u, 7u}) {
+    scheduler::RequestSpec spec = Greedy(prompt, 20);
+    const Reference ref = Generate1(p.model(), spec);
+    spec.mode = mode;
+    const StreamResult got = RunRequest(p, spec);
+    EXPECT_EQ(got.tokens, ref.tokens) << "prompt " << prompt;
+    drafts += got.last.spec.draft_tokens;
+  }
+  EXPECT_GT(drafts, 0);
+  EXPECT_TRUE(Eventually([&] { return p.StagesEmpty(); }));
+}
+
+INSTANTIATE_TEST_SUITE_P(Heads, HeadGreedy,
+                         ::testing::Values(HeadCase{2, "ppsd-norm", ""}, HeadCase{2, "ppsd-layer", ""},
+                                           HeadCase{4, "ppsd-layer", ""}, HeadCase{2, "", "spd-v11"},
+                                           HeadCase{2, "", "spd-v10"}, HeadCase{4, "", "spd-v11"},
+                                           HeadCase{4, "", "spd-v10"}),
+                         [](const auto& info) {
+                           std::string name = info.param.ppsd + info.param.spd + "_" +
+                                              std::to_string(info.param.n_stages) + "stages";
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
+
+TEST(SpecPolicy, UnavailableModesAndOracleMisuseAreRefused) {
+  scheduler::EngineOptions o;  // no heads, no oracle
+  InprocPipeline p(2, o);
+  scheduler::RequestSpec spec = Greedy(1, 4);
+  spec.mode = SpecMode::kSpd;
+  auto s = p.engine().Submit(spec);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.status().message().find("--spd-head"), std::string::npos) << s.status();
+  spec.oracle = {true, 0.5, {}};
+  s = p.engine().Submit(spec);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("--allow-oracle"), std::string::npos) << s.status();
+}
+
+}  // namespace
+}  // namespace specline::testing
