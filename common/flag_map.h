@@ -26,4 +26,17 @@ absl::Status ParseNumber(const std::string& flag, const std::string& text, T* ou
   return absl::OkStatus();
 }
 
+// "true"/"1" or "false"/"0"; the error names --flag.
+inline absl::Status ParseBool(const std::string& flag, const std::string& text, bool* out) {
+  if (text == "true" || text == "1") {
+    *out = true;
+  } else if (text == "false" || text == "0") {
+    *out = false;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("--", flag, ": \"", text,
+                                                   "\" is not true or false"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace specline

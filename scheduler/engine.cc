@@ -60,6 +60,11 @@ void Engine::LoadDrafters() {
   if (o.allow_oracle) oracle_spd_ = MakeOracleDrafter(0);
   // The PPSD oracle without a head exits where the first stage ends; that
   // is known once the stages answer (BringUp).
+  const std::vector<SpecMode> m = modes();
+  if (std::find(m.begin(), m.end(), o.default_mode) == m.end()) {
+    throw std::invalid_argument(absl::StrCat("the default policy ", SpecModeName(o.default_mode),
+                                             " needs its head (--ppsd-head / --spd-head)"));
+  }
 }
 
 
@@ -275,6 +280,7 @@ void Engine::FinishLocked(Sequence& seq, FinishReason reason, absl::Status error
     last.finish = reason;
     last.error = std::move(error);
     last.mode = seq.mode;
+    last.generated = seq.generated();
     last.spec = seq.spec.stats;
     it->second->Push(std::move(last));
     streams_.erase(it);

@@ -128,6 +128,7 @@ class Engine {
   const std::string& inbox_address() const { return inbox_->address(); }
   // Decoding modes requests may ask for on this deployment.
   std::vector<SpecMode> modes() const;
+  SpecMode default_mode() const { return options_.spec.default_mode; }
 
  private:
   struct InFlight {

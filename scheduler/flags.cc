@@ -8,6 +8,28 @@
 #include "common/flag_map.h"
 
 namespace specline::scheduler {
+namespace {
+
+absl::Status ParseSpecPolicy(const std::string& text, SpecPolicy* out) {
+  for (SpecPolicy p : {SpecPolicy::kAuto, SpecPolicy::kAlways, SpecPolicy::kNever}) {
+    if (text == SpecPolicyName(p)) {
+      *out = p;
+      return absl::OkStatus();
+    }
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("--spec-policy: \"", text, "\" is not auto, always or never"));
+}
+
+absl::Status ParseMode(const std::string& text, SpecMode* out) {
+  if (text == "ar" || text == "autoregressive") *out = SpecMode::kAutoregressive;
+  else if (text == "ppsd") *out = SpecMode::kPpsd;
+  else if (text == "spd") *out = SpecMode::kSpd;
+  else return absl::InvalidArgumentError(absl::StrCat("--default-policy: \"", text, "\" is not ar, ppsd or spd"));
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::StatusOr<SchedulerFlags> ParseSchedulerFlags(int argc, char** argv) {
   SchedulerFlags f;
@@ -36,6 +58,17 @@ absl::StatusOr<SchedulerFlags> ParseSchedulerFlags(int argc, char** argv) {
     else if (name == "batch-timeout-ms") st = ParseNumber(name, value, &timeout_ms);
     else if (name == "drain-timeout-ms") st = ParseNumber(name, value, &f.drain_timeout_ms);
     else if (name == "log-level") f.log_level = value;
+    else if (name == "ppsd-head") e.spec.ppsd_head = value;
+    else if (name == "spd-head") e.spec.spd_head = value;
+    else if (name == "allow-oracle") st = ParseBool(name, value, &e.spec.allow_oracle);
+    else if (name == "spec-policy") st = ParseSpecPolicy(value, &e.spec.policy);
+    else if (name == "default-policy") st = ParseMode(value, &e.spec.default_mode);
+    else if (name == "spec-min-acceptance") st = ParseNumber(name, value, &e.spec.min_acceptance);
+    else if (name == "spec-probe-interval") st = ParseNumber(name, value, &e.spec.probe_interval);
+    else if (name == "spec-max-drafts") st = ParseNumber(name, value, &e.spec.max_drafts);
+    else if (name == "draft-kv-capacity-tokens") {
+      st = ParseNumber(name, value, &e.spec.draft_kv_capacity_tokens);
+    }
     else return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
     if (!st.ok()) return st;
   }

@@ -28,6 +28,9 @@ inline constexpr const char* kSchedulerUsage =
     "  [--port-file PATH] [--threads N] [--max-waiting N] [--max-batch-tokens N]\n"
     "  [--prefill-chunk N] [--max-inflight N] [--kv-capacity-tokens N] [--kv-block-size N]\n"
     "  [--batch-timeout-ms N] [--drain-timeout-ms N] [--log-level LEVEL]\n"
+    "  [--ppsd-head DIR] [--spd-head DIR] [--default-policy ar|ppsd|spd]\n"
+    "  [--spec-policy auto|always|never] [--spec-min-acceptance X] [--spec-probe-interval N]\n"
+    "  [--spec-max-drafts N] [--draft-kv-capacity-tokens N] [--allow-oracle true|false]\n"
     "(--stages is accepted as a synonym of --stage-grpc)\n";
 
 // INVALID_ARGUMENT naming the flag on anything malformed or missing.

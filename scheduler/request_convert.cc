@@ -6,20 +6,54 @@
 
 namespace specline::scheduler {
 
-absl::StatusOr<RequestSpec> ToRequestSpec(const internal::SubmitRequest& req) {
-  using v1::DecodingPolicy;
-  if (req.policy() != v1::DECODING_POLICY_UNSPECIFIED &&
-      req.policy() != v1::DECODING_POLICY_AUTOREGRESSIVE) {
-    const std::string name = v1::DecodingPolicy_IsValid(req.policy())
-                                 ? v1::DecodingPolicy_Name(req.policy())
-                                 : absl::StrCat(static_cast<int>(req.policy()));
-    if (!v1::DecodingPolicy_IsValid(req.policy())) {
-      return absl::InvalidArgumentError(absl::StrCat("policy: unknown value ", name));
-    }
-    return absl::FailedPreconditionError(
-        absl::StrCat("policy ", name, " is not available on this deployment"));
+v1::DecodingPolicy ToPolicy(SpecMode mode) {
+  switch (mode) {
+    case SpecMode::kAutoregressive: return v1::DECODING_POLICY_AUTOREGRESSIVE;
+    case SpecMode::kPpsd: return v1::DECODING_POLICY_PPSD;
+    case SpecMode::kSpd: return v1::DECODING_POLICY_SPD;
   }
+  return v1::DECODING_POLICY_UNSPECIFIED;
+}
+
+void ToProto(const SpecStats& st, int n_stages, int generated, v1::SpecDecodeStats* out) {
+  out->set_num_drafts(st.drafts);
+  out->set_num_draft_tokens(st.draft_tokens);
+  out->set_num_accepted_tokens(st.accepted_tokens);
+  out->set_num_flushes(st.flushes());
+  out->set_num_discarded_tokens(st.discarded_tokens);
+  for (int64_t a : st.accepted_per_pos) out->add_num_accepted_tokens_per_pos(a);
+  out->set_pipeline_cycles(st.cycles);
+  if (st.cycles > 0) {
+    out->set_equivalent_acceptance_length(static_cast<double>(n_stages) * generated /
+                                          static_cast<double>(st.cycles));
+  }
+  if (st.drafts > 0) {
+    out->set_mean_accepted_length(1.0 + static_cast<double>(st.accepted_tokens) /
+                                            static_cast<double>(st.drafts));
+  }
+}
+
+absl::StatusOr<RequestSpec> ToRequestSpec(const internal::SubmitRequest& req,
+                                          SpecMode default_mode) {
   RequestSpec spec;
+  switch (req.policy()) {
+    case v1::DECODING_POLICY_UNSPECIFIED: spec.mode = default_mode; break;
+    case v1::DECODING_POLICY_AUTOREGRESSIVE: spec.mode = SpecMode::kAutoregressive; break;
+    case v1::DECODING_POLICY_PPSD: spec.mode = SpecMode::kPpsd; break;
+    case v1::DECODING_POLICY_SPD: spec.mode = SpecMode::kSpd; break;
+    default:
+      if (!v1::DecodingPolicy_IsValid(req.policy())) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("policy: unknown value ", static_cast<int>(req.policy())));
+      }
+      return absl::FailedPreconditionError(absl::StrCat(
+          "policy ", v1::DecodingPolicy_Name(req.policy()), " is not available on this deployment"));
+  }
+  if (req.has_oracle()) {
+    spec.oracle.enabled = true;
+    spec.oracle.alpha = req.oracle().alpha();
+    spec.oracle.reference.assign(req.oracle().reference().begin(), req.oracle().reference().end());
+  }
   spec.request_id = req.request_id();
   spec.prompt.assign(req.prompt().begin(), req.prompt().end());
   spec.max_tokens = req.max_tokens();

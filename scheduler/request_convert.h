@@ -10,9 +10,16 @@
 namespace specline::scheduler {
 
 // INVALID_ARGUMENT naming the field for bad sampling values;
-// FAILED_PRECONDITION for a policy this deployment does not run (only
-// autoregressive decoding exists until issue 4). The prompt is checked
-// against the model by Engine::Validate.
-absl::StatusOr<RequestSpec> ToRequestSpec(const internal::SubmitRequest& req);
+// FAILED_PRECONDITION for a policy the engine has no implementation of
+// (PIPO, PTP). UNSPECIFIED becomes `default_mode`. Whether this deployment
+// has the heads a policy needs, the oracle and the prompt are checked by
+// Engine::Validate.
+absl::StatusOr<RequestSpec> ToRequestSpec(const internal::SubmitRequest& req,
+                                          SpecMode default_mode = SpecMode::kAutoregressive);
+
+v1::DecodingPolicy ToPolicy(SpecMode mode);
+// The final message's counters; n_stages and the generated token count give
+// L'acc.
+void ToProto(const SpecStats& stats, int n_stages, int generated, v1::SpecDecodeStats* out);
 
 }  // namespace specline::scheduler

@@ -24,6 +24,7 @@ struct StreamEvent {
   // On the last event: how the request was decoded and its speculation counters.
   SpecMode mode = SpecMode::kAutoregressive;
   SpecStats spec;
+  int generated = 0;
   bool last() const { return finish != FinishReason::kNone; }
 };
 

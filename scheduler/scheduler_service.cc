@@ -27,7 +27,7 @@ grpc::Status ToGrpc(const absl::Status& s) {
 grpc::Status SchedulerService::Submit(grpc::ServerContext* ctx,
                                       const internal::SubmitRequest* req,
                                       grpc::ServerWriter<internal::SubmitEvent>* writer) {
-  absl::StatusOr<RequestSpec> spec = ToRequestSpec(*req);
+  absl::StatusOr<RequestSpec> spec = ToRequestSpec(*req, engine_.default_mode());
   if (!spec.ok()) return ToGrpc(spec.status());
   const std::string rid = req->request_id();
   absl::StatusOr<std::shared_ptr<RequestStream>> stream = engine_.Submit(*std::move(spec));
@@ -49,6 +49,10 @@ grpc::Status SchedulerService::Submit(grpc::ServerContext* ctx,
     out.mutable_tokens()->Add(e->tokens.begin(), e->tokens.end());
     out.set_finish_reason(ToProto(e->finish));
     if (e->queue_seconds >= 0) out.set_queue_seconds(e->queue_seconds);
+    if (e->last()) {
+      out.set_policy(ToPolicy(e->mode));
+      ToProto(e->spec, engine_.n_stages(), e->generated, out.mutable_spec_decode());
+    }
     // An abort not caused by this client (the engine's Cancel) ends the
     // stream normally with finish_reason ABORT.
     if (!writer->Write(out) && !e->last()) {
@@ -81,6 +85,8 @@ grpc::Status SchedulerService::GetModel(grpc::ServerContext*, const internal::Mo
   out->set_context_length(c.max_seq_len);
   out->set_n_layers(c.n_layers);
   out->set_n_stages(engine_.n_stages());
+  for (SpecMode m : engine_.modes()) out->add_policies(ToPolicy(m));
+  out->set_default_policy(ToPolicy(engine_.default_mode()));
   return grpc::Status::OK;
 }
 

@@ -219,6 +219,10 @@ grpc::Status GenerationService::Stream(grpc::ServerContext* ctx, const std::stri
     }
     if (stopped || finished) {
       finish = stopped ? v1::FINISH_REASON_STOP : event.finish_reason();
+      if (finished) {
+        resp.set_policy(event.policy());
+        *resp.mutable_spec_decode() = event.spec_decode();
+      }
       finish_message(&resp, now);
       if (!writer->Write(resp)) client_gone = true;
       // A stop string ends the request here: cancel so the scheduler frees the KV.
@@ -296,8 +300,8 @@ grpc::Status GenerationService::GetModelInfo(grpc::ServerContext* ctx,
   info->set_context_length(summary.context_length());
   info->set_n_layers(summary.n_layers());
   info->set_n_stages(summary.n_stages());
-  info->add_policies(v1::DECODING_POLICY_AUTOREGRESSIVE);
-  info->set_default_policy(v1::DECODING_POLICY_AUTOREGRESSIVE);
+  for (int p : summary.policies()) info->add_policies(static_cast<v1::DecodingPolicy>(p));
+  info->set_default_policy(summary.default_policy());
   info->set_default_max_tokens(model_.default_max_tokens);
   info->set_has_chat_template(model_.chat_template.has_value() && model_.tokenizer);
   info->set_bos_id(model_.tokenizer ? model_.tokenizer->bos_id() : -1);

@@ -31,10 +31,11 @@ absl::Status ValidateSampling(const v1::SamplingParams& s) {
 absl::Status ValidatePolicy(int policy) {
   if (!v1::DecodingPolicy_IsValid(policy))
     return Invalid("policy", absl::StrCat("unknown value ", policy));
-  if (policy != v1::DECODING_POLICY_UNSPECIFIED && policy != v1::DECODING_POLICY_AUTOREGRESSIVE)
+  // PPSD and SPD depend on the heads the scheduler was started with: it
+  // decides (FAILED_PRECONDITION when it has none).
+  if (policy == v1::DECODING_POLICY_PIPO || policy == v1::DECODING_POLICY_PTP)
     return Invalid("policy", absl::StrCat(v1::DecodingPolicy_Name(policy),
-                                          " is not available on this deployment "
-                                          "(available: DECODING_POLICY_AUTOREGRESSIVE)"));
+                                          " is not available on this deployment"));
   return absl::OkStatus();
 }
 
@@ -142,7 +143,7 @@ absl::StatusOr<PreparedRequest> PrepareRequest(const v1::GenerateRequest& r,
     for (int32_t id : m.tokenizer->stop_ids()) s.add_stop_token_ids(id);
   }
   for (int32_t id : r.stop_token_ids()) s.add_stop_token_ids(id);
-  s.set_policy(v1::DECODING_POLICY_AUTOREGRESSIVE);
+  s.set_policy(r.policy());
   out.stop_strings.assign(r.stop().begin(), r.stop().end());
   out.detok_prev = prompt->back();
   return out;

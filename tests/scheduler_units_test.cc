@@ -87,10 +87,16 @@ TEST(RequestConvertTest, PolicyAndSamplingErrors) {
   internal::SubmitRequest req;
   req.add_prompt(5);
   req.set_max_tokens(3);
-  req.set_policy(v1::DECODING_POLICY_SPD);
+  req.set_policy(v1::DECODING_POLICY_PIPO);
   auto spec = ToRequestSpec(req);
   EXPECT_EQ(spec.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(spec.status().message().find("DECODING_POLICY_SPD"), std::string::npos);
+  EXPECT_NE(spec.status().message().find("DECODING_POLICY_PIPO"), std::string::npos);
+  req.set_policy(v1::DECODING_POLICY_SPD);
+  spec = ToRequestSpec(req);
+  ASSERT_TRUE(spec.ok()) << spec.status();  // whether SPD runs here is the engine's call
+  EXPECT_EQ(spec->mode, SpecMode::kSpd);
+  req.set_policy(v1::DECODING_POLICY_UNSPECIFIED);
+  EXPECT_EQ(ToRequestSpec(req, SpecMode::kPpsd)->mode, SpecMode::kPpsd);
   req.set_policy(static_cast<v1::DecodingPolicy>(42));
   EXPECT_EQ(ToRequestSpec(req).status().code(), absl::StatusCode::kInvalidArgument);
   req.set_policy(v1::DECODING_POLICY_AUTOREGRESSIVE);
