@@ -129,6 +129,8 @@ void Launcher::Start(std::chrono::seconds timeout) {
   if (config_.kv_capacity_tokens > 0)
     scheduler_.argv.insert(scheduler_.argv.end(),
                            {"--kv-capacity-tokens", std::to_string(config_.kv_capacity_tokens)});
+  scheduler_.argv.insert(scheduler_.argv.end(), config_.scheduler_spec_args.begin(),
+                         config_.scheduler_spec_args.end());
   gateway_.argv = {gw_bin, "--model", config_.model,
                    "--scheduler", Loopback(scheduler_.grpc_port),
                    "--host", config_.host,

@@ -30,6 +30,8 @@ struct LaunchConfig {
   std::string port_file;  // where the launcher writes every port and pid
   std::string binary_dir;  // where specline-stage etc. live
   std::string log_level;   // passed to every child; "" = their default
+  // Speculation options for the scheduler ("--ppsd-head", DIR, ...), as is.
+  std::vector<std::string> scheduler_spec_args;
 };
 
 class Launcher {

@@ -40,6 +40,11 @@ const char kServeUsage[] = R"(usage: specline serve [options]
   --tls-cert PATH --tls-key PATH   serve TLS at the gateway
   --port-file PATH         write every process's ports and pids as JSON
   --startup-timeout-s N    how long start-up may take (default 300)
+  --ppsd-head DIR          enable DECODING_POLICY_PPSD with this early-exit head
+  --spd-head DIR           enable DECODING_POLICY_SPD with this speculation module
+  --default-policy P       ar, ppsd or spd: for requests that do not choose
+  --spec-policy P          auto (default), always or never: when to draft
+  --spec-max-drafts N      drafts in flight per request (default stages - 1)
   --log-level LEVEL        for every process: debug, info, warn, error
                            (default info; warn with --demo-prompt)
   --demo-prompt TEXT       once ready, stream one generation to stdout, print
@@ -57,7 +62,8 @@ int ServeCommand(int argc, char** argv) {
                  {"model", "tokenizer", "stages", "host", "port", "metrics-port", "threads",
                   "kv-capacity-tokens", "max-waiting", "max-concurrent-streams",
                   "default-max-tokens", "drain-timeout-ms", "auth-token-file", "tls-cert",
-                  "tls-key", "port-file", "startup-timeout-s", "demo-prompt", "log-level"});
+                  "tls-key", "port-file", "startup-timeout-s", "demo-prompt", "log-level",
+                  "ppsd-head", "spd-head", "default-policy", "spec-policy", "spec-max-drafts"});
   std::vector<std::string> flags = kRequestFlags;
   flags.push_back("help");
   Args args(argc, argv, 2, options, flags);
@@ -87,6 +93,13 @@ int ServeCommand(int argc, char** argv) {
   c.tls_cert = args.Str("tls-cert");
   c.tls_key = args.Str("tls-key");
   c.port_file = args.Str("port-file");
+  for (const char* name :
+       {"ppsd-head", "spd-head", "default-policy", "spec-policy", "spec-max-drafts"}) {
+    if (args.Has(name)) {
+      c.scheduler_spec_args.insert(c.scheduler_spec_args.end(),
+                                   {std::string("--") + name, args.Str(name)});
+    }
+  }
   const bool demo = args.Has("demo-prompt");
   // A demo shows the generation, so the processes only speak up for
   // warnings unless asked otherwise.

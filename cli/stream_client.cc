@@ -65,6 +65,8 @@ StreamResult StreamGenerate(const std::shared_ptr<grpc::Channel>& channel,
       r.finish_reason = msg.finish_reason();
       r.usage = msg.usage();
       r.server_timings = msg.timings();
+      r.policy = msg.policy();
+      r.spec_decode = msg.spec_decode();
     }
   }
   r.status = reader->Finish();
@@ -83,7 +85,18 @@ std::string FormatStats(const StreamResult& r) {
                 Percentile(r.itl, 0.5) * 1e3, Percentile(r.itl, 0.99) * 1e3,
                 r.tpot > 0 ? 1.0 / r.tpot : 0.0, r.e2e * 1e3, r.server_timings.queue_seconds() * 1e3,
                 r.server_timings.ttft_seconds() * 1e3);
-  return buf;
+  std::string out = buf;
+  const v1::SpecDecodeStats& s = r.spec_decode;
+  if (s.num_draft_tokens() > 0) {
+    std::snprintf(buf, sizeof buf,
+                  "; %s: %lld/%lld drafts accepted, %lld flushes, L'acc %.2f",
+                  v1::DecodingPolicy_Name(r.policy).c_str(),
+                  static_cast<long long>(s.num_accepted_tokens()),
+                  static_cast<long long>(s.num_draft_tokens()),
+                  static_cast<long long>(s.num_flushes()), s.equivalent_acceptance_length());
+    out += buf;
+  }
+  return out;
 }
 
 }  // namespace specline::cli

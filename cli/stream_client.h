@@ -22,6 +22,8 @@ struct StreamResult {
   v1::FinishReason finish_reason = v1::FINISH_REASON_UNSPECIFIED;
   v1::Usage usage;
   v1::Timings server_timings;
+  v1::DecodingPolicy policy = v1::DECODING_POLICY_UNSPECIFIED;
+  v1::SpecDecodeStats spec_decode;
   double ttft = 0;  // client-side, seconds
   double e2e = 0;
   double tpot = 0;               // (e2e - ttft) / (tokens - 1)
