@@ -45,6 +45,8 @@ const char kServeUsage[] = R"(usage: specline serve [options]
   --default-policy P       ar, ppsd or spd: for requests that do not choose
   --spec-policy P          auto (default), always or never: when to draft
   --spec-max-drafts N      drafts in flight per request (default stages - 1)
+  --allow-oracle true      accept oracle drafting on the scheduler's internal API
+                           (tests and benchmarks only)
   --log-level LEVEL        for every process: debug, info, warn, error
                            (default info; warn with --demo-prompt)
   --demo-prompt TEXT       once ready, stream one generation to stdout, print
@@ -63,7 +65,8 @@ int ServeCommand(int argc, char** argv) {
                   "kv-capacity-tokens", "max-waiting", "max-concurrent-streams",
                   "default-max-tokens", "drain-timeout-ms", "auth-token-file", "tls-cert",
                   "tls-key", "port-file", "startup-timeout-s", "demo-prompt", "log-level",
-                  "ppsd-head", "spd-head", "default-policy", "spec-policy", "spec-max-drafts"});
+                  "ppsd-head", "spd-head", "default-policy", "spec-policy", "spec-max-drafts",
+                  "allow-oracle"});
   std::vector<std::string> flags = kRequestFlags;
   flags.push_back("help");
   Args args(argc, argv, 2, options, flags);
@@ -94,7 +97,8 @@ int ServeCommand(int argc, char** argv) {
   c.tls_key = args.Str("tls-key");
   c.port_file = args.Str("port-file");
   for (const char* name :
-       {"ppsd-head", "spd-head", "default-policy", "spec-policy", "spec-max-drafts"}) {
+       {"ppsd-head", "spd-head", "default-policy", "spec-policy", "spec-max-drafts",
+        "allow-oracle"}) {
     if (args.Has(name)) {
       c.scheduler_spec_args.insert(c.scheduler_spec_args.end(),
                                    {std::string("--") + name, args.Str(name)});

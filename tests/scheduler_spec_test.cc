@@ -4,49 +4,16 @@
 // speculation counters say what happened.
 #include <gtest/gtest.h>
 
-#include <filesystem>
+#include <algorithm>
+#include <string>
 
-#include "model/runtime/draft_head_file.h"
 #include "tests/inproc_pipeline.h"
+#include "tests/spec_heads.h"
 
 namespace specline::testing {
 namespace {
 
 using scheduler::SpecMode;
-
-// Random heads for the scheduler test model, one directory per kind.
-std::string HeadDir(const std::string& kind, int n_stages) {
-  const std::string dir = TempDir() + "/spec_heads/" + kind + "-" + std::to_string(n_stages);
-  if (std::filesystem::exists(dir + "/head.json")) return dir;
-  const ModelConfig base = SchedulerTestConfig();
-  auto model = OpenModel(SchedulerTestModel());
-  DraftHeadSpec s;
-  if (kind == "ppsd-norm" || kind == "ppsd-layer") {
-    s.method = kind == "ppsd-norm" ? DraftMethod::kPpsdNorm : DraftMethod::kPpsdLayer;
-    s.exit_layer = EvenSplit(base.n_layers, n_stages)[1];  // where the first stage ends
-  } else {
-    s.method = DraftMethod::kSpd;
-    s.spd_stages = n_stages;
-    s.spd_layers = 1;
-    if (kind == "spd-v10") {
-      s.spd_layout = SpdFeatureLayout::kV10;
-      std::vector<int> taps = {0};
-      for (int k = 1; k <= n_stages; ++k) {
-        const int l = k * base.n_layers / n_stages;
-        for (int t : {l / 2, l}) {
-          if (std::find(taps.begin(), taps.end(), t) == taps.end()) taps.push_back(t);
-        }
-      }
-      std::sort(taps.begin(), taps.end());
-      s.spd_taps = taps;
-    } else {
-      s.spd_layout = SpdFeatureLayout::kV11;
-      s.spd_taps = SpdDefaultTaps(base.n_layers, n_stages);
-    }
-  }
-  WriteRandomDraftHead(dir, s, base, /*seed=*/17, model.get());
-  return dir;
-}
 
 scheduler::EngineOptions SpecOptions(int n_stages, const std::string& ppsd_kind,
                                      const std::string& spd_kind) {

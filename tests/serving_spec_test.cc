@@ -1,0 +1,138 @@
+// Pipeline speculation across processes: `specline serve` with PPSD and SPD
+// heads (randomly initialised: losslessness does not depend on their
+// quality) streams exactly the tokens of the single-process engine, for
+// greedy requests through the public API and for the oracle at several
+// acceptance rates through the scheduler's internal API; the final message
+// and the scheduler's /metrics carry the speculation counters.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "model/runtime/draft_head_file.h"
+#include "model/runtime/local_pipeline.h"
+#include "tests/serving_stack.h"
+
+namespace specline::testing {
+namespace {
+
+std::string Stories260K() { return SharedModelPath("stories260K/stories260K.bin"); }
+
+// Random heads for stories260K and an n-stage split.
+std::string Head(const std::string& kind, int n) {
+  const std::string dir = TempDir() + "/serving_spec_heads/" + kind + std::to_string(n);
+  if (std::filesystem::exists(dir + "/head.json")) return dir;
+  auto model = OpenModel(Stories260K());
+  const ModelConfig& c = model->config();
+  DraftHeadSpec s;
+  if (kind == "ppsd") {
+    s.method = DraftMethod::kPpsdLayer;
+    s.exit_layer = EvenSplit(c.n_layers, n)[1];
+  } else {
+    s.method = DraftMethod::kSpd;
+    s.spd_stages = n;
+    s.spd_layers = 1;
+    s.spd_taps = SpdDefaultTaps(c.n_layers, n);
+  }
+  WriteRandomDraftHead(dir, s, c, /*seed=*/3, model.get());
+  return dir;
+}
+
+std::unique_ptr<ServingStack> StartSpecStack(int n) {
+  return StartStack(Stories260K(), n,
+                    {"--ppsd-head", Head("ppsd", n), "--spd-head", Head("spd", n),
+                     "--spec-policy", "always", "--allow-oracle", "true"});
+}
+
+struct Internal {
+  grpc::Status status;
+  std::vector<int32_t> tokens;
+  internal::SubmitEvent last;
+};
+
+Internal SubmitInternal(const ServingStack& s, const internal::SubmitRequest& req) {
+  auto stub = internal::Scheduler::NewStub(
+      grpc::CreateChannel(s.scheduler(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 120s);
+  Internal out;
+  auto reader = stub->Submit(&ctx, req);
+  internal::SubmitEvent e;
+  while (reader->Read(&e)) {
+    out.tokens.insert(out.tokens.end(), e.tokens().begin(), e.tokens().end());
+    out.last = e;
+  }
+  out.status = reader->Finish();
+  return out;
+}
+
+void ExpectLosslessAcrossProcesses(int n) {
+  if (Stories260K().empty()) GTEST_SKIP() << "../shared/models/stories260K absent";
+  auto stack = StartSpecStack(n);
+  ReferenceEngine ref(Stories260K());
+
+  // The deployment says what it runs.
+  {
+    auto stub = v1::Generation::NewStub(stack->channel());
+    grpc::ClientContext ctx;
+    v1::ModelInfo info;
+    ASSERT_TRUE(stub->GetModelInfo(&ctx, v1::ModelInfoRequest(), &info).ok());
+    std::vector<int> policies(info.policies().begin(), info.policies().end());
+    EXPECT_EQ(policies, (std::vector<int>{v1::DECODING_POLICY_AUTOREGRESSIVE,
+                                          v1::DECODING_POLICY_PPSD, v1::DECODING_POLICY_SPD}));
+  }
+
+  int64_t drafted = 0;
+  for (const std::string prompt : {"Once upon a time", "The cat sat", "Lily and Ben went"}) {
+    const std::vector<int32_t> ids = ref.EncodeText(prompt);
+    const Reference want = ref.Run(ids, 48, /*ignore_eos=*/true);
+    for (v1::DecodingPolicy policy : {v1::DECODING_POLICY_PPSD, v1::DECODING_POLICY_SPD}) {
+      v1::GenerateRequest req;
+      req.set_text(prompt);
+      req.set_max_tokens(48);
+      req.set_ignore_eos(true);
+      req.set_policy(policy);
+      const Streamed got = StreamOnce(stack->channel(), req);
+      ASSERT_TRUE(got.status.ok()) << got.status.error_message();
+      EXPECT_EQ(got.tokens, want.tokens) << prompt << " " << v1::DecodingPolicy_Name(policy);
+      EXPECT_EQ(got.last.policy(), policy);
+      EXPECT_TRUE(got.last.lossless());
+      drafted += got.last.spec_decode().num_draft_tokens();
+    }
+    // The oracle at any acceptance rate changes nothing but the speed.
+    for (double alpha : {0.0, 0.3, 0.7, 1.0}) {
+      for (v1::DecodingPolicy policy : {v1::DECODING_POLICY_PPSD, v1::DECODING_POLICY_SPD}) {
+        internal::SubmitRequest req;
+        req.mutable_prompt()->Add(ids.begin(), ids.end());
+        req.set_max_tokens(48);
+        req.set_policy(policy);
+        req.mutable_oracle()->set_alpha(alpha);
+        req.mutable_oracle()->mutable_reference()->Add(want.tokens.begin(), want.tokens.end());
+        const Internal got = SubmitInternal(*stack, req);
+        ASSERT_TRUE(got.status.ok()) << got.status.error_message();
+        EXPECT_EQ(got.tokens, want.tokens) << prompt << " alpha " << alpha;
+        const v1::SpecDecodeStats& st = got.last.spec_decode();
+        if (alpha == 1.0) EXPECT_EQ(st.num_flushes(), 0);
+        if (alpha == 0.0) EXPECT_EQ(st.num_accepted_tokens(), 0);
+        EXPECT_GT(st.num_draft_tokens(), 0);
+        EXPECT_GE(st.equivalent_acceptance_length(), 1.0 - 1e-9);
+        EXPECT_LE(st.equivalent_acceptance_length(), n + 1e-9);
+      }
+    }
+  }
+  EXPECT_GT(drafted, 0);
+  const std::string metrics =
+      ScrapeMetrics(stack->ports["scheduler"]["metrics"].get<int>());
+  EXPECT_GT(MetricValue(metrics, "specline_spec_decode_num_draft_tokens_total"), 0) << metrics;
+  EXPECT_GT(MetricValue(metrics, "specline_spec_decode_num_flushes_total"), 0);
+  // Every reservation came back (the stages' own caches are checked by
+  // the in-process tests, which can look inside them).
+  const internal::SchedulerStats s = SchedulerStats(*stack);
+  EXPECT_EQ(s.running(), 0);
+  EXPECT_EQ(s.kv_free_tokens(), s.kv_capacity_tokens());
+}
+
+TEST(ServingSpec, LosslessAcrossTwoStageProcesses) { ExpectLosslessAcrossProcesses(2); }
+TEST(ServingSpec, LosslessAcrossFourStageProcesses) { ExpectLosslessAcrossProcesses(4); }
+
+}  // namespace
+}  // namespace specline::testing

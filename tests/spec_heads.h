@@ -1,0 +1,50 @@
+// Randomly initialised draft heads (PPSD early-exit heads, SPD modules) for
+// the scheduler test model, shared by the speculation tests.
+#pragma once
+
+#include <algorithm>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "model/runtime/draft_head_file.h"
+#include "tests/inproc_pipeline.h"
+
+namespace specline::testing {
+
+// Random heads for the scheduler test model, one directory per kind
+// ("ppsd-norm", "ppsd-layer", "spd-v10", "spd-v11") and pipeline depth.
+inline std::string HeadDir(const std::string& kind, int n_stages) {
+  const std::string dir = TempDir() + "/spec_heads/" + kind + "-" + std::to_string(n_stages);
+  if (std::filesystem::exists(dir + "/head.json")) return dir;
+  const ModelConfig base = SchedulerTestConfig();
+  auto model = OpenModel(SchedulerTestModel());
+  DraftHeadSpec s;
+  if (kind == "ppsd-norm" || kind == "ppsd-layer") {
+    s.method = kind == "ppsd-norm" ? DraftMethod::kPpsdNorm : DraftMethod::kPpsdLayer;
+    s.exit_layer = EvenSplit(base.n_layers, n_stages)[1];  // where the first stage ends
+  } else {
+    s.method = DraftMethod::kSpd;
+    s.spd_stages = n_stages;
+    s.spd_layers = 1;
+    if (kind == "spd-v10") {
+      s.spd_layout = SpdFeatureLayout::kV10;
+      std::vector<int> taps = {0};
+      for (int k = 1; k <= n_stages; ++k) {
+        const int l = k * base.n_layers / n_stages;
+        for (int t : {l / 2, l}) {
+          if (std::find(taps.begin(), taps.end(), t) == taps.end()) taps.push_back(t);
+        }
+      }
+      std::sort(taps.begin(), taps.end());
+      s.spd_taps = taps;
+    } else {
+      s.spd_layout = SpdFeatureLayout::kV11;
+      s.spd_taps = SpdDefaultTaps(base.n_layers, n_stages);
+    }
+  }
+  WriteRandomDraftHead(dir, s, base, /*seed=*/17, model.get());
+  return dir;
+}
+
+}  // namespace specline::testing
