@@ -6,6 +6,7 @@ namespace specline::cli {
 
 int GenerateCommand(int argc, char** argv);
 int RandomModelCommand(int argc, char** argv);
+int RandomHeadCommand(int argc, char** argv);  // draft heads of the right shapes
 int InfoCommand(int argc, char** argv);
 int ServeCommand(int argc, char** argv);   // launcher: gateway + scheduler + stages
 int ClientCommand(int argc, char** argv);  // streams from a running gateway

@@ -11,6 +11,7 @@ const char kUsage[] = R"(usage: specline COMMAND [options]
 commands:
   generate            stream a completion from a local model
   make-random-model   write a randomly initialised Llama-shaped model
+  make-random-head    write a randomly initialised draft head (PPSD / SPD) for a model
   info                print a model's config and tensors
   serve               run gateway + scheduler + stage workers on localhost
   client              stream a generation from a running gateway
@@ -28,6 +29,7 @@ int main(int argc, char** argv) {
     const std::string cmd = argv[1];
     if (cmd == "generate") return specline::cli::GenerateCommand(argc, argv);
     if (cmd == "make-random-model") return specline::cli::RandomModelCommand(argc, argv);
+    if (cmd == "make-random-head") return specline::cli::RandomHeadCommand(argc, argv);
     if (cmd == "info") return specline::cli::InfoCommand(argc, argv);
     if (cmd == "serve") return specline::cli::ServeCommand(argc, argv);
     if (cmd == "client") return specline::cli::ClientCommand(argc, argv);

@@ -1,0 +1,509 @@
+// Pipeline speculation with the oracle drafter: decode speedup of SPD and
+// PPSD over autoregressive decoding on the same multi-process deployment,
+// next to the papers' theoretical speedup, for acceptance rates alpha in
+// [0, 1]; and against the best single-process autoregressive run.
+//
+//   build/bench/spec_bench [--stages N] [--max-tokens N] [--repeats N]
+//                          [--alphas 0,0.25,...] [--model PATH] [--prompt N]
+//                          [--stage-threads N] [--scheduler-threads N]
+//                          [--local-threads N] [--scheduler-arg FLAG ...]
+//                          [--no-auto] [--json PATH]
+//
+// Deployment: N `specline-stage` processes (layers split evenly) and one
+// `specline-scheduler` (--allow-oracle true) on loopback TCP, wired like
+// `specline serve` (cli/launcher.cc) but without the gateway: the bench
+// talks to the scheduler's internal Submit, one greedy request at a time.
+// The plain (AUTOREGRESSIVE) run's tokens are the oracle's reference: with
+// probability alpha it proposes the token the plain run produced, else a
+// wrong one; SPD timing drafts at once, PPSD timing once the newest token
+// has passed the first stage (exit layer E = L / N).
+//
+// Every speculative configuration alternates with the plain run on the same
+// deployment (AR, spec, AR, spec, ...) so machine drift hits both; speedup
+// = median spec decode tok/s / median AR decode tok/s, decode tok/s =
+// (tokens - 1) / (end-to-end - time to first token) at the client.
+// Theory: n / (alpha + (1 - alpha) n), the expected equivalent acceptance
+// length L'acc = n N / K of SPD (K = accepted + n (N - accepted)); PPSD's
+// eq. 7 with E = L / n gives the same.
+//
+// The scheduler's --spec-policy is `always` for the sweep; alpha = 0 is
+// also run with `auto` (the production default, which stops drafting when
+// acceptance is low), on a second deployment started afterwards.
+//
+// The default model is a random stories110M-shaped checkpoint (dim 768,
+// 12 layers, vocab 32000, fp32) written to /tmp on first use (the same file
+// serving_bench uses): speed does not depend on the weights' values.
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <signal.h>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+#include <nlohmann/json.hpp>
+
+#include "bench/bench_util.h"
+#include "cli/child_process.h"
+#include "model/formats/model_source.h"
+#include "model/formats/random_model.h"
+#include "model/runtime/generator.h"
+#include "model/runtime/local_pipeline.h"
+#include "specline/internal/scheduler.grpc.pb.h"
+
+namespace fs = std::filesystem;
+using specline::bench::Median;
+using specline::bench::Now;
+namespace internal = specline::internal;
+namespace v1 = specline::v1;
+
+namespace {
+
+struct Options {
+  std::string model = "/tmp/specline-random-stories110M.bin";
+  int stages = 2;
+  int max_tokens = 96;
+  int prompt = 8;
+  int repeats = 3;
+  std::vector<double> alphas = {0, 0.25, 0.5, 0.75, 0.9, 1};
+  int stage_threads = 1;
+  int scheduler_threads = 1;
+  int local_threads = 0;  // 0 = all cores
+  bool run_auto = true;
+  std::vector<std::string> scheduler_args;  // extra flags, as is
+  std::string json = "spec_bench.json";
+};
+
+const char* kUsage =
+    "usage: spec_bench [--stages N] [--max-tokens N] [--repeats N] [--alphas A,B,...]\n"
+    "  [--model PATH] [--prompt N] [--stage-threads N] [--scheduler-threads N]\n"
+    "  [--local-threads N] [--scheduler-arg FLAG]... [--no-auto] [--json PATH]\n";
+
+std::string EnsureModel(const std::string& path) {
+  if (fs::exists(path)) return path;
+  const specline::ModelConfig c = specline::Stories110MShape();
+  std::fprintf(stderr, "writing random stories110M-shaped model to %s\n", path.c_str());
+  const std::string tmp = path + ".part";
+  specline::WriteRandomModel(c, specline::ModelFormat::kLlama2c, tmp, /*seed=*/110);
+  fs::rename(tmp, path);
+  return path;
+}
+
+std::vector<int32_t> Prompt(int n) {
+  std::vector<int32_t> p(n);
+  for (int i = 0; i < n; ++i) p[i] = 1 + (i * 7919) % 31000;
+  return p;
+}
+
+double Theory(double alpha, int n) { return n / (alpha + (1 - alpha) * n); }
+
+// One request's client-side view.
+struct Run {
+  std::vector<int32_t> tokens;
+  double ttft = 0, e2e = 0;
+  v1::DecodingPolicy policy = v1::DECODING_POLICY_UNSPECIFIED;
+  v1::SpecDecodeStats spec;
+  double decode_tok_s() const {
+    return tokens.size() > 1 ? (tokens.size() - 1) / (e2e - ttft) : 0;
+  }
+};
+
+// N stage processes + the scheduler, killed on destruction.
+class Deployment {
+ public:
+  Deployment(const Options& o, const std::string& spec_policy) {
+    std::string tmpl = (fs::temp_directory_path() / "specline-spec-bench-XXXXXX").string();
+    if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
+    dir_ = tmpl;
+    // bench binaries live in <build>/bench, the processes at <build>.
+    const std::string bin_dir = specline::cli::ExecutableDir() + "/..";
+    const std::string stage_bin = bin_dir + "/specline-stage";
+    const std::string sched_bin = bin_dir + "/specline-scheduler";
+    for (const std::string& b : {stage_bin, sched_bin}) {
+      if (access(b.c_str(), X_OK) != 0) throw std::runtime_error("cannot find " + b + "; build it");
+    }
+    const int n = o.stages;
+    const int n_layers = specline::OpenModel(o.model)->config().n_layers;
+    if (n < 1 || n > n_layers) throw std::invalid_argument("--stages out of range");
+    const std::vector<int> bounds = specline::EvenSplit(n_layers, n);
+    const std::vector<int> ports = specline::cli::PickFreePorts(2 * n + 2);
+    auto tcp = [](int p) { return "tcp://127.0.0.1:" + std::to_string(p); };
+    auto loop = [](int p) { return "127.0.0.1:" + std::to_string(p); };
+    const std::string sched_data = tcp(ports[2 * n]);
+    const int sched_grpc = ports[2 * n + 1];
+    std::string stage_grpc;
+    std::vector<std::vector<std::string>> argvs;
+    for (int i = 0; i < n; ++i) {
+      const std::string pf = (dir_ / ("stage-" + std::to_string(i) + ".json")).string();
+      port_files_.push_back(pf);
+      argvs.push_back({stage_bin, "--model", o.model,
+                       "--layers", std::to_string(bounds[i]) + ":" + std::to_string(bounds[i + 1]),
+                       "--stage", std::to_string(i),
+                       "--data-listen", tcp(ports[2 * i]),
+                       "--next", i + 1 < n ? tcp(ports[2 * (i + 1)]) : sched_data,
+                       "--grpc-port", std::to_string(ports[2 * i + 1]),
+                       "--metrics-port", "-1",
+                       "--port-file", pf,
+                       "--threads", std::to_string(o.stage_threads),
+                       "--kv-capacity-tokens", "1024",
+                       "--log-level", "warn"});
+      stage_grpc += (i ? "," : "") + loop(ports[2 * i + 1]);
+    }
+    const std::string pf = (dir_ / "scheduler.json").string();
+    port_files_.push_back(pf);
+    std::vector<std::string> sched = {sched_bin, "--model", o.model,
+                                      "--stage-grpc", stage_grpc,
+                                      "--data-listen", sched_data,
+                                      "--grpc-port", std::to_string(sched_grpc),
+                                      "--metrics-port", "-1",
+                                      "--port-file", pf,
+                                      "--threads", std::to_string(o.scheduler_threads),
+                                      "--kv-capacity-tokens", "1024",
+                                      "--allow-oracle", "true",
+                                      "--spec-policy", spec_policy,
+                                      "--log-level", "warn"};
+    sched.insert(sched.end(), o.scheduler_args.begin(), o.scheduler_args.end());
+    argvs.push_back(sched);
+    // The processes' logs go to a file, not into the table.
+    log_ = (dir_ / "processes.log").string();
+    std::fflush(stdout);
+    std::fflush(stderr);
+    const int log_fd = open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int saved_err = dup(STDERR_FILENO), saved_out = dup(STDOUT_FILENO);
+    dup2(log_fd, STDERR_FILENO);
+    dup2(log_fd, STDOUT_FILENO);
+    for (auto& a : argvs) pids_.push_back(specline::cli::SpawnProcess(a));
+    dup2(saved_err, STDERR_FILENO);
+    dup2(saved_out, STDOUT_FILENO);
+    close(saved_err);
+    close(saved_out);
+    close(log_fd);
+
+    const double deadline = Now() + 120;
+    for (size_t k = 0; k < port_files_.size(); ++k) {
+      while (!fs::exists(port_files_[k])) {
+        CheckAlive();
+        if (Now() > deadline) throw std::runtime_error("a process did not start; see " + log_);
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    }
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    stub_ = internal::Scheduler::NewStub(
+        grpc::CreateCustomChannel(loop(sched_grpc), grpc::InsecureChannelCredentials(), args));
+    while (true) {
+      CheckAlive();
+      if (Now() > deadline) throw std::runtime_error("the scheduler did not see every stage");
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+      internal::SchedulerStats st;
+      if (stub_->GetStats(&ctx, internal::StatsRequest(), &st).ok() && st.stage_up_size() == n &&
+          std::all_of(st.stage_up().begin(), st.stage_up().end(), [](bool b) { return b; })) {
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  ~Deployment() {
+    // Scheduler first, then the stages.
+    for (auto it = pids_.rbegin(); it != pids_.rend(); ++it) {
+      specline::cli::StopProcess(*it, SIGTERM, std::chrono::seconds(10));
+    }
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+
+  // One greedy request; throws on failure.
+  Run Submit(const std::vector<int32_t>& prompt, int max_tokens, v1::DecodingPolicy policy,
+             double alpha = -1, const std::vector<int32_t>* reference = nullptr) {
+    internal::SubmitRequest req;
+    req.set_request_id("spec-bench-" + std::to_string(++seq_));
+    for (int32_t t : prompt) req.add_prompt(t);
+    req.mutable_sampling()->set_temperature(0);
+    req.mutable_sampling()->set_seed(seq_);
+    req.set_max_tokens(max_tokens);  // no stop ids: ignore EOS
+    req.set_policy(policy);
+    if (alpha >= 0) {
+      req.mutable_oracle()->set_alpha(alpha);
+      if (reference) {
+        for (int32_t t : *reference) req.mutable_oracle()->add_reference(t);
+      }
+    }
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+    Run r;
+    const double t0 = Now();
+    auto reader = stub_->Submit(&ctx, req);
+    internal::SubmitEvent ev;
+    while (reader->Read(&ev)) {
+      if (ev.tokens_size() > 0 && r.tokens.empty()) r.ttft = Now() - t0;
+      r.tokens.insert(r.tokens.end(), ev.tokens().begin(), ev.tokens().end());
+      if (ev.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
+        r.policy = ev.policy();
+        r.spec = ev.spec_decode();
+      }
+    }
+    r.e2e = Now() - t0;
+    const grpc::Status st = reader->Finish();
+    if (!st.ok()) throw std::runtime_error("Submit failed: " + st.error_message() + " (log " + log_ + ")");
+    return r;
+  }
+
+ private:
+  void CheckAlive() {
+    for (pid_t p : pids_) {
+      int status = 0;
+      if (waitpid(p, &status, WNOHANG) == p) {
+        throw std::runtime_error("a process " + specline::cli::DescribeExit(status) +
+                                 " at start-up; see " + log_);
+      }
+    }
+  }
+  fs::path dir_;
+  std::string log_;
+  std::vector<std::string> port_files_;
+  std::vector<pid_t> pids_;
+  std::unique_ptr<internal::Scheduler::Stub> stub_;
+  uint64_t seq_ = 0;
+};
+
+// The best single-process autoregressive run: the whole model in one
+// LocalPipeline on every core.
+class Local {
+ public:
+  Local(const Options& o)
+      : model_(specline::OpenModel(o.model)),
+        pipeline_(*model_, {0, model_->config().n_layers}, Slices(o), o.local_threads),
+        max_tokens_(o.max_tokens), prompt_(Prompt(o.prompt)) {}
+  specline::GenerationResult Generate() {
+    specline::GenerationOptions g;
+    g.max_tokens = max_tokens_;
+    g.ignore_eos = true;
+    auto res = specline::Generate(pipeline_, ++seq_, prompt_, g);
+    if (!res.ok()) throw std::runtime_error(std::string(res.status().message()));
+    return *std::move(res);
+  }
+
+ private:
+  static specline::SliceOptions Slices(const Options& o) {
+    specline::SliceOptions so;
+    so.kv_capacity_tokens = o.prompt + o.max_tokens + 16;
+    return so;
+  }
+  std::unique_ptr<specline::ModelSource> model_;
+  specline::LocalPipeline pipeline_;
+  int max_tokens_;
+  std::vector<int32_t> prompt_;
+  uint64_t seq_ = 0;
+};
+
+struct Row {
+  std::string policy;       // "SPD" / "PPSD"
+  std::string spec_policy;  // scheduler --spec-policy
+  double alpha = 0;
+  std::vector<double> ar, spec;  // decode tok/s per round
+  std::vector<double> lacc, acceptance, drafts, draft_tokens;
+  int mismatches = 0;
+  double speedup() const { return Median(spec) / Median(ar); }
+};
+
+std::string Policy(v1::DecodingPolicy p) {
+  return p == v1::DECODING_POLICY_SPD ? "SPD" : p == v1::DECODING_POLICY_PPSD ? "PPSD" : "AR";
+}
+
+// Rounds of (AR, spec) on `d`.
+Row Measure(Deployment& d, const Options& o, const std::vector<int32_t>& reference,
+            v1::DecodingPolicy policy, double alpha, const std::string& spec_policy) {
+  Row row;
+  row.policy = Policy(policy);
+  row.spec_policy = spec_policy;
+  row.alpha = alpha;
+  const std::vector<int32_t> prompt = Prompt(o.prompt);
+  for (int r = 0; r < o.repeats; ++r) {
+    Run ar = d.Submit(prompt, o.max_tokens, v1::DECODING_POLICY_AUTOREGRESSIVE);
+    Run sp = d.Submit(prompt, o.max_tokens, policy, alpha, &reference);
+    row.mismatches += (ar.tokens != reference) + (sp.tokens != reference);
+    row.ar.push_back(ar.decode_tok_s());
+    row.spec.push_back(sp.decode_tok_s());
+    const auto& s = sp.spec;
+    row.lacc.push_back(s.equivalent_acceptance_length());
+    const double verified = double(s.num_accepted_tokens() + s.num_flushes());
+    row.acceptance.push_back(verified > 0 ? s.num_accepted_tokens() / verified : 0);
+    row.drafts.push_back(double(s.num_drafts()));
+    row.draft_tokens.push_back(double(s.num_draft_tokens()));
+  }
+  return row;
+}
+
+void PrintRow(const Row& r, int n) {
+  const double th = Theory(r.alpha, n);
+  std::printf("%-5s %-7s %5.2f %8.1f %8.1f %8.3f %7.3f %7.3f %6.3f %7.3f %7.0f %4d\n",
+              r.policy.c_str(), r.spec_policy.c_str(), r.alpha, Median(r.ar), Median(r.spec),
+              r.speedup(), th, r.speedup() / th, Median(r.lacc), Median(r.acceptance),
+              Median(r.draft_tokens), r.mismatches);
+  std::fflush(stdout);
+}
+
+nlohmann::json ToJson(const Row& r, int n) {
+  return {{"policy", r.policy}, {"spec_policy", r.spec_policy}, {"alpha", r.alpha},
+          {"ar_decode_tok_s", Median(r.ar)}, {"spec_decode_tok_s", Median(r.spec)},
+          {"speedup", r.speedup()}, {"theory", Theory(r.alpha, n)},
+          {"fraction_of_theory", r.speedup() / Theory(r.alpha, n)},
+          {"equivalent_acceptance_length", Median(r.lacc)},
+          {"acceptance", Median(r.acceptance)}, {"draft_tokens", Median(r.draft_tokens)},
+          {"drafts", Median(r.drafts)}, {"mismatches", r.mismatches},
+          {"ar_rounds", r.ar}, {"spec_rounds", r.spec}};
+}
+
+std::vector<double> ParseList(const std::string& s) {
+  std::vector<double> v;
+  std::stringstream ss(s);
+  for (std::string t; std::getline(ss, t, ',');) v.push_back(std::stod(t));
+  return v;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--model") o.model = next();
+    else if (a == "--stages") o.stages = std::stoi(next());
+    else if (a == "--max-tokens") o.max_tokens = std::stoi(next());
+    else if (a == "--prompt") o.prompt = std::stoi(next());
+    else if (a == "--repeats") o.repeats = std::stoi(next());
+    else if (a == "--alphas") o.alphas = ParseList(next());
+    else if (a == "--stage-threads") o.stage_threads = std::stoi(next());
+    else if (a == "--scheduler-threads") o.scheduler_threads = std::stoi(next());
+    else if (a == "--local-threads") o.local_threads = std::stoi(next());
+    else if (a == "--scheduler-arg") o.scheduler_args.push_back(next());
+    else if (a == "--no-auto") o.run_auto = false;
+    else if (a == "--json") o.json = next();
+    else {
+      std::cerr << kUsage;
+      return 2;
+    }
+  }
+  if (o.local_threads <= 0) o.local_threads = std::max(1u, std::thread::hardware_concurrency());
+  EnsureModel(o.model);
+  const int n = o.stages;
+  const std::vector<int32_t> prompt = Prompt(o.prompt);
+  nlohmann::json out = {{"bench", "spec"}, {"model", o.model}, {"stages", n},
+                        {"max_tokens", o.max_tokens}, {"prompt_tokens", o.prompt},
+                        {"repeats", o.repeats}, {"stage_threads", o.stage_threads},
+                        {"scheduler_threads", o.scheduler_threads},
+                        {"local_threads", o.local_threads}, {"scheduler_args", o.scheduler_args},
+                        {"cores", std::thread::hardware_concurrency()}};
+  const double t_start = Now();
+
+  std::vector<Row> rows;
+  std::vector<int32_t> reference;
+  double local_tok_s = 0, ar_tok_s = 0;
+  int local_mismatches = 0;
+  {
+    Deployment d(o, "always");
+    // Warm-up (pages in the weights) and the oracle's reference.
+    Run first = d.Submit(prompt, o.max_tokens, v1::DECODING_POLICY_AUTOREGRESSIVE);
+    reference = first.tokens;
+    if (static_cast<int>(reference.size()) != o.max_tokens)
+      throw std::runtime_error("the plain run stopped early");
+    d.Submit(prompt, o.max_tokens, v1::DECODING_POLICY_SPD, 1.0, &reference);
+    d.Submit(prompt, o.max_tokens, v1::DECODING_POLICY_PPSD, 1.0, &reference);
+
+    // The best single-process run, alternating with the deployment's AR.
+    {
+      Local local(o);
+      local.Generate();  // warm-up
+      std::vector<double> lr, ar;
+      for (int r = 0; r < o.repeats; ++r) {
+        auto g = local.Generate();
+        local_mismatches += g.tokens != reference;
+        lr.push_back((g.tokens.size() - 1) / g.decode_seconds);
+        Run a = d.Submit(prompt, o.max_tokens, v1::DECODING_POLICY_AUTOREGRESSIVE);
+        ar.push_back(a.decode_tok_s());
+      }
+      local_tok_s = Median(lr);
+      ar_tok_s = Median(ar);
+      out["single_process"] = {{"threads", o.local_threads}, {"decode_tok_s", local_tok_s},
+                               {"rounds", lr}, {"mismatches", local_mismatches},
+                               {"deployment_ar_decode_tok_s", ar_tok_s}, {"ar_rounds", ar}};
+    }
+    std::printf("spec_bench: %d stage process(es) x %d thread(s) + scheduler x %d thread(s), "
+                "%d cores; %d tokens after a %d-token prompt, greedy; %d interleaved rounds\n",
+                n, o.stage_threads, o.scheduler_threads, std::thread::hardware_concurrency(),
+                o.max_tokens, o.prompt, o.repeats);
+    std::printf("single process, %d threads: %.1f tok/s; deployment AR: %.1f tok/s (%.3fx)\n",
+                o.local_threads, local_tok_s, ar_tok_s, ar_tok_s / local_tok_s);
+    std::printf("%-5s %-7s %5s %8s %8s %8s %7s %7s %6s %7s %7s %4s\n", "pol", "spec-p", "alpha",
+                "AR tok/s", "sp tok/s", "speedup", "theory", "/theory", "L'acc", "accept",
+                "drafts", "mism");
+    for (v1::DecodingPolicy p : {v1::DECODING_POLICY_SPD, v1::DECODING_POLICY_PPSD}) {
+      for (double alpha : o.alphas) {
+        rows.push_back(Measure(d, o, reference, p, alpha, "always"));
+        PrintRow(rows.back(), n);
+      }
+    }
+  }
+  if (o.run_auto) {
+    Deployment d(o, "auto");
+    d.Submit(prompt, o.max_tokens, v1::DECODING_POLICY_AUTOREGRESSIVE);  // warm-up
+    for (v1::DecodingPolicy p : {v1::DECODING_POLICY_SPD, v1::DECODING_POLICY_PPSD}) {
+      rows.push_back(Measure(d, o, reference, p, 0.0, "auto"));
+      PrintRow(rows.back(), n);
+    }
+  }
+
+  // Summary against the targets.
+  int mismatches = local_mismatches;
+  const Row* best = nullptr;
+  double worst_fraction = 1e9, worst_alpha0 = 1e9;
+  for (const Row& r : rows) {
+    mismatches += r.mismatches;
+    if (r.spec_policy == "always") {
+      worst_fraction = std::min(worst_fraction, r.speedup() / Theory(r.alpha, n));
+    }
+    if (r.alpha == 0) worst_alpha0 = std::min(worst_alpha0, r.speedup());
+    if (!best || Median(r.spec) > Median(best->spec)) best = &r;
+  }
+  std::printf("mismatches against the plain run's tokens: %d\n", mismatches);
+  std::printf("lowest fraction of theory (spec-policy always): %.3f (target >= 0.85)\n",
+              worst_fraction);
+  if (worst_alpha0 < 1e9)
+    std::printf("lowest speedup at alpha 0: %.3f (target >= 0.95)\n", worst_alpha0);
+  if (best) {
+    std::printf("best: %s alpha %.2f at %.1f tok/s = %.3fx the single process on %d threads\n",
+                best->policy.c_str(), best->alpha, Median(best->spec),
+                Median(best->spec) / local_tok_s, o.local_threads);
+    out["best"] = {{"policy", best->policy}, {"alpha", best->alpha},
+                   {"decode_tok_s", Median(best->spec)},
+                   {"speedup_vs_single_process", Median(best->spec) / local_tok_s}};
+  }
+  for (const Row& r : rows) out["results"].push_back(ToJson(r, n));
+  out["mismatches"] = mismatches;
+  out["seconds"] = Now() - t_start;
+  std::printf("took %.0f s\n", Now() - t_start);
+  if (!o.json.empty()) {
+    std::ofstream(o.json) << out.dump(2) << "\n";
+    std::printf("wrote %s\n", o.json.c_str());
+  }
+  return mismatches == 0 ? 0 : 1;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "spec_bench: %s\n", e.what());
+  return 1;
+}

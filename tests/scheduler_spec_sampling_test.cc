@@ -1,0 +1,378 @@
+// Pipeline speculation is lossless under SAMPLING, checked statistically.
+//
+// Greedy losslessness is token-for-token (scheduler_spec_test.cc). With
+// sampling, speculative verification consumes the request's randomness
+// differently from plain decoding, so outputs differ per seed; what must be
+// identical is the DISTRIBUTION of the output. For a fixed short prompt and
+// max_tokens = 3 we compute that distribution exactly from the plain model
+// (LocalPipeline + Warp, never the engine): P(t1), P(t2 | t1), P(t3 | t1, t2),
+// hence the exact joint of (t1, t2) and the exact marginal of t3. Then we
+// draw N requests (seed = i) through the real pipeline in each decoding mode
+// and run chi-square goodness-of-fit tests of the observed (t1, t2) joint and
+// t3 marginal against the exact ones.
+//
+// Rejection threshold: p < 1e-4 per test. There are 12 engine tests in this
+// file (6 modes x 2 statistics), so if the engine is lossless the chance
+// that any one of them fails spuriously in a run is at most 12e-4 (Bonferroni;
+// about 0.1% of CI runs). The negative control below shows that the same
+// test does reject a distribution that is off by 0.1 in one probability.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "model/runtime/local_pipeline.h"
+#include "model/runtime/sampler.h"
+#include "tests/inproc_pipeline.h"
+#include "tests/spec_heads.h"
+
+namespace specline::testing {
+namespace {
+
+using scheduler::SpecMode;
+
+constexpr double kAlpha = 1e-4;  // per-test rejection level (see the header comment)
+
+// ---------------------------------------------------------------------------
+// Chi-square goodness of fit.
+
+// Regularized upper incomplete gamma Q(a, x) = Gamma(a, x) / Gamma(a), the
+// chi-square upper tail: P(X >= x) for X ~ chi2(k) is Q(k / 2, x / 2).
+// Numerical Recipes' split: for x < a + 1 the series of P(a, x) converges
+// fast (Q = 1 - P); otherwise the continued fraction of Q (modified Lentz).
+// Both are accurate to ~1e-14 relative, far more than a 1e-4 threshold needs.
+double GammaQ(double a, double x) {
+  if (x <= 0) return 1.0;
+  const double log_prefix = -x + a * std::log(x) - std::lgamma(a);  // x^a e^-x / Gamma(a)
+  if (x < a + 1) {
+    // P(a, x) = x^a e^-x / Gamma(a + 1) * sum_n x^n / ((a + 1) ... (a + n)).
+    double ap = a, term = 1.0 / a, sum = term;
+    for (int n = 0; n < 10000; ++n) {
+      ap += 1;
+      term *= x / ap;
+      sum += term;
+      if (std::fabs(term) < std::fabs(sum) * 1e-16) break;
+    }
+    return std::max(0.0, 1.0 - sum * std::exp(log_prefix));
+  }
+  // Q(a, x) = x^a e^-x / Gamma(a) * 1 / (x + 1 - a - 1 (1 - a) / (x + 3 - a - ...)).
+  constexpr double kTiny = 1e-300;
+  double b = x + 1 - a, c = 1 / kTiny, d = 1 / b, h = d;
+  for (int i = 1; i < 10000; ++i) {
+    const double an = -i * (i - a);
+    b += 2;
+    d = an * d + b;
+    if (std::fabs(d) < kTiny) d = kTiny;
+    c = b + an / c;
+    if (std::fabs(c) < kTiny) c = kTiny;
+    d = 1 / d;
+    const double delta = d * c;
+    h *= delta;
+    if (std::fabs(delta - 1) < 1e-16) break;
+  }
+  return std::exp(log_prefix) * h;
+}
+
+double ChiSquareUpperTail(double stat, int df) { return GammaQ(df / 2.0, stat / 2.0); }
+
+struct ChiSquare {
+  double stat = 0;
+  int df = 0;
+  double p = 1;
+  int outside_support = 0;  // observations the exact distribution gives probability 0
+  std::string table;        // for failure messages
+};
+
+// Tests `counts` (n observations in all) against the exact `probs`. Cells
+// whose expected count is below 5 are pooled into one cell (and that cell
+// with the next smallest until it reaches 5), the usual validity rule of
+// the chi-square approximation. An observation outside the support is an
+// outright failure (p = 0).
+ChiSquare ChiSquareTest(const std::map<int64_t, double>& probs,
+                        const std::map<int64_t, int64_t>& counts, int64_t n) {
+  ChiSquare r;
+  for (const auto& [key, c] : counts) {
+    if (!probs.contains(key)) r.outside_support += static_cast<int>(c);
+  }
+  struct Cell {
+    double expected = 0;
+    int64_t observed = 0;
+  };
+  std::vector<Cell> cells;
+  for (const auto& [key, p] : probs) {
+    auto it = counts.find(key);
+    cells.push_back({p * static_cast<double>(n), it == counts.end() ? 0 : it->second});
+  }
+  std::sort(cells.begin(), cells.end(),
+            [](const Cell& a, const Cell& b) { return a.expected < b.expected; });
+  // Pool from the smallest up while the pooled cell is below 5.
+  size_t first = 0;
+  Cell pooled;
+  while (first < cells.size() && (cells[first].expected < 5 || (first > 0 && pooled.expected < 5))) {
+    pooled.expected += cells[first].expected;
+    pooled.observed += cells[first].observed;
+    ++first;
+  }
+  std::vector<Cell> merged(cells.begin() + static_cast<std::ptrdiff_t>(first), cells.end());
+  if (pooled.expected > 0) merged.push_back(pooled);
+  std::ostringstream table;
+  for (const Cell& c : merged) {
+    r.stat += (c.observed - c.expected) * (c.observed - c.expected) / c.expected;
+    table << " [E " << c.expected << " O " << c.observed << "]";
+  }
+  r.df = static_cast<int>(merged.size()) - 1;
+  r.p = r.df > 0 ? ChiSquareUpperTail(r.stat, r.df) : 1.0;
+  if (r.outside_support > 0) r.p = 0;
+  r.table = table.str();
+  return r;
+}
+
+TEST(ChiSquare, UpperTailMatchesKnownValues) {
+  // Critical values of the chi-square distribution (standard tables).
+  EXPECT_NEAR(ChiSquareUpperTail(3.841459, 1), 0.05, 1e-6);
+  EXPECT_NEAR(ChiSquareUpperTail(18.307038, 10), 0.05, 1e-6);
+  EXPECT_NEAR(ChiSquareUpperTail(6.634897, 1), 0.01, 1e-6);
+  EXPECT_NEAR(ChiSquareUpperTail(59.702747, 35), 0.005, 1e-6);
+  // df = 2: the tail is exp(-x / 2) exactly (both branches of GammaQ).
+  for (double x : {0.5, 1.9, 2.1, 10.0, 40.0}) {
+    EXPECT_NEAR(ChiSquareUpperTail(x, 2), std::exp(-x / 2), 1e-12) << x;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// The exact output distribution of the plain model.
+
+constexpr int kMaxTokens = 3;
+
+std::vector<int32_t> Prompt() { return MakePrompt(6, 1234); }
+
+SamplingParams Sampling(uint64_t seed) {
+  SamplingParams s;
+  s.temperature = 0.8f;
+  s.top_k = 6;  // each step has at most 6 outcomes: (t1, t2) at most 36 cells
+  s.seed = seed;
+  return s;
+}
+
+int64_t Key(int32_t a, int32_t b) { return int64_t{a} * 1000003 + b; }
+
+struct Exact {
+  std::map<int64_t, double> t1, joint12, t3;
+};
+
+const Exact& ExactDistribution() {
+  static const Exact exact = [] {
+    auto model = OpenModel(SchedulerTestModel());
+    LocalPipeline local(*model, {0, model->config().n_layers}, SliceOptions{16, 4096}, 1);
+    const int dim = model->config().dim;
+    uint64_t seq = 1;
+    // Warp(logits after `history`): the distribution of the next token.
+    auto next = [&](const std::vector<int32_t>& history) {
+      std::vector<SlotRef> slots;
+      for (int32_t i = 0; i < static_cast<int32_t>(history.size()); ++i) slots.push_back({seq, i});
+      SliceOutput out;
+      absl::Status st = local.Forward(slots, history, {}, &out);
+      EXPECT_TRUE(st.ok()) << st;
+      std::vector<float> logits(local.head().vocab_size());
+      local.head().Logits(out.hidden.data() + (history.size() - 1) * dim, 1, logits.data());
+      local.Release(seq++);
+      return Warp(logits, Sampling(0), history);
+    };
+    Exact e;
+    std::vector<int32_t> h = Prompt();
+    const TokenDistribution d1 = next(h);
+    for (size_t i = 0; i < d1.ids.size(); ++i) {
+      const int32_t t1 = d1.ids[i];
+      e.t1[t1] += d1.probs[i];
+      h.push_back(t1);
+      const TokenDistribution d2 = next(h);
+      for (size_t j = 0; j < d2.ids.size(); ++j) {
+        const int32_t t2 = d2.ids[j];
+        const double p12 = double{d1.probs[i]} * d2.probs[j];
+        e.joint12[Key(t1, t2)] += p12;
+        h.push_back(t2);
+        const TokenDistribution d3 = next(h);
+        for (size_t k = 0; k < d3.ids.size(); ++k) e.t3[d3.ids[k]] += p12 * d3.probs[k];
+        h.pop_back();
+      }
+      h.pop_back();
+    }
+    return e;
+  }();
+  return exact;
+}
+
+TEST(ExactDistribution, IsAProperNonDegenerateDistribution) {
+  const Exact& e = ExactDistribution();
+  double s12 = 0, s3 = 0;
+  for (const auto& [k, p] : e.joint12) s12 += p;
+  for (const auto& [k, p] : e.t3) s3 += p;
+  EXPECT_NEAR(s12, 1.0, 1e-5);
+  EXPECT_NEAR(s3, 1.0, 1e-5);
+  // Sampling is not degenerate: several outcomes per step, so the test can
+  // tell distributions apart.
+  EXPECT_GE(e.t1.size(), 4u);
+  EXPECT_GE(e.joint12.size(), 16u);
+  double top = 0;
+  for (const auto& [k, p] : e.t1) top = std::max(top, p);
+  EXPECT_LT(top, 0.9);
+}
+
+// Negative control (no engine): samples from a deliberately wrong
+// distribution -- the exact one with the most likely t1's probability
+// lowered by 0.1 and the 0.1 spread over the other first tokens in
+// proportion -- are rejected by the same test at the same N; samples from
+// the exact one are not. Deterministic (fixed seed).
+TEST(ChiSquare, RejectsADistributionOffByATenth) {
+  const Exact& e = ExactDistribution();
+  int32_t top = -1;
+  double p_top = -1;
+  for (const auto& [t1, p] : e.t1) {
+    if (p > p_top) top = static_cast<int32_t>(t1), p_top = p;
+  }
+  ASSERT_GT(p_top, 0.1);
+  std::map<int64_t, double> wrong;
+  for (const auto& [key, p] : e.joint12) {
+    const auto t1 = static_cast<int32_t>(key / 1000003);
+    wrong[key] = t1 == top ? p * (p_top - 0.1) / p_top : p * (1 - p_top + 0.1) / (1 - p_top);
+  }
+  auto draw = [](const std::map<int64_t, double>& dist, int64_t n, uint64_t seed) {
+    std::vector<int64_t> keys;
+    std::vector<double> weights;
+    for (const auto& [k, p] : dist) keys.push_back(k), weights.push_back(p);
+    std::mt19937_64 gen(seed);
+    std::discrete_distribution<size_t> pick(weights.begin(), weights.end());
+    std::map<int64_t, int64_t> counts;
+    for (int64_t i = 0; i < n; ++i) ++counts[keys[pick(gen)]];
+    return counts;
+  };
+  constexpr int64_t kN = 2000;
+  const ChiSquare bad = ChiSquareTest(e.joint12, draw(wrong, kN, 99), kN);
+  EXPECT_LT(bad.p, kAlpha) << "chi2 " << bad.stat << " df " << bad.df << bad.table;
+  const ChiSquare good = ChiSquareTest(e.joint12, draw(e.joint12, kN, 99), kN);
+  EXPECT_GE(good.p, kAlpha) << "chi2 " << good.stat << " df " << good.df << good.table;
+  // A wrong support is caught outright.
+  std::map<int64_t, int64_t> outside = draw(e.joint12, 100, 5);
+  int32_t t = 0;
+  while (e.joint12.contains(Key(t, t))) ++t;
+  ++outside[Key(t, t)];
+  EXPECT_EQ(ChiSquareTest(e.joint12, outside, 101).p, 0);
+}
+
+// ---------------------------------------------------------------------------
+// The engine, in every decoding mode.
+
+struct ModeCase {
+  std::string name;
+  int n_stages;
+  SpecMode mode;
+  bool oracle;      // oracle drafter at alpha 0.5 instead of a head
+  std::string ppsd;  // head kinds (HeadDir)
+  std::string spd;
+  int n_requests;
+};
+
+class SampledOutput : public ::testing::TestWithParam<ModeCase> {};
+
+TEST_P(SampledOutput, MatchesTheExactDistribution) {
+  const ModeCase c = GetParam();
+  const Exact& exact = ExactDistribution();
+  scheduler::EngineOptions o;
+  o.spec.policy = scheduler::SpecPolicy::kAlways;
+  o.spec.allow_oracle = true;
+  if (!c.ppsd.empty()) o.spec.ppsd_head = HeadDir(c.ppsd, c.n_stages);
+  if (!c.spd.empty()) o.spec.spd_head = HeadDir(c.spd, c.n_stages);
+  InprocPipeline p(c.n_stages, o);
+
+  // The oracle's reference: any fixed sequence does (verification is
+  // lossless for every proposal); the greedy output makes its proposals
+  // likely under p, so both the accept and the residual paths are taken.
+  scheduler::RequestSpec greedy;
+  greedy.prompt = Prompt();
+  greedy.max_tokens = kMaxTokens;
+  const std::vector<int32_t> reference = Generate1(p.model(), greedy).tokens;
+
+  const auto t0 = std::chrono::steady_clock::now();
+  std::map<int64_t, int64_t> joint12, t3;
+  int64_t drafted = 0, rejected = 0, accepted = 0, bad = 0;
+  constexpr int kWindow = 64;  // requests in flight at once
+  for (int base = 0; base < c.n_requests; base += kWindow) {
+    std::vector<std::shared_ptr<scheduler::RequestStream>> streams;
+    for (int i = base; i < std::min(c.n_requests, base + kWindow); ++i) {
+      scheduler::RequestSpec r;
+      r.prompt = Prompt();
+      r.sampling = Sampling(static_cast<uint64_t>(i));
+      r.max_tokens = kMaxTokens;
+      r.mode = c.mode;
+      if (c.oracle) r.oracle = {true, 0.5, reference};
+      auto s = p.engine().Submit(std::move(r));
+      ASSERT_TRUE(s.ok()) << s.status();
+      streams.push_back(*std::move(s));
+    }
+    for (auto& s : streams) {
+      const StreamResult got = Collect(*s);
+      if (got.tokens.size() != kMaxTokens || got.last.finish != scheduler::FinishReason::kLength) {
+        if (++bad <= 5) {
+          ADD_FAILURE() << "request " << s->id() << ": " << got.tokens.size() << " tokens, finish "
+                        << scheduler::FinishReasonName(got.last.finish) << " " << got.last.error;
+        }
+        continue;
+      }
+      EXPECT_EQ(got.last.mode, c.mode);
+      ++joint12[Key(got.tokens[0], got.tokens[1])];
+      ++t3[got.tokens[2]];
+      const scheduler::SpecStats& st = got.last.spec;
+      drafted += st.draft_tokens;
+      rejected += st.rejected_tokens;
+      accepted += st.accepted_tokens;
+      EXPECT_EQ(st.accepted_tokens + st.rejected_tokens + st.discarded_tokens, st.draft_tokens);
+    }
+  }
+  ASSERT_EQ(bad, 0);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const int64_t n = c.n_requests;
+  const ChiSquare g12 = ChiSquareTest(exact.joint12, joint12, n);
+  const ChiSquare g3 = ChiSquareTest(exact.t3, t3, n);
+  std::printf("[ %s ] %d requests in %.2f s; drafts %lld accepted %lld rejected %lld; "
+              "(t1,t2): chi2 %.1f df %d p %.3g; t3: chi2 %.1f df %d p %.3g\n",
+              c.name.c_str(), c.n_requests, seconds, static_cast<long long>(drafted),
+              static_cast<long long>(accepted), static_cast<long long>(rejected), g12.stat, g12.df,
+              g12.p, g3.stat, g3.df, g3.p);
+  EXPECT_EQ(g12.outside_support, 0) << "outputs the plain model cannot produce";
+  EXPECT_EQ(g3.outside_support, 0) << "outputs the plain model cannot produce";
+  EXPECT_GE(g12.p, kAlpha) << "(t1, t2) joint: chi2 " << g12.stat << " df " << g12.df << g12.table;
+  EXPECT_GE(g3.p, kAlpha) << "t3 marginal: chi2 " << g3.stat << " df " << g3.df << g3.table;
+  if (c.mode == SpecMode::kAutoregressive) {
+    EXPECT_EQ(drafted, 0);
+  } else {
+    // The speculative paths were exercised: drafts verified, some accepted,
+    // some rejected (each rejection samples from the residual max(0, p - q)).
+    EXPECT_GT(drafted, n / 10) << "too few drafts to test speculation";
+    EXPECT_GT(accepted, 0);
+    EXPECT_GT(rejected, n / 20) << "too few rejections to test the residual path";
+  }
+  EXPECT_TRUE(Eventually([&] { return p.StagesEmpty(); }));
+  const auto stats = p.engine().Stats();
+  EXPECT_EQ(stats.kv_free_tokens, stats.kv_capacity_tokens);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Modes, SampledOutput,
+    ::testing::Values(ModeCase{"autoregressive", 2, SpecMode::kAutoregressive, false, "", "", 2000},
+                      ModeCase{"spd_oracle", 2, SpecMode::kSpd, true, "", "", 2000},
+                      ModeCase{"ppsd_oracle", 2, SpecMode::kPpsd, true, "", "", 2000},
+                      ModeCase{"ppsd_layer_head", 2, SpecMode::kPpsd, false, "ppsd-layer", "", 2000},
+                      ModeCase{"spd_v11_head", 2, SpecMode::kSpd, false, "", "spd-v11", 2000},
+                      ModeCase{"spd_oracle_4stages", 4, SpecMode::kSpd, true, "", "", 2000}),
+    [](const auto& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace specline::testing

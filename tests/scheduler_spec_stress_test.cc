@@ -1,0 +1,271 @@
+// Speculative rollback under stress: a 4-stage in-process pipeline runs many
+// long greedy requests at once with frequent rejections (oracle at alpha 0.5
+// in PPSD and SPD, random heads), requests that hit a stop id while drafts
+// are in flight, requests cancelled mid-generation, and plain ones mixed in.
+// Every request that is not cancelled must equal plain decoding token for
+// token, and after each round every stage and the engine's KV budget must be
+// back to empty. Rounds repeat on the same pipeline to catch leaks.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/inproc_pipeline.h"
+#include "tests/spec_heads.h"
+
+namespace specline::testing {
+namespace {
+
+using scheduler::FinishReason;
+using scheduler::SpecMode;
+
+constexpr int kStages = 4;
+
+scheduler::EngineOptions StressOptions() {
+  scheduler::EngineOptions o;
+  o.spec.policy = scheduler::SpecPolicy::kAlways;
+  o.spec.allow_oracle = true;
+  o.spec.ppsd_head = HeadDir("ppsd-layer", kStages);
+  o.spec.spd_head = HeadDir("spd-v11", kStages);
+  return o;
+}
+
+struct Job {
+  std::string label;
+  scheduler::RequestSpec spec;
+  std::vector<int32_t> expected;  // the reference (a prefix of it when cancelled)
+  FinishReason expected_finish = FinishReason::kLength;
+  int cancel_after = 0;  // > 0: cancel once this many tokens arrived
+};
+
+struct Outcome {
+  std::vector<int32_t> tokens;
+  scheduler::StreamEvent last;
+  bool cancel_accepted = false;
+  bool ended = false;
+};
+
+scheduler::RequestSpec Base(uint32_t prompt_seed, int max_tokens) {
+  scheduler::RequestSpec r;
+  r.prompt = MakePrompt(3 + prompt_seed % 9, prompt_seed);
+  r.max_tokens = max_tokens;
+  return r;
+}
+
+FinishReason ReasonOf(const std::string& r) {
+  return r == "stop" ? FinishReason::kStop : FinishReason::kLength;
+}
+
+// The mix of one round; `round` varies the prompts.
+std::vector<Job> MakeJobs(const ModelSource& model, int round) {
+  std::vector<Job> jobs;
+  const uint32_t s0 = 100 + 37 * static_cast<uint32_t>(round);
+  auto add = [&](std::string label, scheduler::RequestSpec spec, SpecMode mode, double alpha,
+                 bool oracle) -> Job& {
+    Job& j = jobs.emplace_back();
+    j.label = std::move(label);
+    const Reference ref = Generate1(model, spec);
+    j.expected = ref.tokens;
+    j.expected_finish = ReasonOf(ref.reason);
+    spec.mode = mode;
+    if (oracle) {
+      scheduler::RequestSpec plain = spec;
+      plain.stop_ids.clear();
+      spec.oracle = {true, alpha, Generate1(model, plain).tokens};
+    }
+    j.spec = std::move(spec);
+    return j;
+  };
+  // Long generations with a rejection about every other draft.
+  add("spd-oracle-a", Base(s0 + 0, 96), SpecMode::kSpd, 0.5, true);
+  add("ppsd-oracle-a", Base(s0 + 1, 80), SpecMode::kPpsd, 0.5, true);
+  add("spd-oracle-b", Base(s0 + 2, 64), SpecMode::kSpd, 0.5, true);
+  add("ppsd-oracle-b", Base(s0 + 3, 100), SpecMode::kPpsd, 0.5, true);
+  add("spd-oracle-hi", Base(s0 + 4, 72), SpecMode::kSpd, 0.8, true);
+  // Random heads (almost every draft rejected).
+  add("ppsd-head", Base(s0 + 5, 64), SpecMode::kPpsd, 0, false);
+  add("spd-head", Base(s0 + 6, 64), SpecMode::kSpd, 0, false);
+  // Stop ids: the 20th token of the reference; the output is the reference
+  // cut right after the stop id's first occurrence.
+  for (auto [k, mode] : {std::pair{7u, SpecMode::kSpd}, std::pair{8u, SpecMode::kPpsd}}) {
+    scheduler::RequestSpec spec = Base(s0 + k, 90);
+    const Reference full = Generate1(model, spec);
+    EXPECT_GE(full.tokens.size(), 20u);
+    const int32_t stop = full.tokens[19];
+    spec.stop_ids = {stop};
+    Job& j = add(std::string("stop-") + scheduler::SpecModeName(mode), spec, mode, 0.5, true);
+    const auto first = std::find(full.tokens.begin(), full.tokens.end(), stop);
+    EXPECT_EQ(j.expected, std::vector<int32_t>(full.tokens.begin(), first + 1)) << j.label;
+    EXPECT_EQ(j.expected_finish, FinishReason::kStop) << j.label;
+  }
+  // Cancelled after a few tokens, with drafts in flight.
+  add("cancel-spd", Base(s0 + 9, 100), SpecMode::kSpd, 0.5, true).cancel_after = 3 + round;
+  add("cancel-ppsd", Base(s0 + 10, 100), SpecMode::kPpsd, 0.5, true).cancel_after = 6 + round;
+  add("cancel-spd-head", Base(s0 + 11, 100), SpecMode::kSpd, 0, false).cancel_after = 4;
+  // Plain decoding mixed in.
+  add("plain-a", Base(s0 + 12, 60), SpecMode::kAutoregressive, 0, false);
+  add("plain-b", Base(s0 + 13, 90), SpecMode::kAutoregressive, 0, false);
+  return jobs;
+}
+
+// Reads one stream to its end; cancels it once `cancel_after` tokens came.
+void Consume(scheduler::Engine& engine, scheduler::RequestStream& s, int cancel_after,
+             Outcome& out) {
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  bool cancelled = false;
+  while (std::chrono::steady_clock::now() < give_up) {
+    auto e = s.Next(std::chrono::milliseconds(100));
+    if (!e) continue;
+    out.tokens.insert(out.tokens.end(), e->tokens.begin(), e->tokens.end());
+    if (e->last()) {
+      out.last = *std::move(e);
+      out.ended = true;
+      return;
+    }
+    if (cancel_after > 0 && !cancelled && static_cast<int>(out.tokens.size()) >= cancel_after) {
+      cancelled = true;
+      out.cancel_accepted = engine.Cancel(s.id());
+    }
+  }
+}
+
+void RunRound(InprocPipeline& p, int round) {
+  std::vector<Job> jobs = MakeJobs(p.model(), round);
+  std::vector<std::shared_ptr<scheduler::RequestStream>> streams;
+  for (Job& j : jobs) {
+    auto s = p.engine().Submit(j.spec);
+    ASSERT_TRUE(s.ok()) << j.label << ": " << s.status();
+    streams.push_back(*std::move(s));
+  }
+  std::vector<Outcome> outcomes(jobs.size());
+  std::vector<std::thread> readers;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    readers.emplace_back(Consume, std::ref(p.engine()), std::ref(*streams[i]),
+                         jobs[i].cancel_after, std::ref(outcomes[i]));
+  }
+  for (auto& t : readers) t.join();
+
+  int64_t drafts = 0, rejected = 0, discarded = 0;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const Job& j = jobs[i];
+    const Outcome& o = outcomes[i];
+    SCOPED_TRACE("round " + std::to_string(round) + " " + j.label);
+    ASSERT_TRUE(o.ended) << "stream did not end";
+    EXPECT_TRUE(o.last.error.ok()) << o.last.error;
+    const scheduler::SpecStats& st = o.last.spec;
+    drafts += st.draft_tokens;
+    rejected += st.rejected_tokens;
+    discarded += st.discarded_tokens;
+    if (j.cancel_after > 0) {
+      EXPECT_TRUE(o.cancel_accepted) << "the request ended before it was cancelled";
+      EXPECT_EQ(o.last.finish, FinishReason::kAbort);
+      EXPECT_GE(static_cast<int>(o.tokens.size()), j.cancel_after);
+      EXPECT_LT(o.tokens.size(), j.expected.size());
+      // What arrived before the abort is still exactly plain decoding.
+      ASSERT_LE(o.tokens.size(), j.expected.size());
+      EXPECT_EQ(o.tokens, std::vector<int32_t>(j.expected.begin(),
+                                               j.expected.begin() + static_cast<std::ptrdiff_t>(
+                                                                        o.tokens.size())));
+      continue;
+    }
+    EXPECT_EQ(o.tokens, j.expected);
+    EXPECT_EQ(o.last.finish, j.expected_finish);
+    EXPECT_EQ(o.last.mode, j.spec.mode);
+    if (j.spec.mode == SpecMode::kAutoregressive) {
+      EXPECT_EQ(st.draft_tokens, 0);
+    } else {
+      EXPECT_GT(st.draft_tokens, 0);
+      EXPECT_EQ(st.accepted_tokens + st.rejected_tokens + st.discarded_tokens, st.draft_tokens);
+    }
+  }
+  // The point of the stress: many flushes happened.
+  EXPECT_GT(rejected, 20) << "too few rejections to stress rollback";
+
+  // Everything is released: stage caches, sequences and the engine's budget.
+  EXPECT_TRUE(Eventually([&] { return p.StagesEmpty(); })) << "round " << round;
+  EXPECT_TRUE(Eventually([&] {
+    const auto s = p.engine().Stats();
+    return s.running == 0 && s.waiting == 0 && s.kv_free_tokens == s.kv_capacity_tokens;
+  }));
+  const auto stats = p.engine().Stats();
+  EXPECT_EQ(stats.kv_free_tokens, stats.kv_capacity_tokens) << "round " << round;
+  EXPECT_EQ(stats.running, 0);
+  EXPECT_EQ(stats.waiting, 0);
+  std::printf("[ round %d ] drafts %lld rejected %lld discarded %lld; stale slots per stage:",
+              round, static_cast<long long>(drafts), static_cast<long long>(rejected),
+              static_cast<long long>(discarded));
+  for (int i = 0; i < p.n_stages(); ++i) {
+    std::printf(" %llu", static_cast<unsigned long long>(p.runner(i).Stats().stale_slots));
+  }
+  std::printf("\n");
+}
+
+TEST(SpecStress, MixedRequestsRollBackAndReleaseEverything) {
+  InprocPipeline p(kStages, StressOptions());
+  const int64_t capacity = p.engine().Stats().kv_capacity_tokens;
+  ASSERT_GT(capacity, 0);
+  for (int round = 0; round < 3; ++round) {
+    RunRound(p, round);
+    if (HasFatalFailure()) return;
+    EXPECT_EQ(p.engine().Stats().kv_free_tokens, capacity) << "KV leaked in round " << round;
+  }
+}
+
+// max_tokens that ends in the middle of a chain: with the oracle always
+// right (alpha 1) drafts are in flight when the last token is decided; the
+// request still gets exactly max_tokens tokens, finishes with kLength, and
+// nothing is left behind.
+TEST(SpecStress, MaxTokensEndingMidChainGivesExactlyMaxTokens) {
+  InprocPipeline p(kStages, StressOptions());
+  struct Case {
+    SpecMode mode;
+    int max_tokens;
+    uint32_t prompt;
+  };
+  std::vector<Case> cases;
+  uint32_t prompt = 300;
+  for (SpecMode mode : {SpecMode::kSpd, SpecMode::kPpsd}) {
+    for (int max_tokens : {1, 2, 3, 5, 7, 10, 13, 22}) cases.push_back({mode, max_tokens, prompt++});
+  }
+  std::vector<std::vector<int32_t>> expected;
+  std::vector<std::shared_ptr<scheduler::RequestStream>> streams;
+  for (const Case& c : cases) {
+    scheduler::RequestSpec spec = Base(c.prompt, c.max_tokens);
+    expected.push_back(Generate1(p.model(), spec).tokens);
+    ASSERT_EQ(static_cast<int>(expected.back().size()), c.max_tokens);
+    spec.mode = c.mode;
+    // The reference runs past max_tokens, as a real drafter would.
+    scheduler::RequestSpec longer = spec;
+    longer.max_tokens = c.max_tokens + 8;
+    spec.oracle = {true, 1.0, Generate1(p.model(), longer).tokens};
+    auto s = p.engine().Submit(spec);
+    ASSERT_TRUE(s.ok()) << s.status();
+    streams.push_back(*std::move(s));
+  }
+  int64_t accepted = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    SCOPED_TRACE(std::string(scheduler::SpecModeName(cases[i].mode)) + " max_tokens " +
+                 std::to_string(cases[i].max_tokens));
+    const StreamResult got = Collect(*streams[i]);
+    EXPECT_EQ(static_cast<int>(got.tokens.size()), cases[i].max_tokens);
+    EXPECT_EQ(got.tokens, expected[i]);
+    EXPECT_EQ(got.last.finish, FinishReason::kLength);
+    EXPECT_EQ(got.last.generated, cases[i].max_tokens);
+    const scheduler::SpecStats& st = got.last.spec;
+    EXPECT_EQ(st.rejected_tokens, 0);
+    EXPECT_EQ(st.accepted_tokens + st.rejected_tokens + st.discarded_tokens, st.draft_tokens);
+    accepted += st.accepted_tokens;
+  }
+  EXPECT_GT(accepted, 0);
+  EXPECT_TRUE(Eventually([&] { return p.StagesEmpty(); }));
+  const auto stats = p.engine().Stats();
+  EXPECT_EQ(stats.kv_free_tokens, stats.kv_capacity_tokens);
+}
+
+}  // namespace
+}  // namespace specline::testing
