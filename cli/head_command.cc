@@ -3,7 +3,6 @@
 // head file format (docs/heads.md). Losslessness does not depend on head
 // quality, so these run every speculative path end to end before trained
 // heads exist (training/ makes those).
-#include <algorithm>
 #include <iostream>
 
 #include "cli/args.h"
@@ -55,15 +54,7 @@ int RandomHeadCommand(int argc, char** argv) {
       s.spd_taps = SpdDefaultTaps(c.n_layers, stages);
     } else if (layout == "v10") {
       s.spd_layout = SpdFeatureLayout::kV10;
-      std::vector<int> taps = {0};
-      for (int k = 1; k <= stages; ++k) {
-        const int l = k * c.n_layers / stages;
-        taps.push_back(l / 2);
-        taps.push_back(l);
-      }
-      std::sort(taps.begin(), taps.end());
-      taps.erase(std::unique(taps.begin(), taps.end()), taps.end());
-      s.spd_taps = taps;
+      s.spd_taps = SpdV10Taps(c.n_layers, stages);
     } else {
       throw std::invalid_argument("--layout: expected v11 or v10, got " + layout);
     }

@@ -151,6 +151,16 @@ std::vector<int> SpdDefaultTaps(int n_layers, int n_stages) {
   return {s.begin(), s.end()};
 }
 
+std::vector<int> SpdV10Taps(int n_layers, int n_stages) {
+  std::set<int> s = {0};
+  for (int k = 1; k <= n_stages; ++k) {
+    const int l_max = k * n_layers / n_stages;
+    s.insert(l_max / 2);
+    s.insert(l_max);
+  }
+  return {s.begin(), s.end()};
+}
+
 TensorList ExpectedDraftHeadTensors(const DraftHeadSpec& s, const ModelConfig& c) {
   auto bad = [](const std::string& what) { throw std::invalid_argument(what); };
   if (std::string err = c.Validate(); !err.empty()) bad("base config: " + err);

@@ -54,6 +54,9 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> ExpectedDraftHeadTenso
 // The v11 default taps: bounds [0, L/n, 3L/n, 6L/n, L-1] clamped to
 // [0, L-1] and deduplicated.
 std::vector<int> SpdDefaultTaps(int n_layers, int n_stages);
+// The v10 taps: the union over depths k = 1..n of {0, l_max/2, l_max},
+// l_max = k*L/n (integer division).
+std::vector<int> SpdV10Taps(int n_layers, int n_stages);
 
 // A loaded head: its spec, the base config it was checked against, and its
 // tensors (memory-mapped). source() shows the tensors under the canonical
