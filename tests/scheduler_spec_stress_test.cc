@@ -40,7 +40,8 @@ struct Job {
   scheduler::RequestSpec spec;
   std::vector<int32_t> expected;  // the reference (a prefix of it when cancelled)
   FinishReason expected_finish = FinishReason::kLength;
-  int cancel_after = 0;  // > 0: cancel once this many tokens arrived
+  int cancel_after = 0;  // > 0: cancel once this many tokens arrived; -1: at once
+  bool sampled = false;  // no reference: only the length and the finish are checked
 };
 
 struct Outcome {
@@ -61,8 +62,9 @@ FinishReason ReasonOf(const std::string& r) {
   return r == "stop" ? FinishReason::kStop : FinishReason::kLength;
 }
 
-// The mix of one round; `round` varies the prompts.
-std::vector<Job> MakeJobs(const ModelSource& model, int round) {
+// The mix of one round; `round` varies the prompts. `sampled` adds long
+// sampled requests (temperature 0.8, top-k 6) in both speculative modes.
+std::vector<Job> MakeJobs(const ModelSource& model, int round, bool sampled = false) {
   std::vector<Job> jobs;
   const uint32_t s0 = 100 + 37 * static_cast<uint32_t>(round);
   auto add = [&](std::string label, scheduler::RequestSpec spec, SpecMode mode, double alpha,
@@ -90,13 +92,22 @@ std::vector<Job> MakeJobs(const ModelSource& model, int round) {
   // Random heads (almost every draft rejected).
   add("ppsd-head", Base(s0 + 5, 64), SpecMode::kPpsd, 0, false);
   add("spd-head", Base(s0 + 6, 64), SpecMode::kSpd, 0, false);
-  // Stop ids: the 20th token of the reference; the output is the reference
-  // cut right after the stop id's first occurrence.
+  // Stop ids: the 20th token of the reference (or a later one whose first
+  // occurrence is not too early, so the stop comes mid-generation with
+  // drafts in flight); the output is the reference cut right after the stop
+  // id's first occurrence.
   for (auto [k, mode] : {std::pair{7u, SpecMode::kSpd}, std::pair{8u, SpecMode::kPpsd}}) {
     scheduler::RequestSpec spec = Base(s0 + k, 90);
     const Reference full = Generate1(model, spec);
     EXPECT_GE(full.tokens.size(), 20u);
-    const int32_t stop = full.tokens[19];
+    int32_t stop = full.tokens[19];
+    for (size_t i = 19; i < full.tokens.size(); ++i) {
+      const auto first = std::find(full.tokens.begin(), full.tokens.end(), full.tokens[i]);
+      if (first - full.tokens.begin() >= 12) {
+        stop = full.tokens[i];
+        break;
+      }
+    }
     spec.stop_ids = {stop};
     Job& j = add(std::string("stop-") + scheduler::SpecModeName(mode), spec, mode, 0.5, true);
     const auto first = std::find(full.tokens.begin(), full.tokens.end(), stop);
@@ -107,9 +118,22 @@ std::vector<Job> MakeJobs(const ModelSource& model, int round) {
   add("cancel-spd", Base(s0 + 9, 100), SpecMode::kSpd, 0.5, true).cancel_after = 3 + round;
   add("cancel-ppsd", Base(s0 + 10, 100), SpecMode::kPpsd, 0.5, true).cancel_after = 6 + round;
   add("cancel-spd-head", Base(s0 + 11, 100), SpecMode::kSpd, 0, false).cancel_after = 4;
+  add("cancel-at-once", Base(s0 + 14, 100), SpecMode::kPpsd, 0.5, true).cancel_after = -1;
   // Plain decoding mixed in.
   add("plain-a", Base(s0 + 12, 60), SpecMode::kAutoregressive, 0, false);
   add("plain-b", Base(s0 + 13, 90), SpecMode::kAutoregressive, 0, false);
+  if (sampled) {
+    for (auto [k, mode] : {std::pair{15u, SpecMode::kSpd}, std::pair{16u, SpecMode::kPpsd},
+                           std::pair{17u, SpecMode::kSpd}}) {
+      scheduler::RequestSpec spec = Base(s0 + k, 80);
+      spec.sampling.temperature = 0.8f;
+      spec.sampling.top_k = 6;
+      spec.sampling.seed = s0 + k;
+      Job& j =
+          add(std::string("sampled-") + scheduler::SpecModeName(mode), spec, mode, 0.5, k != 16);
+      j.sampled = true;
+    }
+  }
   return jobs;
 }
 
@@ -118,6 +142,10 @@ void Consume(scheduler::Engine& engine, scheduler::RequestStream& s, int cancel_
              Outcome& out) {
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(120);
   bool cancelled = false;
+  if (cancel_after < 0) {  // before any token: while the prompt is in the pipeline
+    cancelled = true;
+    out.cancel_accepted = engine.Cancel(s.id());
+  }
   while (std::chrono::steady_clock::now() < give_up) {
     auto e = s.Next(std::chrono::milliseconds(100));
     if (!e) continue;
@@ -134,8 +162,8 @@ void Consume(scheduler::Engine& engine, scheduler::RequestStream& s, int cancel_
   }
 }
 
-void RunRound(InprocPipeline& p, int round) {
-  std::vector<Job> jobs = MakeJobs(p.model(), round);
+void RunRound(InprocPipeline& p, int round, bool sampled = false) {
+  std::vector<Job> jobs = MakeJobs(p.model(), round, sampled);
   std::vector<std::shared_ptr<scheduler::RequestStream>> streams;
   for (Job& j : jobs) {
     auto s = p.engine().Submit(j.spec);
@@ -161,10 +189,17 @@ void RunRound(InprocPipeline& p, int round) {
     drafts += st.draft_tokens;
     rejected += st.rejected_tokens;
     discarded += st.discarded_tokens;
-    if (j.cancel_after > 0) {
+    if (j.label.starts_with("stop") || j.cancel_after != 0) {
+      std::printf(
+          "  %s: %zu tokens, finish %s, drafts %lld accepted %lld rejected %lld discarded %lld\n",
+          j.label.c_str(), o.tokens.size(), scheduler::FinishReasonName(o.last.finish),
+          static_cast<long long>(st.draft_tokens), static_cast<long long>(st.accepted_tokens),
+          static_cast<long long>(st.rejected_tokens), static_cast<long long>(st.discarded_tokens));
+    }
+    if (j.cancel_after != 0) {
       EXPECT_TRUE(o.cancel_accepted) << "the request ended before it was cancelled";
       EXPECT_EQ(o.last.finish, FinishReason::kAbort);
-      EXPECT_GE(static_cast<int>(o.tokens.size()), j.cancel_after);
+      EXPECT_GE(static_cast<int>(o.tokens.size()), std::max(j.cancel_after, 0));
       EXPECT_LT(o.tokens.size(), j.expected.size());
       // What arrived before the abort is still exactly plain decoding.
       ASSERT_LE(o.tokens.size(), j.expected.size());
@@ -173,15 +208,20 @@ void RunRound(InprocPipeline& p, int round) {
                                                                         o.tokens.size())));
       continue;
     }
-    EXPECT_EQ(o.tokens, j.expected);
-    EXPECT_EQ(o.last.finish, j.expected_finish);
+    if (j.sampled) {
+      EXPECT_EQ(static_cast<int>(o.tokens.size()), j.spec.max_tokens);
+      EXPECT_EQ(o.last.finish, FinishReason::kLength);
+    } else {
+      EXPECT_EQ(o.tokens, j.expected);
+      EXPECT_EQ(o.last.finish, j.expected_finish);
+    }
     EXPECT_EQ(o.last.mode, j.spec.mode);
     if (j.spec.mode == SpecMode::kAutoregressive) {
       EXPECT_EQ(st.draft_tokens, 0);
-    } else {
+    } else if (j.expected.size() >= 8) {
       EXPECT_GT(st.draft_tokens, 0);
-      EXPECT_EQ(st.accepted_tokens + st.rejected_tokens + st.discarded_tokens, st.draft_tokens);
     }
+    EXPECT_EQ(st.accepted_tokens + st.rejected_tokens + st.discarded_tokens, st.draft_tokens);
   }
   // The point of the stress: many flushes happened.
   EXPECT_GT(rejected, 20) << "too few rejections to stress rollback";
@@ -209,8 +249,22 @@ TEST(SpecStress, MixedRequestsRollBackAndReleaseEverything) {
   InprocPipeline p(kStages, StressOptions());
   const int64_t capacity = p.engine().Stats().kv_capacity_tokens;
   ASSERT_GT(capacity, 0);
-  for (int round = 0; round < 3; ++round) {
+  for (int round = 0; round < 5; ++round) {
     RunRound(p, round);
+    if (HasFatalFailure()) return;
+    EXPECT_EQ(p.engine().Stats().kv_free_tokens, capacity) << "KV leaked in round " << round;
+  }
+}
+
+// The same mix plus long sampled requests on stages with little KV: most
+// requests wait for admission, so cancels also hit waiting requests and
+// admission, speculation and release interleave. Nothing may leak.
+TEST(SpecStress, TightKvQueuesCancelsAndReleasesEverything) {
+  InprocPipeline p(kStages, StressOptions(), /*stage_kv_tokens=*/640);
+  const int64_t capacity = p.engine().Stats().kv_capacity_tokens;
+  ASSERT_GT(capacity, 0);
+  for (int round = 0; round < 3; ++round) {
+    RunRound(p, 10 + round, /*sampled=*/true);
     if (HasFatalFailure()) return;
     EXPECT_EQ(p.engine().Stats().kv_free_tokens, capacity) << "KV leaked in round " << round;
   }
@@ -230,7 +284,8 @@ TEST(SpecStress, MaxTokensEndingMidChainGivesExactlyMaxTokens) {
   std::vector<Case> cases;
   uint32_t prompt = 300;
   for (SpecMode mode : {SpecMode::kSpd, SpecMode::kPpsd}) {
-    for (int max_tokens : {1, 2, 3, 5, 7, 10, 13, 22}) cases.push_back({mode, max_tokens, prompt++});
+    for (int max_tokens : {1, 2, 3, 5, 7, 10, 13, 22})
+      cases.push_back({mode, max_tokens, prompt++});
   }
   std::vector<std::vector<int32_t>> expected;
   std::vector<std::shared_ptr<scheduler::RequestStream>> streams;

@@ -29,15 +29,7 @@ inline std::string HeadDir(const std::string& kind, int n_stages) {
     s.spd_layers = 1;
     if (kind == "spd-v10") {
       s.spd_layout = SpdFeatureLayout::kV10;
-      std::vector<int> taps = {0};
-      for (int k = 1; k <= n_stages; ++k) {
-        const int l = k * base.n_layers / n_stages;
-        for (int t : {l / 2, l}) {
-          if (std::find(taps.begin(), taps.end(), t) == taps.end()) taps.push_back(t);
-        }
-      }
-      std::sort(taps.begin(), taps.end());
-      s.spd_taps = taps;
+      s.spd_taps = SpdV10Taps(base.n_layers, n_stages);
     } else {
       s.spd_layout = SpdFeatureLayout::kV11;
       s.spd_taps = SpdDefaultTaps(base.n_layers, n_stages);
