@@ -28,6 +28,7 @@
 #include <grpcpp/grpcpp.h>
 #include <nlohmann/json.hpp>
 
+#include "bench/synthetic_workload.h"
 #include "bench/bench_util.h"
 #include "cli/child_process.h"
 #include "model/formats/model_source.h"
@@ -56,22 +57,6 @@ double Percentile(std::vector<double> v, double q) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
   return v[std::min(v.size() - 1, static_cast<size_t>(q * (v.size() - 1) + 0.5))];
-}
-
-std::string EnsureModel(const std::string& path) {
-  if (fs::exists(path)) return path;
-  const specline::ModelConfig c = specline::Stories110MShape();
-  std::fprintf(stderr, "writing random stories110M-shaped model to %s\n", path.c_str());
-  const std::string tmp = path + ".part";
-  specline::WriteRandomModel(c, specline::ModelFormat::kLlama2c, tmp, /*seed=*/110);
-  fs::rename(tmp, path);
-  return path;
-}
-
-std::vector<int32_t> Prompt(int n) {
-  std::vector<int32_t> p(n);
-  for (int i = 0; i < n; ++i) p[i] = 1 + (i * 7919) % 31000;
-  return p;
 }
 
 // One stream's client-side timings.
@@ -176,7 +161,7 @@ class InProcess {
     specline::GenerationOptions g;
     g.max_tokens = o_.tokens;
     g.ignore_eos = true;
-    auto res = specline::Generate(pipeline_, ++seq_, Prompt(o_.prompt), g);
+    auto res = specline::Generate(pipeline_, ++seq_, specline::bench::SyntheticPrompt(o_.prompt), g);
     if (!res.ok()) throw std::runtime_error(std::string(res.status().message()));
     return (res->tokens.size() - 1) / res->decode_seconds;
   }
@@ -218,7 +203,7 @@ int main(int argc, char** argv) {
     o.tokens = std::min(o.tokens, 48);
     o.concurrency = {1, 8};
   }
-  EnsureModel(o.model);
+  specline::bench::EnsureStories110MShapedModel(o.model);
   // Single stream: the in-process engine and both stacks stay up, and one
   // run of each is taken per round, so drift on a shared machine hits all
   // three alike; the ratios reported are medians of per-round ratios.
@@ -230,13 +215,13 @@ int main(int argc, char** argv) {
   std::vector<std::unique_ptr<Stack>> stacks;
   for (int stages : {1, 2}) stacks.push_back(std::make_unique<Stack>(o, stages));
   inproc.Run();  // warm-up: page in the weights
-  for (auto& st : stacks) RunStream(st->channel(), Prompt(o.prompt), 4);
+  for (auto& st : stacks) RunStream(st->channel(), specline::bench::SyntheticPrompt(o.prompt), 4);
   std::vector<double> base;
   std::vector<std::vector<double>> rate(stacks.size()), ratio(stacks.size());
   for (int r = 0; r < rounds; ++r) {
     base.push_back(inproc.Run());
     for (size_t k = 0; k < stacks.size(); ++k) {
-      Stream s = RunStream(stacks[k]->channel(), Prompt(o.prompt), o.tokens);
+      Stream s = RunStream(stacks[k]->channel(), specline::bench::SyntheticPrompt(o.prompt), o.tokens);
       if (!s.ok) throw std::runtime_error("stream failed: " + s.error);
       rate[k].push_back(1.0 / s.tpot());
       ratio[k].push_back(rate[k].back() / base.back());
@@ -269,7 +254,7 @@ int main(int argc, char** argv) {
       const double t0 = Now();
       for (int i = 0; i < c; ++i)
         fs.push_back(std::async(std::launch::async, [&, i] {
-          return RunStream(channel, Prompt(o.prompt + i % 8), o.tokens);
+          return RunStream(channel, specline::bench::SyntheticPrompt(o.prompt + i % 8), o.tokens);
         }));
       std::vector<double> ttft, tpot;
       long total = 0;

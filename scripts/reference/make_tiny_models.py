@@ -34,6 +34,8 @@ import sys
 import numpy as np
 import torch
 import transformers
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ref_io import save_pretrained_clean  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -133,17 +135,7 @@ def build(name, spec, out_root):
     if config.tie_word_embeddings:
         assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
     out = os.path.join(out_root, name)
-    os.makedirs(out, exist_ok=True)
-    for f in os.listdir(out):
-        os.remove(os.path.join(out, f))
-    model.save_pretrained(out)
-    gen = os.path.join(out, "generation_config.json")
-    if os.path.exists(gen):
-        os.remove(gen)
-    for f in os.listdir(out):
-        os.chmod(os.path.join(out, f), 0o644)  # safetensors writes 0600
-    files = sorted(os.listdir(out))
-    assert files == ["config.json", "model.safetensors"], files
+    files = save_pretrained_clean(model, out)
     sizes = {f: os.path.getsize(os.path.join(out, f)) for f in files}
     # Round-trip check: reload and compare every tensor bit-exactly.
     re = model_cls.from_pretrained(out, dtype=torch.float32).eval()

@@ -44,6 +44,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hf_exact64  # noqa: E402
+from ref_io import save_pretrained_clean  # noqa: E402
 
 T = 10  # sequence length
 
@@ -86,16 +87,7 @@ def make_base(name, b, out_root):
                 v = 0.08 * rng.standard_normal(shape)
             params[pname].copy_(torch.from_numpy(v.astype(np.float32)))
     out = os.path.join(out_root, name)
-    os.makedirs(out, exist_ok=True)
-    for f in os.listdir(out):
-        os.remove(os.path.join(out, f))
-    model.save_pretrained(out)
-    gen = os.path.join(out, "generation_config.json")
-    if os.path.exists(gen):
-        os.remove(gen)
-    for f in os.listdir(out):
-        os.chmod(os.path.join(out, f), 0o644)
-    assert sorted(os.listdir(out)) == ["config.json", "model.safetensors"]
+    save_pretrained_clean(model, out)
     sd = {k: v.detach().to(torch.float64).numpy() for k, v in model.state_dict().items()}
     return out, sd
 
