@@ -38,17 +38,24 @@ TEST(PlanBatchTest, DecodeFirstThenPrefillChunksWithinTheBudget) {
   EXPECT_FALSE(runs[3].needs_logits);
 }
 
-TEST(PlanBatchTest, LastChunkNeedsLogitsAndInFlightOrFinishedAreSkipped) {
+TEST(PlanBatchTest, LastChunkNeedsLogitsFinishedAreSkippedKnownInputsGoWhileInFlight) {
   auto a = Seq(1, 20, 0, 16);  // 4 prompt tokens left
+  // A known input goes even while the sequence rides in another batch (a
+  // speculative draft, the next prompt chunk): FIFO stages keep the order.
   auto b = Seq(2, 5, 2, 6);
-  b->in_flight = true;
+  b->in_flight = 1;
   auto c = Seq(3, 5, 2, 6);
   c->state = SeqState::kFinished;
-  std::vector<SlotRun> runs = PlanBatch({a, b, c}, {.max_batch_tokens = 64, .prefill_chunk = 16});
-  ASSERT_EQ(runs.size(), 1u);
-  EXPECT_EQ(runs[0].first_pos, 16);
-  EXPECT_EQ(runs[0].count, 4);
-  EXPECT_TRUE(runs[0].needs_logits);
+  auto d = Seq(4, 5, 2, 7);  // nothing pending: its token is in flight
+  d->in_flight = 1;
+  std::vector<SlotRun> runs =
+      PlanBatch({a, b, c, d}, {.max_batch_tokens = 64, .prefill_chunk = 16});
+  ASSERT_EQ(runs.size(), 2u);
+  EXPECT_EQ(runs[0].seq, b);  // decoders first
+  EXPECT_EQ(runs[0].first_pos, 6);
+  EXPECT_EQ(runs[1].first_pos, 16);
+  EXPECT_EQ(runs[1].count, 4);
+  EXPECT_TRUE(runs[1].needs_logits);
 }
 
 TEST(PlanBatchTest, BudgetLimitsDecodersToo) {
