@@ -137,3 +137,41 @@ TEST(SpecPolicy, UnavailableModesAndOracleMisuseAreRefused) {
 
 }  // namespace
 }  // namespace specline::testing
+
+namespace specline::testing {
+namespace {
+
+// A head that does not fit the deployment stops the scheduler at start-up
+// with a message naming the head, instead of failing requests later.
+TEST(SpecPolicy, HeadsThatDoNotFitAreRefusedAtStartUp) {
+  auto model = OpenModel(SchedulerTestModel());
+  auto make = [&](scheduler::EngineOptions o) {
+    static int n = 0;
+    auto inbox = transport::Listen("inproc://spec-startup-" + std::to_string(n++));
+    EXPECT_TRUE(inbox.ok());
+    std::vector<std::unique_ptr<scheduler::StageControl>> stages;
+    for (int i = 0; i < 2; ++i) stages.push_back(scheduler::ConnectStageControl("127.0.0.1:1"));
+    scheduler::Engine e(std::shared_ptr<const ModelSource>(model.get(), [](auto*) {}),
+                        std::move(stages), *std::move(inbox), o);
+  };
+  scheduler::EngineOptions o;
+  o.spec.spd_head = HeadDir("spd-v11", 4);  // made for 4 stages, the pipeline has 2
+  try {
+    make(o);
+    ADD_FAILURE() << "an SPD module for 4 stages was accepted by a 2-stage pipeline";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("4 pipeline stages"), std::string::npos) << e.what();
+  }
+  o = {};
+  o.spec.ppsd_head = HeadDir("spd-v11", 2);  // not a PPSD head
+  EXPECT_THROW(make(o), std::invalid_argument);
+  o = {};
+  o.spec.default_mode = scheduler::SpecMode::kSpd;  // no head for the default
+  EXPECT_THROW(make(o), std::invalid_argument);
+  o = {};
+  o.spec.ppsd_head = TempDir() + "/no-such-head";
+  EXPECT_THROW(make(o), std::exception);
+}
+
+}  // namespace
+}  // namespace specline::testing
