@@ -175,3 +175,55 @@ TEST(SpecPolicy, HeadsThatDoNotFitAreRefusedAtStartUp) {
 
 }  // namespace
 }  // namespace specline::testing
+
+namespace specline::testing {
+namespace {
+
+// A stage that dies while drafts are in flight fails the speculative
+// requests cleanly (UNAVAILABLE), every reservation and drafter cache comes
+// back, and speculation works again once the stage is back.
+TEST(SpecFailure, DeadStageWithDraftsInFlightFailsCleanlyAndRecovers) {
+  scheduler::EngineOptions o = SpecOptions(2, "ppsd-layer", "spd-v11");
+  o.batch_timeout = 1500ms;  // how a batch lost inside the pipeline shows
+  InprocPipeline p(2, o);
+  const auto kv0 = p.engine().Stats().kv_free_tokens;
+  std::vector<scheduler::RequestSpec> specs;
+  for (SpecMode mode : {SpecMode::kPpsd, SpecMode::kSpd, SpecMode::kSpd}) {
+    scheduler::RequestSpec r = Greedy(20 + specs.size(), 150);
+    r.mode = mode;
+    if (specs.size() == 2) r.oracle = {true, 0.5, Generate1(p.model(), r).tokens};
+    specs.push_back(r);
+  }
+  std::vector<std::shared_ptr<scheduler::RequestStream>> streams;
+  for (const auto& r : specs) {
+    auto st = p.engine().Submit(r);
+    ASSERT_TRUE(st.ok()) << st.status();
+    streams.push_back(*st);
+  }
+  for (auto& s : streams) ASSERT_TRUE(s->Next(60s).has_value()) << "no first token";
+  p.StopRunner(1);
+  for (size_t i = 0; i < streams.size(); ++i) {
+    const StreamResult r = Collect(*streams[i]);
+    if (r.last.finish == scheduler::FinishReason::kError) {
+      EXPECT_EQ(r.last.error.code(), absl::StatusCode::kUnavailable) << r.last.error;
+    } else {
+      // It outran the kill: then it must be complete and right.
+      EXPECT_EQ(r.last.finish, scheduler::FinishReason::kLength);
+    }
+  }
+  EXPECT_EQ(p.engine().Stats().running, 0);
+  p.StartRunner(1);
+  ASSERT_TRUE(Eventually([&] { return p.engine().Stats().pipeline_up; }));
+  EXPECT_EQ(p.engine().Stats().kv_free_tokens, kv0);
+  for (auto r : specs) {
+    r.max_tokens = 30;
+    if (r.oracle.enabled) r.oracle.reference = Generate1(p.model(), r).tokens;
+    const StreamResult got = RunRequest(p, r);
+    EXPECT_EQ(got.tokens, Generate1(p.model(), r).tokens);
+    EXPECT_GT(got.last.spec.draft_tokens, 0);
+  }
+  EXPECT_TRUE(Eventually([&] { return p.StagesEmpty(); }));
+}
+
+}  // namespace
+}  // namespace specline::testing
