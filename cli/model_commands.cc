@@ -5,6 +5,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "model/formats/random_model.h"
+#include "model/runtime/draft_head_file.h"
 
 namespace specline::cli {
 namespace {
@@ -75,9 +76,11 @@ int RandomModelCommand(int argc, char** argv) {
 }
 
 int InfoCommand(int argc, char** argv) {
-  Args args(argc, argv, 2, {"model"}, {"tensors", "help"});
+  Args args(argc, argv, 2, {"model", "head"}, {"tensors", "help"});
   if (args.Has("help") || !args.Has("model")) {
-    std::cout << "usage: specline info --model PATH [--tensors]\n";
+    std::cout << "usage: specline info --model PATH [--tensors] [--head DIR]\n"
+                 "  --head DIR   load a specline.head.v1 draft head against the model\n"
+                 "               (LoadDraftHead) and print its spec\n";
     return args.Has("help") ? 0 : 2;
   }
   auto model = OpenModel(args.Str("model"));
@@ -94,6 +97,21 @@ int InfoCommand(int argc, char** argv) {
       for (size_t i = 0; i < t->shape.size(); ++i) std::cout << (i ? ", " : "") << t->shape[i];
       std::cout << "]\n";
     }
+  }
+  if (args.Has("head")) {
+    auto head = LoadDraftHead(args.Str("head"), c);  // throws ModelFormatError
+    const DraftHeadSpec& s = head->spec();
+    std::cout << "head " << head->dir() << ": method " << DraftMethodName(s.method);
+    if (s.method == DraftMethod::kSpd) {
+      std::cout << ", n_stages " << s.spd_stages << ", layers " << s.spd_layers << ", layout "
+                << SpdFeatureLayoutName(s.spd_layout) << ", taps [";
+      for (size_t i = 0; i < s.spd_taps.size(); ++i) std::cout << (i ? ", " : "") << s.spd_taps[i];
+      std::cout << "]";
+    } else {
+      std::cout << ", exit_layer " << s.exit_layer;
+    }
+    std::cout << ", tensors " << head->source().Tensors().size() << "\n";
+    std::cout << "metadata " << s.metadata_json << "\n";
   }
   return 0;
 }

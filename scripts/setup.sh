@@ -15,7 +15,8 @@ PACKAGES=(build-essential cmake pkg-config python3 python3-pip
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev prometheus-cpp-dev libgtest-dev libgmock-dev
   nlohmann-json3-dev libucx-dev
-  python3-grpcio python3-grpc-tools prometheus openssl)
+  python3-grpcio python3-grpc-tools prometheus openssl
+  python3-torch python3-venv)  # the training recipes' CPU PyTorch (training/setup.sh)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -7,6 +7,11 @@ bash scripts/setup.sh
 BUILD_DIR=${SPECLINE_BUILD_DIR:-build}
 ctest --test-dir "$BUILD_DIR" --output-on-failure -j"$(nproc)"
 
+# Training recipes (Python): model parity with the goldens, head export
+# loaded by the C++ binary, seconds-long training runs.
+TRAIN_PY=$(bash training/setup.sh | tail -1)
+SPECLINE_BIN="$BUILD_DIR/specline" "$TRAIN_PY" -m unittest discover -s training/tests
+
 # Loaders must survive arbitrary bytes: run the fuzz test with ASan + UBSan.
 ASAN_DIR=${BUILD_DIR}-asan
 cmake -S . -B "$ASAN_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo \

@@ -1,0 +1,82 @@
+"""The Python model agrees with the C++ runtime and with transformers.
+
+  python3 -m unittest discover training/tests
+"""
+import json
+import os
+import sys
+import unittest
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, os.path.join(REPO, "training"))
+from specline_train.model import Llama2cTokenizer, load_hf, load_model, sample_batch  # noqa: E402
+
+STORIES = os.path.join(REPO, "..", "shared", "models", "stories260K")
+GOLDEN = os.path.join(REPO, "tests", "data", "golden")
+TINY = os.path.join(REPO, "tests", "data", "tiny_models")
+
+
+class Stories260kTest(unittest.TestCase):
+    @unittest.skipUnless(os.path.exists(os.path.join(STORIES, "stories260K.bin")),
+                         "../shared/models/stories260K is absent")
+    def test_greedy_from_bos_matches_llama2c(self):
+        # reference-greedy-from-bos-256.txt is the *text* llama2.c's run.c prints
+        # (tests/stories260k_test.cc compares the C++ runtime to the same file):
+        # 256 greedy steps from BOS, stop at BOS, decode, newline at the end.
+        model = load_model(os.path.join(STORIES, "stories260K.bin"))
+        tok = Llama2cTokenizer(os.path.join(STORIES, "tok512.bin"), model.cfg.vocab_size)
+        ids = sample_batch(model, torch.tensor([[1]]), 256, 0.0, 1.0)[0].tolist()
+        text, prev = b"", 1
+        for t in ids:
+            if t == 1:
+                break
+            text += tok.piece(prev, t)
+            prev = t
+        with open(os.path.join(STORIES, "reference-greedy-from-bos-256.txt"), "rb") as f:
+            self.assertEqual(text + b"\n", f.read())
+
+    @unittest.skipUnless(os.path.exists(os.path.join(STORIES, "stories260K.bin")),
+                         "../shared/models/stories260K is absent")
+    def test_kv_cache_equals_full_forward(self):
+        model = load_model(os.path.join(STORIES, "stories260K.bin"))
+        toks = torch.randint(0, model.cfg.vocab_size, (2, 12), generator=torch.Generator().manual_seed(0))
+        with torch.no_grad():
+            full, hid = model(toks)
+            cache = model.new_cache()
+            a, _ = model(toks[:, :5], 0, cache)
+            b, hb = model(toks[:, 5:], 5, cache)
+        torch.testing.assert_close(torch.cat([a, b], 1), full, atol=1e-5, rtol=1e-5)
+        self.assertEqual(len(hid), model.cfg.n_layers + 1)
+        torch.testing.assert_close(hb[2], hid[2][:, 5:], atol=1e-5, rtol=1e-5)
+
+
+class HfTinyModelsTest(unittest.TestCase):
+    """Our forward vs transformers in float64, through the golden files the
+    C++ golden_logits_test also uses (so no transformers install is needed)."""
+
+    def test_matches_transformers_golden(self):
+        names = sorted(os.listdir(TINY)) if os.path.isdir(TINY) else []
+        if not names:
+            self.skipTest("tests/data/tiny_models is absent")
+        for name in names:
+            golden_path = os.path.join(GOLDEN, name + ".json")
+            if not os.path.exists(golden_path):
+                continue
+            with self.subTest(model=name):
+                with open(golden_path) as f:
+                    g = json.load(f)
+                ours = load_hf(os.path.join(TINY, name))
+                toks = torch.tensor([g["input_ids"]])
+                with torch.no_grad():
+                    logits, hidden = ours(toks)
+                want = torch.tensor(g["prefill"]["logits"], dtype=torch.float32)
+                self.assertLess((logits[0] - want).abs().max().item(), 1e-4)
+                pre = torch.tensor(g["hidden_states"]["last_layer_output_prenorm"], dtype=torch.float32)
+                self.assertLess((hidden[ours.cfg.n_layers][0] - pre).abs().max().item(), 1e-4)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,235 @@
+#!/usr/bin/env python3
+"""Train a PPSD early-exit draft head by self-distillation and export it.
+
+Recipe (PPSD, REFERENCES.md; loss of the paper's appendix):
+  data    continuations sampled from the base model itself (temperature,
+          top-p and seed recorded in the head's metadata), from BOS or from
+          given prompts (token ids);
+  head    ppsd-norm (RMSNorm + LM head) or ppsd-layer (one decoder layer +
+          RMSNorm + LM head) on h_E, the hidden state after the first E
+          layers; norm / LM head copied from the base (and, for the layer
+          head, the layer from base layer E unless --init-layer random);
+  loss    lambda * KL(teacher || head) + CE(head, the teacher's sampled next
+          token), the teacher being the full base model at T = 1, over the
+          continuation positions;
+  optim   Adam.
+Held-out sequences (another seed) give the acceptance before and after:
+  greedy  mean of [argmax head == argmax teacher] per position,
+  T=1     mean of sum_v min(p_teacher(v), p_head(v)) (the expected acceptance
+          of one drafted token under speculative sampling).
+
+  python3 training/train_ppsd.py --model ../shared/models/stories260K/stories260K.bin \
+      --method ppsd-norm --exit-layer 1 --out heads/stories260K/ppsd-norm-e1
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from specline_train.heads import export_module, make_head  # noqa: E402
+from specline_train.model import Llama, file_sha256, load_model, sample_batch  # noqa: E402
+
+
+def make_data(model: Llama, prompts: list, per_prompt: int, length: int, temperature: float,
+              top_p: float, seed: int, batch: int = 64):
+    """Samples `per_prompt` continuations of `length` tokens for each prompt.
+    Returns tokens [N, S] (right-padded with 0) and a bool mask [N, S] of the
+    positions t whose next token x[t+1] is a sampled one (the training targets)."""
+    g = torch.Generator().manual_seed(seed)
+    seqs = []
+    for p in prompts:
+        left = per_prompt
+        while left > 0:
+            b = min(batch, left)
+            cont = sample_batch(model, torch.tensor([p] * b), length, temperature, top_p, g)
+            for row in cont:
+                seqs.append((len(p), torch.cat([torch.tensor(p), row])))
+            left -= b
+    S = max(len(s) for _, s in seqs)
+    tokens = torch.zeros(len(seqs), S, dtype=torch.long)
+    mask = torch.zeros(len(seqs), S, dtype=torch.bool)
+    for i, (plen, s) in enumerate(seqs):
+        tokens[i, :len(s)] = s
+        mask[i, plen - 1:len(s) - 1] = True
+    return tokens, mask
+
+
+@torch.no_grad()
+def teacher_targets(model: Llama, tokens: torch.Tensor, exit_layer: int, batch: int = 64):
+    """h_E [N, S, H] and the teacher's log-probabilities [N, S, V] (T = 1)."""
+    hs, lps = [], []
+    for i in range(0, len(tokens), batch):
+        logits, hidden = model(tokens[i:i + batch])
+        hs.append(hidden[exit_layer])
+        lps.append(torch.log_softmax(logits.float(), -1))
+    return torch.cat(hs), torch.cat(lps)
+
+
+def loss_fn(head_logits, teacher_logp, next_tokens, mask, lam):
+    """lambda * KL(teacher || head) + CE(head, sampled next token), averaged
+    over masked positions. Returns (loss, kl, ce)."""
+    logq = torch.log_softmax(head_logits.float(), -1)
+    kl = (teacher_logp.exp() * (teacher_logp - logq)).sum(-1)
+    ce = -logq.gather(-1, next_tokens[..., None])[..., 0]
+    m = mask.float()
+    n = m.sum().clamp(min=1)
+    kl, ce = (kl * m).sum() / n, (ce * m).sum() / n
+    return lam * kl + ce, kl, ce
+
+
+@torch.no_grad()
+def evaluate(head, h, teacher_logp, tokens, mask, lam, batch=64):
+    """Held-out loss and acceptance (greedy and T=1) of `head`."""
+    agree = tv = loss = 0.0
+    n = 0.0
+    for i in range(0, len(h), batch):
+        hl = head(h[i:i + batch])
+        tl, m = teacher_logp[i:i + batch], mask[i:i + batch]
+        nxt = torch.roll(tokens[i:i + batch], -1, dims=1)
+        l, _, _ = loss_fn(hl, tl, nxt, m, lam)
+        w = m.float().sum().item()
+        loss += l.item() * w
+        agree += ((hl.argmax(-1) == tl.argmax(-1)) & m).float().sum().item()
+        overlap = torch.minimum(torch.softmax(hl.float(), -1), tl.exp()).sum(-1)
+        tv += (overlap * m).sum().item()
+        n += w
+    return {"loss": loss / n, "accept_greedy": agree / n, "accept_t1": tv / n, "positions": int(n)}
+
+
+def train(model_path: str, method: str, exit_layer: int, out: str | None = None, steps: int = 300,
+          batch: int = 16, lr: float = 3e-3, lam: float = 1.0, n_train: int = 512, n_eval: int = 64,
+          length: int = 128, temperature: float = 1.0, top_p: float = 1.0, seed: int = 0,
+          prompts: list | None = None, init_layer: str = "copy", log_every: int = 25,
+          dtype: str = "F32", threads: int | None = None, quiet: bool = False) -> dict:
+    if threads:
+        torch.set_num_threads(threads)
+    say = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
+    torch.manual_seed(seed)
+    t0 = time.time()
+    model = load_model(model_path)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    prompts = prompts or [[1]]
+    per_train = max(1, n_train // len(prompts))
+    per_eval = max(1, n_eval // len(prompts))
+    tok_tr, m_tr = make_data(model, prompts, per_train, length, temperature, top_p, seed)
+    tok_ev, m_ev = make_data(model, prompts, per_eval, length, temperature, top_p, seed + 1_000_003)
+    h_tr, lp_tr = teacher_targets(model, tok_tr, exit_layer)
+    h_ev, lp_ev = teacher_targets(model, tok_ev, exit_layer)
+    t_data = time.time() - t0
+    say(f"data: {len(tok_tr)} train / {len(tok_ev)} held-out sequences of {length} sampled tokens "
+        f"(T={temperature}, top_p={top_p}, seed={seed}) in {t_data:.1f}s")
+
+    head = make_head(method, model, exit_layer, **({"init_layer": init_layer} if method == "ppsd-layer" else {}))
+    before = evaluate(head.eval(), h_ev, lp_ev, tok_ev, m_ev, lam)
+    say(f"before: held-out loss {before['loss']:.4f}, acceptance greedy {before['accept_greedy']:.4f}, "
+        f"T=1 {before['accept_t1']:.4f}")
+
+    opt = torch.optim.Adam(head.parameters(), lr=lr)
+    g = torch.Generator().manual_seed(seed + 7)
+    curve = []
+    t1 = time.time()
+    head.train()
+    for step in range(1, steps + 1):
+        idx = torch.randint(0, len(tok_tr), (batch,), generator=g)
+        hl = head(h_tr[idx])
+        loss, kl, ce = loss_fn(hl, lp_tr[idx], torch.roll(tok_tr[idx], -1, dims=1), m_tr[idx], lam)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        curve.append(loss.item())
+        if step % log_every == 0 or step == 1 or step == steps:
+            say(f"step {step:5d}  loss {loss.item():.4f}  (kl {kl.item():.4f}, ce {ce.item():.4f})")
+    t_train = time.time() - t1
+    head.eval()
+    after = evaluate(head, h_ev, lp_ev, tok_ev, m_ev, lam)
+    say(f"after:  held-out loss {after['loss']:.4f}, acceptance greedy {after['accept_greedy']:.4f}, "
+        f"T=1 {after['accept_t1']:.4f}  ({steps} steps in {t_train:.1f}s)")
+
+    result = {"head": head, "curve": curve, "before": before, "after": after,
+              "train_seconds": t_train, "data_seconds": t_data}
+    if out:
+        meta = {
+            "recipe": f"train_ppsd.py: {method} at E={exit_layer}, self-distillation, "
+                      f"loss lambda*KL(teacher||head)+CE(teacher sample), lambda={lam}",
+            "base_model": os.path.basename(os.path.normpath(model_path)),
+            "base_sha256": file_sha256(model_path),
+            "init": "norm, lm_head from base" + (f"; layer from base layer {exit_layer}"
+                                                  if method == "ppsd-layer" and init_layer == "copy" else
+                                                  ("; layer random" if method == "ppsd-layer" else "")),
+            "data": {"kind": "self-distillation", "prompts": "BOS" if prompts == [[1]] else prompts,
+                     "train_sequences": len(tok_tr), "eval_sequences": len(tok_ev),
+                     "tokens_per_sequence": length, "temperature": temperature, "top_p": top_p,
+                     "seed": seed, "eval_seed": seed + 1_000_003},
+            "optimizer": {"name": "Adam", "lr": lr, "batch_sequences": batch},
+            "steps": steps,
+            "train_seconds": round(t_train, 2),
+            "machine": machine(),
+            "eval_before": before, "eval_after": after,
+        }
+        export_module(out, head, meta, dtype=dtype)
+        say(f"wrote {out}")
+    return result
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    dev = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "CPU only"
+    return f"{cpu}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads, {dev}, torch {torch.__version__}"
+
+
+def parse_prompts(path: str | None):
+    if not path:
+        return None
+    with open(path) as f:
+        return [[int(x) for x in line.split()] for line in f if line.strip()]
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", required=True, help="llama2.c .bin or Hugging Face directory")
+    ap.add_argument("--method", choices=["ppsd-norm", "ppsd-layer"], default="ppsd-norm")
+    ap.add_argument("--exit-layer", type=int, required=True, help="E: 1 <= E < n_layers")
+    ap.add_argument("--out", help="head directory to write (specline.head.v1)")
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--batch", type=int, default=16, help="sequences per step")
+    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--lambda", dest="lam", type=float, default=1.0, help="weight of the KL term")
+    ap.add_argument("--train-sequences", type=int, default=512)
+    ap.add_argument("--eval-sequences", type=int, default=64)
+    ap.add_argument("--length", type=int, default=128, help="sampled tokens per sequence")
+    ap.add_argument("--temperature", type=float, default=1.0, help="data sampling temperature")
+    ap.add_argument("--top-p", type=float, default=1.0)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--prompt-ids", help="file: one prompt per line, space-separated token ids "
+                                         "(default: BOS = 1)")
+    ap.add_argument("--init-layer", choices=["copy", "random"], default="copy")
+    ap.add_argument("--dtype", choices=["F32", "F16", "BF16"], default="F32")
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--log-every", type=int, default=25)
+    ap.add_argument("--json", help="also write the losses and evaluation here")
+    a = ap.parse_args(argv)
+    r = train(a.model, a.method, a.exit_layer, a.out, a.steps, a.batch, a.lr, a.lam,
+              a.train_sequences, a.eval_sequences, a.length, a.temperature, a.top_p, a.seed,
+              parse_prompts(a.prompt_ids), a.init_layer, a.log_every, a.dtype, a.threads)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({k: v for k, v in r.items() if k != "head"}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
