@@ -1,5 +1,7 @@
 // The SPD drafter: the speculation module run on every row the pipeline has
 // not finished with, each at the deepest features that have arrived for it.
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "model/runtime/spd_module.h"
 #include "scheduler/drafter.h"
@@ -35,9 +37,17 @@ class SpdDrafter : public Drafter {
     bool leading_final = true;
     for (size_t r = 0; r < rows; ++r) {
       const auto& have = job.taps[r];
-      // The deepest depth whose taps have all arrived.
+      const int32_t pos = job.first + static_cast<int32_t>(r);
+      // The paper's input-state schedule: drafting the token after the
+      // newest, the row k positions back has passed k stages (the newest is
+      // just entering the pipeline: depth 0); the module is trained on
+      // exactly that layout. Taps may have arrived for deeper layers
+      // already (stages run ahead of the drafter here); using them would
+      // feed the module features it never saw at that offset, so the depth
+      // is capped at k. It is lower only when taps lag.
+      const int lockstep = static_cast<int>(std::min<int64_t>(job.end - 1 - pos, n));
       int depth = 0;
-      for (int d = n; d > 0; --d) {
+      for (int d = lockstep; d > 0; --d) {
         bool all = true;
         for (int l : module_.TapsForDepth(d)) all = all && (l == 0 || have.count(l) > 0);
         if (all) {
@@ -54,7 +64,6 @@ class SpdDrafter : public Drafter {
         }
         features[r].insert(features[r].end(), h.begin(), h.end());
       }
-      const int32_t pos = job.first + static_cast<int32_t>(r);
       in[r] = {pos, job.chain[pos], depth, features[r]};
       // Rows at full depth will not change any more: they stay in the
       // module's cache and are not rerun next time.

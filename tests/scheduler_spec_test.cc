@@ -227,3 +227,70 @@ TEST(SpecFailure, DeadStageWithDraftsInFlightFailsCleanlyAndRecovers) {
 
 }  // namespace
 }  // namespace specline::testing
+
+#include "model/runtime/spd_module.h"
+#include "scheduler/drafter.h"
+
+namespace specline::testing {
+namespace {
+
+// The SPD drafter feeds the module the paper's input-state schedule: the
+// row k positions behind the newest at depth min(k, n), even when deeper
+// taps have already arrived (stages run ahead of the drafter), because the
+// module is trained on exactly that layout; rows at full depth become final.
+TEST(SpdDrafter, UsesTheLockstepDepthScheduleNotTheDeepestTaps) {
+  const int n = 4;
+  std::shared_ptr<const ModelSource> base = OpenModel(SchedulerTestModel());
+  std::shared_ptr<const DraftHead> head =
+      LoadDraftHead(HeadDir("spd-v11", n), base->config());
+  auto pool = std::make_shared<kernels::ThreadPool>(1);
+  auto drafter = scheduler::MakeSpdDrafter(head, base, pool, 1024);
+  SpdModule reference(head, base, pool);
+  const int dim = base->config().dim;
+
+  // 9 positions; every tap of every row has arrived.
+  scheduler::DraftJob job;
+  job.seq_id = 7;
+  job.end = 9;
+  job.first = 0;
+  job.chain = MakePrompt(9, 5);
+  std::mt19937 gen(3);
+  std::normal_distribution<float> normal;
+  std::vector<std::map<int, std::vector<float>>> taps(9);
+  for (auto& row : taps) {
+    for (int l : reference.AllTaps()) {
+      if (l == 0) continue;
+      std::vector<float>& h = row[l];
+      for (int i = 0; i < dim; ++i) h.push_back(normal(gen));
+    }
+  }
+  job.taps = taps;
+  drafter->Propose(job);
+  ASSERT_TRUE(job.status.ok()) << job.status;
+  EXPECT_EQ(job.fed, 9 - n);  // rows 0..4 are n or more behind the newest
+
+  auto logits_with = [&](auto depth_of) {
+    std::vector<std::vector<float>> feats(9);
+    std::vector<SpdRow> rows;
+    for (int p = 0; p < 9; ++p) {
+      const int d = depth_of(p);
+      for (int l : reference.TapsForDepth(d)) {
+        if (l != 0) feats[p].insert(feats[p].end(), taps[p][l].begin(), taps[p][l].end());
+      }
+      rows.push_back({p, job.chain[p], d, feats[p]});
+    }
+    std::vector<float> logits(reference.vocab_size());
+    reference.Release(1);
+    EXPECT_TRUE(reference.Forward(1, rows, logits.data()).ok());
+    return logits;
+  };
+  const std::vector<float> lockstep = logits_with([&](int p) { return std::min(8 - p, n); });
+  const std::vector<float> deepest = logits_with([&](int) { return n; });
+  const int32_t want = static_cast<int32_t>(
+      std::max_element(lockstep.begin(), lockstep.end()) - lockstep.begin());
+  EXPECT_EQ(job.draft.token, want);
+  EXPECT_NE(lockstep, deepest);  // the schedule matters for this module
+}
+
+}  // namespace
+}  // namespace specline::testing
