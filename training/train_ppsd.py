@@ -104,11 +104,11 @@ def evaluate(head, h, teacher_logp, tokens, mask, lam, batch=64):
     return {"loss": loss / n, "accept_greedy": agree / n, "accept_t1": tv / n, "positions": int(n)}
 
 
-def train(model_path: str, method: str, exit_layer: int, out: str | None = None, steps: int = 300,
-          batch: int = 16, lr: float = 3e-3, lam: float = 1.0, n_train: int = 512, n_eval: int = 64,
-          length: int = 128, temperature: float = 1.0, top_p: float = 1.0, seed: int = 0,
-          prompts: list | None = None, init_layer: str = "copy", log_every: int = 25,
-          dtype: str = "F32", threads: int | None = None, quiet: bool = False) -> dict:
+def prepare_run(model_path, prompts, n_train, n_eval, length, temperature, top_p, seed,
+                threads=None, quiet=False):
+    """What every recipe starts with: a logger, the frozen base model, and
+    self-distilled train / held-out sequences (held-out with another seed).
+    Returns (say, t0, model, (tokens, mask) train, (tokens, mask) held-out)."""
     if threads:
         torch.set_num_threads(threads)
     say = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
@@ -120,8 +120,18 @@ def train(model_path: str, method: str, exit_layer: int, out: str | None = None,
     prompts = prompts or [[1]]
     per_train = max(1, n_train // len(prompts))
     per_eval = max(1, n_eval // len(prompts))
-    tok_tr, m_tr = make_data(model, prompts, per_train, length, temperature, top_p, seed)
-    tok_ev, m_ev = make_data(model, prompts, per_eval, length, temperature, top_p, seed + 1_000_003)
+    train_set = make_data(model, prompts, per_train, length, temperature, top_p, seed)
+    eval_set = make_data(model, prompts, per_eval, length, temperature, top_p, seed + 1_000_003)
+    return say, t0, model, train_set, eval_set
+
+
+def train(model_path: str, method: str, exit_layer: int, out: str | None = None, steps: int = 300,
+          batch: int = 16, lr: float = 3e-3, lam: float = 1.0, n_train: int = 512, n_eval: int = 64,
+          length: int = 128, temperature: float = 1.0, top_p: float = 1.0, seed: int = 0,
+          prompts: list | None = None, init_layer: str = "copy", log_every: int = 25,
+          dtype: str = "F32", threads: int | None = None, quiet: bool = False) -> dict:
+    say, t0, model, (tok_tr, m_tr), (tok_ev, m_ev) = prepare_run(
+        model_path, prompts, n_train, n_eval, length, temperature, top_p, seed, threads, quiet)
     h_tr, lp_tr = teacher_targets(model, tok_tr, exit_layer)
     h_ev, lp_ev = teacher_targets(model, tok_ev, exit_layer)
     t_data = time.time() - t0

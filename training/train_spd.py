@@ -3,7 +3,7 @@
 
 Recipe (SPD paper, section 4.1 "Training Method" and appendix A):
   data    continuations sampled from the base model itself
-          (train_ppsd.make_data: temperature, top-p, seed recorded);
+          (train_ppsd.prepare_run: temperature, top-p, seed recorded);
   module  n stages, L_s decoder layers, v11 (default taps SpdDefaultTaps)
           or v10 features (specline_train/spd.py); own LM head copied from
           the base, FCs = identity on the deepest tapped block, layers =
@@ -43,9 +43,9 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from specline_train.heads import export_head  # noqa: E402
-from specline_train.model import Llama, file_sha256, load_model  # noqa: E402
+from specline_train.model import Llama, file_sha256  # noqa: E402
 from specline_train.spd import SpdModule  # noqa: E402
-from train_ppsd import machine, make_data, parse_prompts  # noqa: E402
+from train_ppsd import machine, parse_prompts, prepare_run  # noqa: E402
 
 
 @torch.no_grad()
@@ -97,19 +97,8 @@ def train(model_path: str, n_stages: int, spd_layers: int = 1, out: str | None =
           temperature: float = 1.0, top_p: float = 1.0, seed: int = 0, prompts=None,
           init_layers: str = "last", log_every: int = 50, dtype: str = "F32",
           threads: int | None = None, quiet: bool = False) -> dict:
-    if threads:
-        torch.set_num_threads(threads)
-    say = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
-    torch.manual_seed(seed)
-    t0 = time.time()
-    model = load_model(model_path)
-    for p in model.parameters():
-        p.requires_grad_(False)
-    prompts = prompts or [[1]]
-    per_train = max(1, n_train // len(prompts))
-    per_eval = max(1, n_eval // len(prompts))
-    tok_tr, m_tr = make_data(model, prompts, per_train, length, temperature, top_p, seed)
-    tok_ev, m_ev = make_data(model, prompts, per_eval, length, temperature, top_p, seed + 1_000_003)
+    say, t0, model, (tok_tr, m_tr), (tok_ev, m_ev) = prepare_run(
+        model_path, prompts, n_train, n_eval, length, temperature, top_p, seed, threads, quiet)
     t_data = time.time() - t0
     say(f"data: {len(tok_tr)} train / {len(tok_ev)} held-out sequences of {length} sampled tokens "
         f"(T={temperature}, top_p={top_p}, seed={seed}) in {t_data:.1f}s")
