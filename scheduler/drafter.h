@@ -35,6 +35,7 @@ struct DraftJob {
   uint64_t seq_id = 0;
   uint32_t epoch = 0;
   int32_t end = 0;    // chain length when gathered; the draft is for position `end`
+  int32_t verified = 0;  // verified tokens then; positions < verified - 1 have left the pipeline
   int32_t first = 0;  // rows [first, end) carry taps (first = the sequence's fed)
   int prompt_len = 0;
   int32_t vocab_size = 0;

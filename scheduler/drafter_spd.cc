@@ -39,13 +39,17 @@ class SpdDrafter : public Drafter {
       const auto& have = job.taps[r];
       const int32_t pos = job.first + static_cast<int32_t>(r);
       // The paper's input-state schedule: drafting the token after the
-      // newest, the row k positions back has passed k stages (the newest is
-      // just entering the pipeline: depth 0); the module is trained on
-      // exactly that layout. Taps may have arrived for deeper layers
-      // already (stages run ahead of the drafter here); using them would
-      // feed the module features it never saw at that offset, so the depth
-      // is capped at k. It is lower only when taps lag.
-      const int lockstep = static_cast<int>(std::min<int64_t>(job.end - 1 - pos, n));
+      // newest, an in-flight row k positions back has passed k stages (the
+      // newest is just entering the pipeline: depth 0), and rows that left
+      // the pipeline (their successor was verified) are at full depth n;
+      // the module is trained on exactly that layout (a full pipeline, or
+      // fewer rows in flight after a flush). Taps of in-flight rows may
+      // have arrived for deeper layers already (stages run ahead of the
+      // drafter here); using them would feed the module features it never
+      // saw at that offset, so the depth is capped at k. It is lower only
+      // when taps lag.
+      const bool left = pos < job.verified - 1;
+      const int lockstep = left ? n : static_cast<int>(std::min<int64_t>(job.end - 1 - pos, n));
       int depth = 0;
       for (int d = lockstep; d > 0; --d) {
         bool all = true;

@@ -67,6 +67,7 @@ std::vector<DraftJob> Engine::GatherDraftJobsLocked() {
     j.seq_id = s.id;
     j.epoch = s.epoch;
     j.end = s.chain_end();
+    j.verified = static_cast<int32_t>(s.tokens.size());
     j.first = std::min(s.spec.fed, j.end - 1);
     j.prompt_len = s.prompt_len;
     j.vocab_size = config().vocab_size;

@@ -49,6 +49,10 @@ class OracleGreedy : public ::testing::TestWithParam<OracleCase> {};
 TEST_P(OracleGreedy, EqualsPlainDecodingAtEveryAcceptanceRate) {
   const OracleCase c = GetParam();
   InprocPipeline p(c.n_stages, SpecOptions(c.n_stages, "", ""));
+  // Whether a given token got a draft depends on thread timing (did the
+  // driver draft before the token's predecessor came back?), so drafts are
+  // counted over the whole test, not asserted per request.
+  int64_t drafts = 0;
   for (double alpha : {0.0, 0.3, 0.7, 1.0}) {
     for (uint32_t prompt : {1u, 2u, 3u}) {
       scheduler::RequestSpec spec = Greedy(prompt, 24);
@@ -59,7 +63,7 @@ TEST_P(OracleGreedy, EqualsPlainDecodingAtEveryAcceptanceRate) {
       EXPECT_EQ(got.tokens, ref.tokens) << "alpha " << alpha << " prompt " << prompt;
       const scheduler::SpecStats& st = got.last.spec;
       EXPECT_EQ(got.last.mode, c.mode);
-      EXPECT_GT(st.draft_tokens, 0) << "alpha " << alpha;
+      drafts += st.draft_tokens;
       // Greedy verification accepts exactly the oracle's true proposals.
       if (alpha == 1.0) EXPECT_EQ(st.rejected_tokens, 0);
       if (alpha == 0.0) EXPECT_EQ(st.accepted_tokens, 0);
@@ -69,6 +73,7 @@ TEST_P(OracleGreedy, EqualsPlainDecodingAtEveryAcceptanceRate) {
       EXPECT_EQ(st.accepted_tokens + st.rejected_tokens + st.discarded_tokens, st.draft_tokens);
     }
   }
+  EXPECT_GT(drafts, 0);
   EXPECT_TRUE(Eventually([&] { return p.StagesEmpty(); }));
   const auto stats = p.engine().Stats();
   EXPECT_EQ(stats.kv_free_tokens, stats.kv_capacity_tokens);
@@ -215,13 +220,15 @@ TEST(SpecFailure, DeadStageWithDraftsInFlightFailsCleanlyAndRecovers) {
   p.StartRunner(1);
   ASSERT_TRUE(Eventually([&] { return p.engine().Stats().pipeline_up; }));
   EXPECT_EQ(p.engine().Stats().kv_free_tokens, kv0);
+  int64_t drafts = 0;  // over all requests: per request it depends on timing
   for (auto r : specs) {
     r.max_tokens = 30;
     if (r.oracle.enabled) r.oracle.reference = Generate1(p.model(), r).tokens;
     const StreamResult got = RunRequest(p, r);
     EXPECT_EQ(got.tokens, Generate1(p.model(), r).tokens);
-    EXPECT_GT(got.last.spec.draft_tokens, 0);
+    drafts += got.last.spec.draft_tokens;
   }
+  EXPECT_GT(drafts, 0);
   EXPECT_TRUE(Eventually([&] { return p.StagesEmpty(); }));
 }
 
@@ -234,10 +241,11 @@ TEST(SpecFailure, DeadStageWithDraftsInFlightFailsCleanlyAndRecovers) {
 namespace specline::testing {
 namespace {
 
-// The SPD drafter feeds the module the paper's input-state schedule: the
-// row k positions behind the newest at depth min(k, n), even when deeper
-// taps have already arrived (stages run ahead of the drafter), because the
-// module is trained on exactly that layout; rows at full depth become final.
+// The SPD drafter feeds the module the paper's input-state schedule: rows
+// that left the pipeline at full depth n, an in-flight row k positions
+// behind the newest at depth min(k, n) even when deeper taps have already
+// arrived (stages run ahead of the drafter), because the module is trained
+// on exactly that layout; rows at full depth become final.
 TEST(SpdDrafter, UsesTheLockstepDepthScheduleNotTheDeepestTaps) {
   const int n = 4;
   std::shared_ptr<const ModelSource> base = OpenModel(SchedulerTestModel());
@@ -252,6 +260,7 @@ TEST(SpdDrafter, UsesTheLockstepDepthScheduleNotTheDeepestTaps) {
   scheduler::DraftJob job;
   job.seq_id = 7;
   job.end = 9;
+  job.verified = 7;  // rows 0..5 have left the pipeline; 6 (verified) and 7, 8 (drafts) are in it
   job.first = 0;
   job.chain = MakePrompt(9, 5);
   std::mt19937 gen(3);
@@ -267,7 +276,7 @@ TEST(SpdDrafter, UsesTheLockstepDepthScheduleNotTheDeepestTaps) {
   job.taps = taps;
   drafter->Propose(job);
   ASSERT_TRUE(job.status.ok()) << job.status;
-  EXPECT_EQ(job.fed, 9 - n);  // rows 0..4 are n or more behind the newest
+  EXPECT_EQ(job.fed, 6);  // rows 0..5 are final
 
   auto logits_with = [&](auto depth_of) {
     std::vector<std::vector<float>> feats(9);
@@ -284,7 +293,8 @@ TEST(SpdDrafter, UsesTheLockstepDepthScheduleNotTheDeepestTaps) {
     EXPECT_TRUE(reference.Forward(1, rows, logits.data()).ok());
     return logits;
   };
-  const std::vector<float> lockstep = logits_with([&](int p) { return std::min(8 - p, n); });
+  const std::vector<float> lockstep =
+      logits_with([&](int p) { return p < 6 ? n : std::min(8 - p, n); });
   const std::vector<float> deepest = logits_with([&](int) { return n; });
   const int32_t want = static_cast<int32_t>(
       std::max_element(lockstep.begin(), lockstep.end()) - lockstep.begin());
