@@ -104,6 +104,22 @@ def evaluate(head, h, teacher_logp, tokens, mask, lam, batch=64):
     return {"loss": loss / n, "accept_greedy": agree / n, "accept_t1": tv / n, "positions": int(n)}
 
 
+def add_data_args(ap):
+    """The options every recipe shares: self-distillation data, export dtype,
+    threads, JSON report."""
+    ap.add_argument("--train-sequences", type=int, default=512)
+    ap.add_argument("--eval-sequences", type=int, default=64)
+    ap.add_argument("--length", type=int, default=128, help="sampled tokens per sequence")
+    ap.add_argument("--temperature", type=float, default=1.0, help="data sampling temperature")
+    ap.add_argument("--top-p", type=float, default=1.0)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--prompt-ids", help="file: one prompt per line, space-separated token ids "
+                                         "(default: BOS = 1)")
+    ap.add_argument("--dtype", choices=["F32", "F16", "BF16"], default="F32")
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--json", help="also write the losses and evaluation here")
+
+
 def prepare_run(model_path, prompts, n_train, n_eval, length, temperature, top_p, seed,
                 threads=None, quiet=False):
     """What every recipe starts with: a logger, the frozen base model, and
@@ -218,19 +234,9 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, default=16, help="sequences per step")
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--lambda", dest="lam", type=float, default=1.0, help="weight of the KL term")
-    ap.add_argument("--train-sequences", type=int, default=512)
-    ap.add_argument("--eval-sequences", type=int, default=64)
-    ap.add_argument("--length", type=int, default=128, help="sampled tokens per sequence")
-    ap.add_argument("--temperature", type=float, default=1.0, help="data sampling temperature")
-    ap.add_argument("--top-p", type=float, default=1.0)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--prompt-ids", help="file: one prompt per line, space-separated token ids "
-                                         "(default: BOS = 1)")
+    add_data_args(ap)
     ap.add_argument("--init-layer", choices=["copy", "random"], default="copy")
-    ap.add_argument("--dtype", choices=["F32", "F16", "BF16"], default="F32")
-    ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--log-every", type=int, default=25)
-    ap.add_argument("--json", help="also write the losses and evaluation here")
     a = ap.parse_args(argv)
     r = train(a.model, a.method, a.exit_layer, a.out, a.steps, a.batch, a.lr, a.lam,
               a.train_sequences, a.eval_sequences, a.length, a.temperature, a.top_p, a.seed,

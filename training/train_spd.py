@@ -45,7 +45,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from specline_train.heads import export_head  # noqa: E402
 from specline_train.model import Llama, file_sha256  # noqa: E402
 from specline_train.spd import SpdModule  # noqa: E402
-from train_ppsd import machine, parse_prompts, prepare_run  # noqa: E402
+from train_ppsd import add_data_args, machine, parse_prompts, prepare_run  # noqa: E402
 
 
 @torch.no_grad()
@@ -181,18 +181,9 @@ def main(argv=None):
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--full-prob", type=float, default=0.5,
                     help="probability of a fully occupied pipeline per sequence (appendix A.2)")
-    ap.add_argument("--train-sequences", type=int, default=512)
-    ap.add_argument("--eval-sequences", type=int, default=64)
-    ap.add_argument("--length", type=int, default=128, help="sampled tokens per sequence")
-    ap.add_argument("--temperature", type=float, default=1.0, help="data sampling temperature")
-    ap.add_argument("--top-p", type=float, default=1.0)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--prompt-ids", help="file: one prompt per line, space-separated token ids")
+    add_data_args(ap)
     ap.add_argument("--init-layers", choices=["last", "random"], default="last")
-    ap.add_argument("--dtype", choices=["F32", "F16", "BF16"], default="F32")
-    ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--log-every", type=int, default=50)
-    ap.add_argument("--json", help="also write the losses and evaluation here")
     a = ap.parse_args(argv)
     taps = [int(x) for x in a.taps.split(",")] if a.taps else None
     r = train(a.model, a.n_stages, a.spd_layers, a.out, a.layout, taps, a.steps, a.batch, a.lr,

@@ -21,12 +21,13 @@ GOLDEN = os.path.join(REPO, "tests", "data", "heads")
 
 
 def specline_binary():
-    """The specline CLI with `info --head` (SPECLINE_BIN, else build-train/ or build/)."""
-    for p in (os.environ.get("SPECLINE_BIN"), os.path.join(REPO, "build-train", "specline"),
-              os.path.join(REPO, "build", "specline")):
+    """The specline CLI with `info --head`: SPECLINE_BIN, else build-train/,
+    build/ or build-lead/."""
+    for p in (os.environ.get("SPECLINE_BIN"), *(os.path.join(REPO, d, "specline")
+                                                 for d in ("build-train", "build", "build-lead"))):
         if p and os.access(p, os.X_OK):
             h = subprocess.run([p, "info", "--help"], capture_output=True, text=True)
-            if "--head" in h.stdout:
+            if "--head" in h.stdout + h.stderr:
                 return p
     return None
 

@@ -8,7 +8,6 @@ and exports a module that loads in Python and in C++ (`specline info
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import unittest
@@ -20,24 +19,13 @@ REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(REPO, "training"))
 sys.path.insert(0, HERE)
 import train_spd  # noqa: E402
+from test_heads import cxx_info_head  # noqa: E402
 from specline_train.heads import load_head  # noqa: E402
 from specline_train.model import load_model  # noqa: E402
 from specline_train.spd import SpdModule  # noqa: E402
 
 STORIES_BIN = os.path.join(REPO, "..", "shared", "models", "stories260K", "stories260K.bin")
 GOLDEN = os.path.join(REPO, "tests", "data", "spd_module")
-
-
-def specline_binary():
-    """The specline CLI with `info --head`: SPECLINE_BIN, else build-train/,
-    build/ or build-lead/."""
-    for p in (os.environ.get("SPECLINE_BIN"), *(os.path.join(REPO, d, "specline")
-                                                 for d in ("build-train", "build", "build-lead"))):
-        if p and os.access(p, os.X_OK):
-            h = subprocess.run([p, "info", "--help"], capture_output=True, text=True)
-            if "--head" in h.stdout + h.stderr:
-                return p
-    return None
 
 
 class GoldenTest(unittest.TestCase):
@@ -146,15 +134,9 @@ class StoriesSpdTest(unittest.TestCase):
                     _, H = self.base(toks)
                     torch.testing.assert_close(back.forward_fill(toks, H, n),
                                                r["module"].forward_fill(toks, H, n))
-                exe = specline_binary()
-                if exe is None:
-                    print("\n  (skipping the C++ load check: no specline binary with `info --head`)",
-                          file=sys.stderr)
-                    continue
-                res = subprocess.run([exe, "info", "--model", STORIES_BIN, "--head", out],
-                                     capture_output=True, text=True)
-                self.assertEqual(res.returncode, 0, res.stderr)
-                self.assertIn(f"method spd, n_stages {n}, layers {ls}, layout {layout}", res.stdout)
+                info = cxx_info_head(self, STORIES_BIN, out)
+                if info is not None:
+                    self.assertIn(f"method spd, n_stages {n}, layers {ls}, layout {layout}", info)
 
 
 if __name__ == "__main__":
