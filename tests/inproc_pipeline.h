@@ -113,8 +113,14 @@ class InprocPipeline {
  public:
   static constexpr int kStageKvTokens = 4096;
 
+  // `stage_delay` > 0 makes every stage hold each batch that long before
+  // sending it on, like a stage of a bigger model. Tests that must see
+  // drafts use it: on the tiny test model a token can come back before the
+  // driver has drafted behind it, so without it whether any draft is sent
+  // depends on how busy the machine is.
   InprocPipeline(int n_stages, scheduler::EngineOptions options,
-                 int stage_kv_tokens = kStageKvTokens)
+                 int stage_kv_tokens = kStageKvTokens,
+                 std::chrono::microseconds stage_delay = 0us)
       : model_(OpenModel(SchedulerTestModel())) {
     static std::atomic<int> counter{0};
     prefix_ = "sched-test-" + std::to_string(counter++);
@@ -124,6 +130,11 @@ class InprocPipeline {
       slices_.push_back(std::make_unique<StageSlice>(
           *model_, bounds[i], bounds[i + 1], SliceOptions{16, stage_kv_tokens}, pool));
       runners_.push_back(std::make_unique<StageRunner>(*slices_[i], i, i == n_stages - 1));
+      if (stage_delay > 0us) {
+        runners_.back()->set_observer([stage_delay](const internal::MicroBatch&, double) {
+          std::this_thread::sleep_for(stage_delay);
+        });
+      }
     }
     auto inbox = transport::Listen(InboxAddress());
     EXPECT_TRUE(inbox.ok()) << inbox.status();

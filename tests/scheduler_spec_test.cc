@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <ostream>
 #include <string>
 
 #include "tests/inproc_pipeline.h"
@@ -14,6 +15,11 @@ namespace specline::testing {
 namespace {
 
 using scheduler::SpecMode;
+
+// Stages slow enough that the driver always drafts behind a token before it
+// comes back (see InprocPipeline): the tests below count drafts.
+constexpr int kStageKv = InprocPipeline::kStageKvTokens;
+constexpr auto kStageDelay = std::chrono::microseconds(400);
 
 scheduler::EngineOptions SpecOptions(int n_stages, const std::string& ppsd_kind,
                                      const std::string& spd_kind) {
@@ -44,11 +50,16 @@ struct OracleCase {
   SpecMode mode;
 };
 
+// gtest prints the case in ctest's log.
+void PrintTo(const OracleCase& c, std::ostream* os) {
+  *os << scheduler::SpecModeName(c.mode) << " on " << c.n_stages << " stages";
+}
+
 class OracleGreedy : public ::testing::TestWithParam<OracleCase> {};
 
 TEST_P(OracleGreedy, EqualsPlainDecodingAtEveryAcceptanceRate) {
   const OracleCase c = GetParam();
-  InprocPipeline p(c.n_stages, SpecOptions(c.n_stages, "", ""));
+  InprocPipeline p(c.n_stages, SpecOptions(c.n_stages, "", ""), kStageKv, kStageDelay);
   // Whether a given token got a draft depends on thread timing (did the
   // driver draft before the token's predecessor came back?), so drafts are
   // counted over the whole test, not asserted per request.
@@ -94,11 +105,15 @@ struct HeadCase {
   std::string ppsd, spd;
 };
 
+void PrintTo(const HeadCase& c, std::ostream* os) {
+  *os << c.ppsd << c.spd << " head on " << c.n_stages << " stages";
+}
+
 class HeadGreedy : public ::testing::TestWithParam<HeadCase> {};
 
 TEST_P(HeadGreedy, RandomHeadsEqualPlainDecoding) {
   const HeadCase c = GetParam();
-  InprocPipeline p(c.n_stages, SpecOptions(c.n_stages, c.ppsd, c.spd));
+  InprocPipeline p(c.n_stages, SpecOptions(c.n_stages, c.ppsd, c.spd), kStageKv, kStageDelay);
   const SpecMode mode = c.ppsd.empty() ? SpecMode::kSpd : SpecMode::kPpsd;
   int64_t drafts = 0;
   for (uint32_t prompt : {4u, 5u, 6u, 7u}) {
@@ -190,7 +205,7 @@ namespace {
 TEST(SpecFailure, DeadStageWithDraftsInFlightFailsCleanlyAndRecovers) {
   scheduler::EngineOptions o = SpecOptions(2, "ppsd-layer", "spd-v11");
   o.batch_timeout = 1500ms;  // how a batch lost inside the pipeline shows
-  InprocPipeline p(2, o);
+  InprocPipeline p(2, o, kStageKv, kStageDelay);
   const auto kv0 = p.engine().Stats().kv_free_tokens;
   std::vector<scheduler::RequestSpec> specs;
   for (SpecMode mode : {SpecMode::kPpsd, SpecMode::kSpd, SpecMode::kSpd}) {
