@@ -48,10 +48,6 @@
 // The default model is a random stories110M-shaped checkpoint (dim 768,
 // 12 layers, vocab 32000, fp32) written to /tmp on first use (the same file
 // serving_bench uses): speed does not depend on the weights' values.
-#include <fcntl.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -60,7 +56,6 @@
 #include <iostream>
 #include <map>
 #include <memory>
-#include <signal.h>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -72,16 +67,19 @@
 
 #include "bench/synthetic_workload.h"
 #include "bench/bench_util.h"
-#include "cli/child_process.h"
+#include "bench/spec_deployment.h"
 #include "model/formats/model_source.h"
 #include "model/formats/random_model.h"
 #include "model/runtime/generator.h"
 #include "model/runtime/local_pipeline.h"
-#include "specline/internal/scheduler.grpc.pb.h"
 
-namespace fs = std::filesystem;
+using specline::bench::BenchRequest;
+using specline::bench::Deployment;
+using specline::bench::LoadAverage;
 using specline::bench::Median;
 using specline::bench::Now;
+using specline::bench::Run;
+using specline::bench::Theory;
 namespace internal = specline::internal;
 namespace v1 = specline::v1;
 
@@ -107,225 +105,31 @@ const char* kUsage =
     "  [--model PATH] [--prompt N] [--stage-threads N] [--scheduler-threads N]\n"
     "  [--local-threads N] [--scheduler-arg FLAG]... [--no-auto] [--json PATH]\n";
 
-// Busy CPU time of the whole machine so far (/proc/stat), all cores.
-double MachineCpuSeconds() {
-  std::ifstream in("/proc/stat");
-  std::string cpu;
-  double user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
-  in >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq >> steal;
-  return (user + nice + system + irq + softirq + steal) / sysconf(_SC_CLK_TCK);
+// One greedy request with the bench's prompt; alpha >= 0: the oracle.
+Run Submit(Deployment& d, const Options& o, v1::DecodingPolicy policy, double alpha = -1,
+           const std::vector<int32_t>* reference = nullptr) {
+  BenchRequest q;
+  q.prompt = specline::bench::SyntheticPrompt(o.prompt);
+  q.max_tokens = o.max_tokens;
+  q.policy = policy;
+  q.oracle_alpha = alpha;
+  q.reference = reference;
+  return d.Submit(q);
 }
 
-std::string LoadAverage() {
-  std::ifstream in("/proc/loadavg");
-  std::string a, b, c;
-  in >> a >> b >> c;
-  return a + " " + b + " " + c;
+specline::bench::DeploymentOptions Deploy(const Options& o, const std::string& spec_policy) {
+  specline::bench::DeploymentOptions d;
+  d.model = o.model;
+  d.stages = o.stages;
+  d.stage_threads = o.stage_threads;
+  d.scheduler_threads = o.scheduler_threads;
+  // KV per stage: the one request.
+  d.kv_tokens = std::max(1024, o.prompt + o.max_tokens + 16);
+  d.spec_policy = spec_policy;
+  d.allow_oracle = true;
+  d.scheduler_args = o.scheduler_args;
+  return d;
 }
-
-double Theory(double alpha, int n) { return n / (alpha + (1 - alpha) * n); }
-
-// One request's client-side view.
-struct Run {
-  std::vector<int32_t> tokens;
-  double ttft = 0, e2e = 0;
-  v1::DecodingPolicy policy = v1::DECODING_POLICY_UNSPECIFIED;
-  v1::SpecDecodeStats spec;
-  double cpu_seconds = 0;  // of the stage and scheduler processes, during the request
-  double machine_cpu_seconds = 0;  // of every process on the machine, during the request
-  double other_cores() const {
-    return e2e > 0 ? std::max(0.0, machine_cpu_seconds - cpu_seconds) / e2e : 0;
-  }
-  double cores() const { return e2e > 0 ? cpu_seconds / e2e : 0; }
-  double cpu_ms_per_token() const { return tokens.empty() ? 0 : 1e3 * cpu_seconds / tokens.size(); }
-  double decode_tok_s() const {
-    return tokens.size() > 1 ? (tokens.size() - 1) / (e2e - ttft) : 0;
-  }
-};
-
-// N stage processes + the scheduler, killed on destruction.
-class Deployment {
- public:
-  Deployment(const Options& o, const std::string& spec_policy) {
-    std::string tmpl = (fs::temp_directory_path() / "specline-spec-bench-XXXXXX").string();
-    if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
-    dir_ = tmpl;
-    // bench binaries live in <build>/bench, the processes at <build>.
-    const std::string bin_dir = specline::cli::ExecutableDir() + "/..";
-    const std::string stage_bin = bin_dir + "/specline-stage";
-    const std::string sched_bin = bin_dir + "/specline-scheduler";
-    for (const std::string& b : {stage_bin, sched_bin}) {
-      if (access(b.c_str(), X_OK) != 0) throw std::runtime_error("cannot find " + b + "; build it");
-    }
-    const int n = o.stages;
-    const int n_layers = specline::OpenModel(o.model)->config().n_layers;
-    if (n < 1 || n > n_layers) throw std::invalid_argument("--stages out of range");
-    const std::vector<int> bounds = specline::EvenSplit(n_layers, n);
-    const std::vector<int> ports = specline::cli::PickFreePorts(2 * n + 2);
-    // KV per stage: the one request, rounded up to whole 16-position blocks.
-    const std::string kv = std::to_string(std::max(1024, (o.prompt + o.max_tokens + 31) / 16 * 16));
-    auto tcp = [](int p) { return "tcp://127.0.0.1:" + std::to_string(p); };
-    auto loop = [](int p) { return "127.0.0.1:" + std::to_string(p); };
-    const std::string sched_data = tcp(ports[2 * n]);
-    const int sched_grpc = ports[2 * n + 1];
-    std::string stage_grpc;
-    std::vector<std::vector<std::string>> argvs;
-    for (int i = 0; i < n; ++i) {
-      const std::string pf = (dir_ / ("stage-" + std::to_string(i) + ".json")).string();
-      port_files_.push_back(pf);
-      argvs.push_back({stage_bin, "--model", o.model,
-                       "--layers", std::to_string(bounds[i]) + ":" + std::to_string(bounds[i + 1]),
-                       "--stage", std::to_string(i),
-                       "--data-listen", tcp(ports[2 * i]),
-                       "--next", i + 1 < n ? tcp(ports[2 * (i + 1)]) : sched_data,
-                       "--grpc-port", std::to_string(ports[2 * i + 1]),
-                       "--metrics-port", "-1",
-                       "--port-file", pf,
-                       "--threads", std::to_string(o.stage_threads),
-                       "--kv-capacity-tokens", kv,
-                       "--log-level", "warn"});
-      if (i > 0) stage_grpc += ",";
-      stage_grpc += loop(ports[2 * i + 1]);
-    }
-    const std::string pf = (dir_ / "scheduler.json").string();
-    port_files_.push_back(pf);
-    std::vector<std::string> sched = {sched_bin, "--model", o.model,
-                                      "--stage-grpc", stage_grpc,
-                                      "--data-listen", sched_data,
-                                      "--grpc-port", std::to_string(sched_grpc),
-                                      "--metrics-port", "-1",
-                                      "--port-file", pf,
-                                      "--threads", std::to_string(o.scheduler_threads),
-                                      "--kv-capacity-tokens", kv,
-                                      "--allow-oracle", "true",
-                                      "--spec-policy", spec_policy,
-                                      "--log-level", "warn"};
-    sched.insert(sched.end(), o.scheduler_args.begin(), o.scheduler_args.end());
-    argvs.push_back(sched);
-    // The processes' logs go to a file, not into the table.
-    log_ = (dir_ / "processes.log").string();
-    std::fflush(stdout);
-    std::fflush(stderr);
-    const int log_fd = open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    const int saved_err = dup(STDERR_FILENO), saved_out = dup(STDOUT_FILENO);
-    dup2(log_fd, STDERR_FILENO);
-    dup2(log_fd, STDOUT_FILENO);
-    for (auto& a : argvs) pids_.push_back(specline::cli::SpawnProcess(a));
-    dup2(saved_err, STDERR_FILENO);
-    dup2(saved_out, STDOUT_FILENO);
-    close(saved_err);
-    close(saved_out);
-    close(log_fd);
-
-    const double deadline = Now() + 120;
-    for (size_t k = 0; k < port_files_.size(); ++k) {
-      while (!fs::exists(port_files_[k])) {
-        CheckAlive();
-        if (Now() > deadline) throw std::runtime_error("a process did not start; see " + log_);
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      }
-    }
-    grpc::ChannelArguments args;
-    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-    stub_ = internal::Scheduler::NewStub(
-        grpc::CreateCustomChannel(loop(sched_grpc), grpc::InsecureChannelCredentials(), args));
-    while (true) {
-      CheckAlive();
-      if (Now() > deadline) throw std::runtime_error("the scheduler did not see every stage");
-      grpc::ClientContext ctx;
-      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
-      internal::SchedulerStats st;
-      if (stub_->GetStats(&ctx, internal::StatsRequest(), &st).ok() && st.stage_up_size() == n &&
-          std::all_of(st.stage_up().begin(), st.stage_up().end(), [](bool b) { return b; })) {
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-  }
-  ~Deployment() {
-    // Scheduler first, then the stages.
-    for (auto it = pids_.rbegin(); it != pids_.rend(); ++it) {
-      specline::cli::StopProcess(*it, SIGTERM, std::chrono::seconds(10));
-    }
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-
-  // One greedy request; throws on failure.
-  Run Submit(const std::vector<int32_t>& prompt, int max_tokens, v1::DecodingPolicy policy,
-             double alpha = -1, const std::vector<int32_t>* reference = nullptr) {
-    internal::SubmitRequest req;
-    req.set_request_id("spec-bench-" + std::to_string(++seq_));
-    for (int32_t t : prompt) req.add_prompt(t);
-    req.mutable_sampling()->set_temperature(0);
-    req.mutable_sampling()->set_seed(seq_);
-    req.set_max_tokens(max_tokens);  // no stop ids: ignore EOS
-    req.set_policy(policy);
-    if (alpha >= 0) {
-      req.mutable_oracle()->set_alpha(alpha);
-      if (reference) {
-        for (int32_t t : *reference) req.mutable_oracle()->add_reference(t);
-      }
-    }
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
-    Run r;
-    const double cpu0 = CpuSeconds(), machine0 = MachineCpuSeconds();
-    const double t0 = Now();
-    auto reader = stub_->Submit(&ctx, req);
-    internal::SubmitEvent ev;
-    while (reader->Read(&ev)) {
-      if (ev.tokens_size() > 0 && r.tokens.empty()) r.ttft = Now() - t0;
-      r.tokens.insert(r.tokens.end(), ev.tokens().begin(), ev.tokens().end());
-      if (ev.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
-        r.policy = ev.policy();
-        r.spec = ev.spec_decode();
-      }
-    }
-    r.e2e = Now() - t0;
-    r.cpu_seconds = CpuSeconds() - cpu0;
-    r.machine_cpu_seconds = MachineCpuSeconds() - machine0;
-    const grpc::Status st = reader->Finish();
-    if (!st.ok()) throw std::runtime_error("Submit failed: " + st.error_message() + " (log " + log_ + ")");
-    return r;
-  }
-
- private:
-  // User + system CPU time of every process of the deployment so far.
-  double CpuSeconds() const {
-    double total = 0;
-    for (pid_t p : pids_) {
-      std::ifstream in("/proc/" + std::to_string(p) + "/stat");
-      std::string line;
-      std::getline(in, line);
-      const size_t close = line.rfind(')');
-      if (close == std::string::npos) continue;
-      std::istringstream rest(line.substr(close + 2));
-      std::string field;
-      // Fields 3..13 precede utime (14) and stime (15).
-      for (int f = 3; f <= 13; ++f) rest >> field;
-      double ut = 0, st = 0;
-      rest >> ut >> st;
-      total += ut + st;
-    }
-    return total / sysconf(_SC_CLK_TCK);
-  }
-  void CheckAlive() {
-    for (pid_t p : pids_) {
-      int status = 0;
-      if (waitpid(p, &status, WNOHANG) == p) {
-        throw std::runtime_error("a process " + specline::cli::DescribeExit(status) +
-                                 " at start-up; see " + log_);
-      }
-    }
-  }
-  fs::path dir_;
-  std::string log_;
-  std::vector<std::string> port_files_;
-  std::vector<pid_t> pids_;
-  std::unique_ptr<internal::Scheduler::Stub> stub_;
-  uint64_t seq_ = 0;
-};
 
 // The best single-process autoregressive run: the whole model in one
 // LocalPipeline on every core.
@@ -383,8 +187,8 @@ Row Measure(Deployment& d, const Options& o, const std::vector<int32_t>& referen
   row.alpha = alpha;
   const std::vector<int32_t> prompt = specline::bench::SyntheticPrompt(o.prompt);
   for (int r = 0; r < o.repeats; ++r) {
-    Run ar = d.Submit(prompt, o.max_tokens, v1::DECODING_POLICY_AUTOREGRESSIVE);
-    Run sp = d.Submit(prompt, o.max_tokens, policy, alpha, &reference);
+    Run ar = Submit(d, o, v1::DECODING_POLICY_AUTOREGRESSIVE);
+    Run sp = Submit(d, o, policy, alpha, &reference);
     row.mismatches += (ar.tokens != reference) + (sp.tokens != reference);
     row.ar.push_back(ar.decode_tok_s());
     row.spec.push_back(sp.decode_tok_s());
@@ -481,14 +285,14 @@ int main(int argc, char** argv) try {
   double local_tok_s = 0, ar_tok_s = 0;
   int local_mismatches = 0;
   {
-    Deployment d(o, "always");
+    Deployment d(Deploy(o, "always"));
     // Warm-up (pages in the weights) and the oracle's reference.
-    Run first = d.Submit(prompt, o.max_tokens, v1::DECODING_POLICY_AUTOREGRESSIVE);
+    Run first = Submit(d, o, v1::DECODING_POLICY_AUTOREGRESSIVE);
     reference = first.tokens;
     if (static_cast<int>(reference.size()) != o.max_tokens)
       throw std::runtime_error("the plain run stopped early");
-    d.Submit(prompt, o.max_tokens, v1::DECODING_POLICY_SPD, 1.0, &reference);
-    d.Submit(prompt, o.max_tokens, v1::DECODING_POLICY_PPSD, 1.0, &reference);
+    Submit(d, o, v1::DECODING_POLICY_SPD, 1.0, &reference);
+    Submit(d, o, v1::DECODING_POLICY_PPSD, 1.0, &reference);
 
     // The best single-process run, alternating with the deployment's AR.
     {
@@ -499,7 +303,7 @@ int main(int argc, char** argv) try {
         auto g = local.Generate();
         local_mismatches += g.tokens != reference;
         lr.push_back((g.tokens.size() - 1) / g.decode_seconds);
-        Run a = d.Submit(prompt, o.max_tokens, v1::DECODING_POLICY_AUTOREGRESSIVE);
+        Run a = Submit(d, o, v1::DECODING_POLICY_AUTOREGRESSIVE);
         ar.push_back(a.decode_tok_s());
       }
       local_tok_s = Median(lr);
@@ -530,8 +334,8 @@ int main(int argc, char** argv) try {
     }
   }
   if (o.run_auto) {
-    Deployment d(o, "auto");
-    d.Submit(prompt, o.max_tokens, v1::DECODING_POLICY_AUTOREGRESSIVE);  // warm-up
+    Deployment d(Deploy(o, "auto"));
+    Submit(d, o, v1::DECODING_POLICY_AUTOREGRESSIVE);  // warm-up
     for (v1::DecodingPolicy p : {v1::DECODING_POLICY_SPD, v1::DECODING_POLICY_PPSD}) {
       rows.push_back(Measure(d, o, reference, p, 0.0, "auto"));
       PrintRow(rows.back(), n);

@@ -28,6 +28,7 @@
 #include <cstdlib>
 #include <cstdint>
 #include <map>
+#include <ostream>
 #include <random>
 #include <sstream>
 #include <string>
@@ -312,6 +313,9 @@ struct ModeCase {
   std::string spd;
   int n_requests;
 };
+
+// gtest prints the case in ctest's log.
+void PrintTo(const ModeCase& c, std::ostream* os) { *os << c.name; }
 
 class SampledOutput : public ::testing::TestWithParam<ModeCase> {};
 

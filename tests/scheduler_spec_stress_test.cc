@@ -218,7 +218,9 @@ void RunRound(InprocPipeline& p, int round, bool sampled = false) {
     EXPECT_EQ(o.last.mode, j.spec.mode);
     // (Drafts of one speculative request depend on thread timing; the
     // round's totals are checked below.)
-    if (j.spec.mode == SpecMode::kAutoregressive) EXPECT_EQ(st.draft_tokens, 0);
+    if (j.spec.mode == SpecMode::kAutoregressive) {
+      EXPECT_EQ(st.draft_tokens, 0);
+    }
     EXPECT_EQ(st.accepted_tokens + st.rejected_tokens + st.discarded_tokens, st.draft_tokens);
   }
   // The point of the stress: many flushes happened.

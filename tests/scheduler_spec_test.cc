@@ -317,5 +317,37 @@ TEST(SpdDrafter, UsesTheLockstepDepthScheduleNotTheDeepestTaps) {
   EXPECT_NE(lockstep, deepest);  // the schedule matters for this module
 }
 
+// The SPD drafter waits until every row it recomputes has the taps of its
+// lockstep depth, instead of feeding a lagging row shallower features.
+TEST(SpdDrafter, WaitsForTheLockstepDepthsTaps) {
+  const int n = 4;
+  std::shared_ptr<const ModelSource> base = OpenModel(SchedulerTestModel());
+  std::shared_ptr<const DraftHead> head = LoadDraftHead(HeadDir("spd-v11", n), base->config());
+  auto drafter =
+      scheduler::MakeSpdDrafter(head, base, std::make_shared<kernels::ThreadPool>(1), 1024);
+  SpdModule module(head, base, std::make_shared<kernels::ThreadPool>(1));
+  scheduler::RequestSpec r;
+  r.prompt = MakePrompt(7, 5);
+  scheduler::Sequence s(1, r);  // rows 0..5 left the pipeline, 6 is the newest verified
+  s.spec.fed = 6;
+  s.spec.drafts.push_back({MakePrompt(1, 6)[0], {}});
+  s.spec.drafts.push_back({MakePrompt(1, 7)[0], {}});  // rows 6, 7 at depths 2, 1; 8 at 0
+  const std::vector<float> h(base->config().dim, 0.5f);
+  auto give = [&](int32_t pos, int depth) {
+    for (int l : module.TapsForDepth(depth)) {
+      if (l != 0) s.spec.taps[pos][l] = h;
+    }
+  };
+  EXPECT_FALSE(drafter->Ready(s));
+  give(6, 2);
+  EXPECT_FALSE(drafter->Ready(s)) << "row 7 lacks depth 1";
+  give(7, 1);
+  EXPECT_TRUE(drafter->Ready(s));
+  s.spec.fed = 5;  // row 5 left the pipeline and is not final: it needs depth n
+  EXPECT_FALSE(drafter->Ready(s));
+  give(5, n);
+  EXPECT_TRUE(drafter->Ready(s));
+}
+
 }  // namespace
 }  // namespace specline::testing

@@ -4,7 +4,12 @@
 Starts `specline serve` (gateway + scheduler + stage processes) with the head,
 sends each prompt with `specline client --policy ppsd|spd` greedily (T=0)
 and at T=1, and sums the drafts / accepted / flushes / L'acc that the final
-message of each stream reports. Needs a build with the serving binaries
+message of each stream reports. "per verified" = accepted / (accepted +
+flushes): the acceptance rate of the drafts that were verified (drafts a
+flush voided are never verified), the figure comparable with the Python
+held-out acceptance that train_*.py prints. --bos-samples N decodes N
+sequences from BOS (seeds seed..seed+N-1) instead of text prompts: the
+distribution of the training and held-out data. Needs a build with the serving binaries
 (specline, specline-stage, specline-scheduler, specline-gateway) in --bin-dir.
 
   python3 training/eval_heads.py --bin-dir build --model ../shared/models/stories260K/stories260K.bin \
@@ -30,12 +35,13 @@ LINE = re.compile(r"DECODING_POLICY_(\w+): (\d+)/(\d+) drafts accepted, (\d+) fl
 TOKS = re.compile(r"(\d+) tokens .*?([\d.]+) tok/s decode")
 
 
-def serve(bin_dir, model, head, method, stages, threads, log):
+def serve(bin_dir, model, head, method, stages, threads, spec_policy, log):
     pf = tempfile.NamedTemporaryFile(suffix=".json", delete=False).name
     os.unlink(pf)
     flag = "--spd-head" if method == "spd" else "--ppsd-head"
     cmd = [os.path.join(bin_dir, "specline"), "serve", "--model", model, "--stages", str(stages),
-           "--port", "0", "--port-file", pf, flag, head, "--threads", str(threads)]
+           "--port", "0", "--port-file", pf, flag, head, "--threads", str(threads),
+           "--spec-policy", spec_policy]
     p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     for _ in range(600):
         if p.poll() is not None:
@@ -62,6 +68,10 @@ def main(argv=None):
     ap.add_argument("--head", required=True)
     ap.add_argument("--stages", type=int, help="default: ceil(n_layers / E) (PPSD), spd.n_stages (SPD)")
     ap.add_argument("--prompts", help="file with one held-out prompt per line")
+    ap.add_argument("--bos-samples", type=int, default=0,
+                    help="decode this many sequences from BOS instead of the prompts")
+    ap.add_argument("--spec-policy", default="auto", choices=["auto", "always"],
+                    help="the scheduler's speculate-or-not policy (always: draft at every step)")
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--temperatures", default="0,1")
     ap.add_argument("--seed", type=int, default=3)
@@ -79,16 +89,21 @@ def main(argv=None):
             prompts = [l.rstrip("\n") for l in f if l.strip()]
     policy = "spd" if method == "spd" else "ppsd"
     log = tempfile.NamedTemporaryFile("w", suffix=".log", delete=False)
-    proc, port = serve(a.bin_dir, a.model, a.head, method, stages, a.threads, log)
+    proc, port = serve(a.bin_dir, a.model, a.head, method, stages, a.threads, a.spec_policy, log)
+    # (prompt flags, seed) per request
+    if a.bos_samples:
+        requests = [(["--prompt-ids", "1"], a.seed + i) for i in range(a.bos_samples)]
+    else:
+        requests = [(["--prompt", pr], a.seed) for pr in prompts]
     results = {}
     try:
         for t in [float(x) for x in a.temperatures.split(",")]:
             tot = {"drafts": 0, "accepted": 0, "flushes": 0, "tokens": 0, "lacc": [], "tok_s": []}
-            for pr in prompts:
+            for prompt_flags, seed in requests:
                 r = subprocess.run([os.path.join(a.bin_dir, "specline"), "client", "--addr",
-                                    f"127.0.0.1:{port}", "--prompt", pr, "--policy", policy,
+                                    f"127.0.0.1:{port}", *prompt_flags, "--policy", policy,
                                     "--max-tokens", str(a.max_tokens), "--temperature", str(t),
-                                    "--seed", str(a.seed)], capture_output=True, text=True, timeout=120)
+                                    "--seed", str(seed)], capture_output=True, text=True, timeout=120)
                 m = LINE.search(r.stderr + r.stdout)
                 if r.returncode != 0 or not m:
                     raise RuntimeError(f"client failed ({r.returncode}): {r.stderr[-500:]}")
@@ -100,16 +115,18 @@ def main(argv=None):
                 if mt:
                     tot["tokens"] += int(mt.group(1))
                     tot["tok_s"].append(float(mt.group(2)))
-            res = {"prompts": len(prompts), "drafts": tot["drafts"], "accepted": tot["accepted"],
+            res = {"requests": len(requests), "drafts": tot["drafts"], "accepted": tot["accepted"],
                    "flushes": tot["flushes"], "tokens": tot["tokens"],
                    "acceptance": tot["accepted"] / max(1, tot["drafts"]),
+                   "per_verified": tot["accepted"] / max(1, tot["accepted"] + tot["flushes"]),
                    "lacc_mean": sum(tot["lacc"]) / len(tot["lacc"]),
                    "decode_tok_s_mean": sum(tot["tok_s"]) / max(1, len(tot["tok_s"]))}
             results[f"T={t:g}"] = res
             print(f"{os.path.basename(os.path.normpath(a.head))} ({method}, {stages} stages) T={t:g}: "
                   f"acceptance {res['acceptance']:.3f} ({res['accepted']}/{res['drafts']} drafts), "
-                  f"flushes {res['flushes']}, L'acc mean {res['lacc_mean']:.2f}, "
-                  f"{res['decode_tok_s_mean']:.0f} tok/s over {len(prompts)} prompts", flush=True)
+                  f"flushes {res['flushes']}, per verified {res['per_verified']:.3f}, "
+                  f"L'acc mean {res['lacc_mean']:.2f}, "
+                  f"{res['decode_tok_s_mean']:.0f} tok/s over {len(requests)} requests", flush=True)
     finally:
         proc.send_signal(signal.SIGINT)
         try:
@@ -119,7 +136,9 @@ def main(argv=None):
             proc.wait()
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"head": a.head, "method": method, "stages": stages, "results": results}, f, indent=1)
+            json.dump({"head": a.head, "method": method, "stages": stages,
+                       "requests": "bos" if a.bos_samples else "prompts",
+                       "spec_policy": a.spec_policy, "results": results}, f, indent=1)
     return 0
 
 
