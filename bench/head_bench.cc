@@ -4,18 +4,20 @@
 //
 //   build/bench/head_bench [--model PATH] [--head DIR]... [--stages N]
 //                          [--temperatures 0,1] [--requests N] [--max-tokens N]
-//                          [--spec-policy always|auto] [--stage-threads N]
-//                          [--json PATH]
+//                          [--prefix-tokens N] [--spec-policy always|auto]
+//                          [--stage-threads N] [--json PATH]
 //
 // Defaults: stories260K from ../shared/models and every head in
 // training/heads/stories260K (run from the repository root). For each head,
 // one deployment (bench/spec_deployment.h) with the head loaded by the
 // scheduler (--ppsd-head / --spd-head, no oracle): N stages = the SPD
 // module's n, or ceil(n_layers / E) for a PPSD head at exit E (as
-// training/eval_heads.py). Requests start at BOS (the distribution the heads
-// were trained and evaluated on) with seeds 1..--requests; each request is
-// decoded plainly (AUTOREGRESSIVE) and then with the head's policy, back to
-// back, so machine drift hits both.
+// training/eval_heads.py). Request i's prompt is BOS followed by
+// --prefix-tokens tokens the deployment samples from the base model at T=1
+// (seed i): the start of the distribution the heads were trained and
+// evaluated on, and different for every request (greedy from BOS alone is
+// one sequence). Each request is decoded plainly (AUTOREGRESSIVE) and then
+// with the head's policy, back to back, so machine drift hits both.
 //
 // Columns: decode tok/s (median over requests; (tokens - 1) / (e2e - TTFT)
 // at the client), speedup = median of the per-request spec / AR ratios,
@@ -57,6 +59,7 @@ struct Options {
   std::vector<double> temperatures = {0, 1};
   int requests = 8;
   int max_tokens = 128;
+  int prefix_tokens = 3;
   std::string spec_policy = "always";
   int stage_threads = 1;
   std::string json = "head_bench.json";
@@ -64,8 +67,8 @@ struct Options {
 
 const char* kUsage =
     "usage: head_bench [--model PATH] [--head DIR]... [--stages N] [--temperatures 0,1]\n"
-    "  [--requests N] [--max-tokens N] [--spec-policy always|auto] [--stage-threads N]\n"
-    "  [--json PATH]\n";
+    "  [--requests N] [--max-tokens N] [--prefix-tokens N] [--spec-policy always|auto]\n"
+    "  [--stage-threads N] [--json PATH]\n";
 
 struct Head {
   std::string dir, name, method;  // method: spd / ppsd-norm / ppsd-layer
@@ -117,6 +120,13 @@ Row Measure(specline::bench::Deployment& d, const Options& o, const Head& h, dou
   for (int r = 1; r <= o.requests; ++r) {
     specline::bench::BenchRequest q;
     q.prompt = {1};  // BOS
+    if (o.prefix_tokens > 0) {
+      q.max_tokens = o.prefix_tokens;
+      q.temperature = 1;
+      q.seed = static_cast<uint64_t>(r);
+      const std::vector<int32_t> prefix = d.Submit(q).tokens;
+      q.prompt.insert(q.prompt.end(), prefix.begin(), prefix.end());
+    }
     q.max_tokens = o.max_tokens;
     q.temperature = static_cast<float>(t);
     q.seed = static_cast<uint64_t>(r);
@@ -188,6 +198,7 @@ int main(int argc, char** argv) try {
     else if (a == "--temperatures") o.temperatures = ParseList(next());
     else if (a == "--requests") o.requests = std::stoi(next());
     else if (a == "--max-tokens") o.max_tokens = std::stoi(next());
+    else if (a == "--prefix-tokens") o.prefix_tokens = std::stoi(next());
     else if (a == "--spec-policy") o.spec_policy = next();
     else if (a == "--stage-threads") o.stage_threads = std::stoi(next());
     else if (a == "--json") o.json = next();
@@ -202,13 +213,13 @@ int main(int argc, char** argv) try {
 
   nlohmann::json out = {{"bench", "head"}, {"model", o.model}, {"requests", o.requests},
                         {"max_tokens", o.max_tokens}, {"spec_policy", o.spec_policy},
-                        {"stage_threads", o.stage_threads}, {"prompt", "BOS"},
+                        {"stage_threads", o.stage_threads}, {"prefix_tokens", o.prefix_tokens},
                         {"cores", std::thread::hardware_concurrency()},
                         {"loadavg_start", specline::bench::LoadAverage()}};
   const double t_start = Now();
-  std::printf("head_bench: %s, %d requests x %d tokens from BOS per row, AR and spec back to "
-              "back; --spec-policy %s; %u cores\n",
-              o.model.c_str(), o.requests, o.max_tokens, o.spec_policy.c_str(),
+  std::printf("head_bench: %s, %d requests x %d tokens per row after BOS + %d sampled tokens, "
+              "AR and spec back to back; --spec-policy %s; %u cores\n",
+              o.model.c_str(), o.requests, o.max_tokens, o.prefix_tokens, o.spec_policy.c_str(),
               std::thread::hardware_concurrency());
   std::printf("%-14s %3s %4s %9s %9s %8s %7s %6s %7s %8s %7s %4s\n", "head", "n", "T",
               "AR tok/s", "sp tok/s", "speedup", "accept", "L'acc", "theory", "/theory",

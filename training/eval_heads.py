@@ -8,8 +8,10 @@ message of each stream reports. "per verified" = accepted / (accepted +
 flushes): the acceptance rate of the drafts that were verified (drafts a
 flush voided are never verified), the figure comparable with the Python
 held-out acceptance that train_*.py prints. --bos-samples N decodes N
-sequences from BOS (seeds seed..seed+N-1) instead of text prompts: the
-distribution of the training and held-out data. Needs a build with the serving binaries
+sequences from BOS instead of text prompts, the distribution of the
+training and held-out data: request i's prompt is BOS and --prefix-tokens
+tokens the base model samples at T=1 (PyTorch, seed i), so that greedy
+requests differ too (greedy from BOS alone is one sequence). Needs a build with the serving binaries
 (specline, specline-stage, specline-scheduler, specline-gateway) in --bin-dir.
 
   python3 training/eval_heads.py --bin-dir build --model ../shared/models/stories260K/stories260K.bin \
@@ -61,6 +63,19 @@ def serve(bin_dir, model, head, method, stages, threads, spec_policy, log):
     return p, port
 
 
+def sampled_prompts(model_path, n, prefix):
+    """BOS + `prefix` tokens sampled from the model at T=1, one per seed 0..n-1."""
+    sys.path.insert(0, HERE)
+    import torch
+    from specline_train.model import load_model
+    model = load_model(model_path)
+    out = []
+    for i in range(n):
+        g = torch.Generator().manual_seed(i)
+        out.append([1] + (model.generate([1], prefix, temperature=1.0, generator=g) if prefix else []))
+    return out
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bin-dir", default=os.path.join(HERE, "..", "build"))
@@ -70,6 +85,8 @@ def main(argv=None):
     ap.add_argument("--prompts", help="file with one held-out prompt per line")
     ap.add_argument("--bos-samples", type=int, default=0,
                     help="decode this many sequences from BOS instead of the prompts")
+    ap.add_argument("--prefix-tokens", type=int, default=3,
+                    help="with --bos-samples: sampled tokens after BOS in each prompt")
     ap.add_argument("--spec-policy", default="auto", choices=["auto", "always"],
                     help="the scheduler's speculate-or-not policy (always: draft at every step)")
     ap.add_argument("--max-tokens", type=int, default=128)
@@ -92,7 +109,8 @@ def main(argv=None):
     proc, port = serve(a.bin_dir, a.model, a.head, method, stages, a.threads, a.spec_policy, log)
     # (prompt flags, seed) per request
     if a.bos_samples:
-        requests = [(["--prompt-ids", "1"], a.seed + i) for i in range(a.bos_samples)]
+        requests = [(["--prompt-ids", ",".join(map(str, p))], a.seed + i)
+                    for i, p in enumerate(sampled_prompts(a.model, a.bos_samples, a.prefix_tokens))]
     else:
         requests = [(["--prompt", pr], a.seed) for pr in prompts]
     results = {}

@@ -43,14 +43,15 @@ def make_data(model: Llama, prompts: list, per_prompt: int, length: int, tempera
     """Samples `per_prompt` continuations of `length` tokens for each prompt.
     Returns tokens [N, S] (right-padded with 0) and a bool mask [N, S] of the
     positions t whose next token x[t+1] is a sampled one (the training targets)."""
-    g = torch.Generator().manual_seed(seed)
+    dev = next(model.parameters()).device
+    g = torch.Generator(device=dev).manual_seed(seed)
     seqs = []
     for p in prompts:
         left = per_prompt
         while left > 0:
             b = min(batch, left)
-            cont = sample_batch(model, torch.tensor([p] * b), length, temperature, top_p, g)
-            for row in cont:
+            cont = sample_batch(model, torch.tensor([p] * b, device=dev), length, temperature, top_p, g)
+            for row in cont.cpu():
                 seqs.append((len(p), torch.cat([torch.tensor(p), row])))
             left -= b
     S = max(len(s) for _, s in seqs)
@@ -117,20 +118,23 @@ def add_data_args(ap):
                                          "(default: BOS = 1)")
     ap.add_argument("--dtype", choices=["F32", "F16", "BF16"], default="F32")
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+                    help="torch device for the base model, the data and the head")
     ap.add_argument("--json", help="also write the losses and evaluation here")
 
 
 def prepare_run(model_path, prompts, n_train, n_eval, length, temperature, top_p, seed,
-                threads=None, quiet=False):
+                threads=None, quiet=False, device="cpu"):
     """What every recipe starts with: a logger, the frozen base model, and
-    self-distilled train / held-out sequences (held-out with another seed).
-    Returns (say, t0, model, (tokens, mask) train, (tokens, mask) held-out)."""
+    self-distilled train / held-out sequences (held-out with another seed),
+    all on `device`. Returns (say, t0, model, (tokens, mask) train,
+    (tokens, mask) held-out)."""
     if threads:
         torch.set_num_threads(threads)
     say = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
     torch.manual_seed(seed)
     t0 = time.time()
-    model = load_model(model_path)
+    model = load_model(model_path).to(device)
     for p in model.parameters():
         p.requires_grad_(False)
     prompts = prompts or [[1]]
@@ -138,23 +142,26 @@ def prepare_run(model_path, prompts, n_train, n_eval, length, temperature, top_p
     per_eval = max(1, n_eval // len(prompts))
     train_set = make_data(model, prompts, per_train, length, temperature, top_p, seed)
     eval_set = make_data(model, prompts, per_eval, length, temperature, top_p, seed + 1_000_003)
-    return say, t0, model, train_set, eval_set
+    to = lambda ds: tuple(t.to(device) for t in ds)  # noqa: E731
+    return say, t0, model, to(train_set), to(eval_set)
 
 
 def train(model_path: str, method: str, exit_layer: int, out: str | None = None, steps: int = 300,
           batch: int = 16, lr: float = 3e-3, lam: float = 1.0, n_train: int = 512, n_eval: int = 64,
           length: int = 128, temperature: float = 1.0, top_p: float = 1.0, seed: int = 0,
           prompts: list | None = None, init_layer: str = "copy", log_every: int = 25,
-          dtype: str = "F32", threads: int | None = None, quiet: bool = False) -> dict:
+          dtype: str = "F32", threads: int | None = None, quiet: bool = False,
+          device: str = "cpu") -> dict:
     say, t0, model, (tok_tr, m_tr), (tok_ev, m_ev) = prepare_run(
-        model_path, prompts, n_train, n_eval, length, temperature, top_p, seed, threads, quiet)
+        model_path, prompts, n_train, n_eval, length, temperature, top_p, seed, threads, quiet, device)
     h_tr, lp_tr = teacher_targets(model, tok_tr, exit_layer)
     h_ev, lp_ev = teacher_targets(model, tok_ev, exit_layer)
     t_data = time.time() - t0
     say(f"data: {len(tok_tr)} train / {len(tok_ev)} held-out sequences of {length} sampled tokens "
         f"(T={temperature}, top_p={top_p}, seed={seed}) in {t_data:.1f}s")
 
-    head = make_head(method, model, exit_layer, **({"init_layer": init_layer} if method == "ppsd-layer" else {}))
+    head = make_head(method, model, exit_layer,
+                     **({"init_layer": init_layer} if method == "ppsd-layer" else {})).to(device)
     before = evaluate(head.eval(), h_ev, lp_ev, tok_ev, m_ev, lam)
     say(f"before: held-out loss {before['loss']:.4f}, acceptance greedy {before['accept_greedy']:.4f}, "
         f"T=1 {before['accept_t1']:.4f}")
@@ -165,7 +172,7 @@ def train(model_path: str, method: str, exit_layer: int, out: str | None = None,
     t1 = time.time()
     head.train()
     for step in range(1, steps + 1):
-        idx = torch.randint(0, len(tok_tr), (batch,), generator=g)
+        idx = torch.randint(0, len(tok_tr), (batch,), generator=g).to(device)
         hl = head(h_tr[idx])
         loss, kl, ce = loss_fn(hl, lp_tr[idx], torch.roll(tok_tr[idx], -1, dims=1), m_tr[idx], lam)
         opt.zero_grad(set_to_none=True)
@@ -198,7 +205,7 @@ def train(model_path: str, method: str, exit_layer: int, out: str | None = None,
             "optimizer": {"name": "Adam", "lr": lr, "batch_sequences": batch},
             "steps": steps,
             "train_seconds": round(t_train, 2),
-            "machine": machine(),
+            "machine": machine(device),
             "eval_before": before, "eval_after": after,
         }
         export_module(out, head, meta, dtype=dtype)
@@ -206,14 +213,15 @@ def train(model_path: str, method: str, exit_layer: int, out: str | None = None,
     return result
 
 
-def machine() -> str:
+def machine(device: str = "cpu") -> str:
+    """The CPU, and the GPU when `device` is one (what the training ran on)."""
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as f:
             cpu = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    dev = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "CPU only"
+    dev = torch.cuda.get_device_name(torch.device(device)) if str(device).startswith("cuda") else "CPU only"
     return f"{cpu}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads, {dev}, torch {torch.__version__}"
 
 
@@ -240,7 +248,8 @@ def main(argv=None):
     a = ap.parse_args(argv)
     r = train(a.model, a.method, a.exit_layer, a.out, a.steps, a.batch, a.lr, a.lam,
               a.train_sequences, a.eval_sequences, a.length, a.temperature, a.top_p, a.seed,
-              parse_prompts(a.prompt_ids), a.init_layer, a.log_every, a.dtype, a.threads)
+              parse_prompts(a.prompt_ids), a.init_layer, a.log_every, a.dtype, a.threads,
+              device=a.device)
     if a.json:
         with open(a.json, "w") as f:
             json.dump({k: v for k, v in r.items() if k != "head"}, f, indent=1)

@@ -96,14 +96,14 @@ def train(model_path: str, n_stages: int, spd_layers: int = 1, out: str | None =
           full_prob: float = 0.5, n_train: int = 512, n_eval: int = 64, length: int = 128,
           temperature: float = 1.0, top_p: float = 1.0, seed: int = 0, prompts=None,
           init_layers: str = "last", log_every: int = 50, dtype: str = "F32",
-          threads: int | None = None, quiet: bool = False) -> dict:
+          threads: int | None = None, quiet: bool = False, device: str = "cpu") -> dict:
     say, t0, model, (tok_tr, m_tr), (tok_ev, m_ev) = prepare_run(
-        model_path, prompts, n_train, n_eval, length, temperature, top_p, seed, threads, quiet)
+        model_path, prompts, n_train, n_eval, length, temperature, top_p, seed, threads, quiet, device)
     t_data = time.time() - t0
     say(f"data: {len(tok_tr)} train / {len(tok_ev)} held-out sequences of {length} sampled tokens "
         f"(T={temperature}, top_p={top_p}, seed={seed}) in {t_data:.1f}s")
 
-    module = SpdModule.from_base(model, n_stages, spd_layers, layout, taps, init_layers)
+    module = SpdModule.from_base(model, n_stages, spd_layers, layout, taps, init_layers).to(device)
     say(f"module: n={n_stages}, L_s={spd_layers}, layout {layout}, taps {module.taps}, "
         f"features by depth {[idx for _, idx in module.plans]}")
     before = evaluate_all(module.eval(), model, tok_ev, m_ev)
@@ -118,10 +118,10 @@ def train(model_path: str, n_stages: int, spd_layers: int = 1, out: str | None =
     t1 = time.time()
     module.train()
     for step in range(1, steps + 1):
-        idx = torch.randint(0, len(tok_tr), (batch,), generator=g)
+        idx = torch.randint(0, len(tok_tr), (batch,), generator=g).to(device)
         tk, m = tok_tr[idx], m_tr[idx]
         hidden, tlp = base_pass(model, tk)
-        active = sample_active(n_stages, batch, full_prob, g)
+        active = sample_active(n_stages, batch, full_prob, g).to(device)
         loss = kd_loss(module.forward_fill(tk, hidden, active), tlp, m)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -158,7 +158,7 @@ def train(model_path: str, n_stages: int, spd_layers: int = 1, out: str | None =
                           "batch_sequences": batch},
             "steps": steps,
             "train_seconds": round(t_train, 2),
-            "machine": machine(),
+            "machine": machine(device),
             "eval": "held-out, steady = full pipeline (a = n), warmup_a1 = a = 1",
             "eval_before": before, "eval_after": after,
         }
@@ -188,7 +188,8 @@ def main(argv=None):
     taps = [int(x) for x in a.taps.split(",")] if a.taps else None
     r = train(a.model, a.n_stages, a.spd_layers, a.out, a.layout, taps, a.steps, a.batch, a.lr,
               a.full_prob, a.train_sequences, a.eval_sequences, a.length, a.temperature, a.top_p,
-              a.seed, parse_prompts(a.prompt_ids), a.init_layers, a.log_every, a.dtype, a.threads)
+              a.seed, parse_prompts(a.prompt_ids), a.init_layers, a.log_every, a.dtype, a.threads,
+              device=a.device)
     if a.json:
         with open(a.json, "w") as f:
             json.dump({k: v for k, v in r.items() if k != "module"}, f, indent=1)

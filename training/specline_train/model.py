@@ -420,15 +420,55 @@ def file_sha256(path: str) -> str:
 # ------------------------------------------------------- llama2.c tokenizer
 
 class Llama2cTokenizer:
-    """Decoder of llama2.c's tokenizer.bin (enough to print run.c's output)."""
+    """llama2.c's tokenizer.bin: run.c's decode, and its encode (byte-pair
+    merges by score, byte fallback at id byte + 3) for training corpora."""
 
-    def __init__(self, path: str, vocab_size: int):
-        self.pieces = []
+    def __init__(self, path: str, vocab_size: Optional[int] = None):
+        self.pieces, self.scores = [], []
         with open(path, "rb") as f:
             struct.unpack("<i", f.read(4))  # max_token_length
-            for _ in range(vocab_size):
-                _score, n = struct.unpack("<fi", f.read(8))
+            while vocab_size is None or len(self.pieces) < vocab_size:
+                head = f.read(8)
+                if len(head) < 8:
+                    if vocab_size is None:
+                        break
+                    raise ValueError(f"{path}: fewer than {vocab_size} pieces")
+                score, n = struct.unpack("<fi", head)
+                self.scores.append(score)
                 self.pieces.append(f.read(n))
+        self.ids = {p: i for i, p in enumerate(self.pieces)}
+        self._cache: dict = {}
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.pieces)
+
+    def encode(self, text: str) -> list:
+        """Token ids of `text`: no BOS and no dummy-prefix space (callers
+        encode a corpus piece by piece); equal pieces are encoded once."""
+        got = self._cache.get(text)
+        if got is not None:
+            return got
+        toks = []
+        for ch in text:
+            b = ch.encode("utf-8")
+            i = self.ids.get(b)
+            if i is not None:
+                toks.append(i)
+            else:
+                toks.extend(x + 3 for x in b)
+        while len(toks) > 1:
+            best, best_i, best_id = -1e30, -1, -1
+            for i in range(len(toks) - 1):
+                j = self.ids.get(self.pieces[toks[i]] + self.pieces[toks[i + 1]])
+                if j is not None and self.scores[j] > best:
+                    best, best_i, best_id = self.scores[j], i, j
+            if best_i < 0:
+                break
+            toks[best_i:best_i + 2] = [best_id]
+        if len(self._cache) < 1_000_000:
+            self._cache[text] = toks
+        return toks
 
     def piece(self, prev: int, tok: int) -> bytes:
         """run.c's decode() + safe_printf()."""
