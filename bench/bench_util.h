@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <sstream>
+#include <string>
 #include <vector>
 
 namespace specline::bench {
@@ -18,6 +20,14 @@ inline double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n == 0 ? 0.0 : (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
+}
+
+// "0,0.5,1" -> {0, 0.5, 1} (command-line lists).
+inline std::vector<double> ParseDoubles(const std::string& s) {
+  std::vector<double> v;
+  std::stringstream ss(s);
+  for (std::string t; std::getline(ss, t, ',');) v.push_back(std::stod(t));
+  return v;
 }
 
 // memcpy bandwidth in GB/s over a buffer much larger than the caches,

@@ -164,13 +164,6 @@ nlohmann::json ToJson(const Row& r) {
           {"ar_rounds", r.ar}, {"spec_rounds", r.spec}, {"ratio_rounds", r.ratio}};
 }
 
-std::vector<double> ParseList(const std::string& s) {
-  std::vector<double> v;
-  std::stringstream ss(s);
-  for (std::string t; std::getline(ss, t, ',');) v.push_back(std::stod(t));
-  return v;
-}
-
 std::vector<std::string> DefaultHeads() {
   std::vector<std::string> heads;
   const fs::path root = "training/heads/stories260K";
@@ -195,7 +188,7 @@ int main(int argc, char** argv) try {
     if (a == "--model") o.model = next();
     else if (a == "--head") o.heads.push_back(next());
     else if (a == "--stages") o.stages = std::stoi(next());
-    else if (a == "--temperatures") o.temperatures = ParseList(next());
+    else if (a == "--temperatures") o.temperatures = specline::bench::ParseDoubles(next());
     else if (a == "--requests") o.requests = std::stoi(next());
     else if (a == "--max-tokens") o.max_tokens = std::stoi(next());
     else if (a == "--prefix-tokens") o.prefix_tokens = std::stoi(next());

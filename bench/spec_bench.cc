@@ -233,13 +233,6 @@ nlohmann::json ToJson(const Row& r, int n) {
           {"ar_rounds", r.ar}, {"spec_rounds", r.spec}};
 }
 
-std::vector<double> ParseList(const std::string& s) {
-  std::vector<double> v;
-  std::stringstream ss(s);
-  for (std::string t; std::getline(ss, t, ',');) v.push_back(std::stod(t));
-  return v;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -255,7 +248,7 @@ int main(int argc, char** argv) try {
     else if (a == "--max-tokens") o.max_tokens = std::stoi(next());
     else if (a == "--prompt") o.prompt = std::stoi(next());
     else if (a == "--repeats") o.repeats = std::stoi(next());
-    else if (a == "--alphas") o.alphas = ParseList(next());
+    else if (a == "--alphas") o.alphas = specline::bench::ParseDoubles(next());
     else if (a == "--stage-threads") o.stage_threads = std::stoi(next());
     else if (a == "--scheduler-threads") o.scheduler_threads = std::stoi(next());
     else if (a == "--local-threads") o.local_threads = std::stoi(next());

@@ -11,6 +11,7 @@ Recipe (SPD paper, section 4.1 "Training Method" and appendix A):
           fresh ones); base embedding and final norm frozen (shared);
   layout  simulated pipeline fill (appendix A.2), per training sequence:
           with probability --full-prob (0.5) the pipeline is fully occupied
+          (drawn per sequence, or per batch with --fill-per batch)
           (a = n: rows t-n+1..t at depths n-1..0, earlier rows at n), else
           a ~ U{1..n-1} trailing rows in flight (depths a-1..0), earlier
           rows at n. Every position t of the sequence is a query at once:
@@ -63,10 +64,16 @@ def kd_loss(logits, teacher_logp, mask):
     return (kl * m).sum() / m.sum().clamp(min=1)
 
 
-def sample_active(n: int, batch: int, full_prob: float, g: torch.Generator) -> torch.Tensor:
-    """Appendix A.2: per sequence, a = n with probability full_prob, else
-    a ~ U{1..n-1}."""
-    full = torch.rand(batch, generator=g) < full_prob
+def sample_active(n: int, batch: int, full_prob: float, g: torch.Generator,
+                  per: str = "sequence") -> torch.Tensor:
+    """Appendix A.2: a = n with probability full_prob, else a ~ U{1..n-1};
+    drawn per sequence ("for each training example"), or once for the whole
+    batch with per="batch" (the issue's "half the batches fully occupied";
+    the partial fill is still drawn per sequence)."""
+    if per == "batch":
+        full = (torch.rand(1, generator=g) < full_prob).expand(batch)
+    else:
+        full = torch.rand(batch, generator=g) < full_prob
     part = torch.randint(1, n, (batch,), generator=g) if n > 1 else torch.ones(batch, dtype=torch.long)
     return torch.where(full, torch.full_like(part, n), part)
 
@@ -96,7 +103,8 @@ def train(model_path: str, n_stages: int, spd_layers: int = 1, out: str | None =
           full_prob: float = 0.5, n_train: int = 512, n_eval: int = 64, length: int = 128,
           temperature: float = 1.0, top_p: float = 1.0, seed: int = 0, prompts=None,
           init_layers: str = "last", log_every: int = 50, dtype: str = "F32",
-          threads: int | None = None, quiet: bool = False, device: str = "cpu") -> dict:
+          threads: int | None = None, quiet: bool = False, device: str = "cpu",
+          fill_per: str = "sequence") -> dict:
     say, t0, model, (tok_tr, m_tr), (tok_ev, m_ev) = prepare_run(
         model_path, prompts, n_train, n_eval, length, temperature, top_p, seed, threads, quiet, device)
     t_data = time.time() - t0
@@ -121,7 +129,7 @@ def train(model_path: str, n_stages: int, spd_layers: int = 1, out: str | None =
         idx = torch.randint(0, len(tok_tr), (batch,), generator=g).to(device)
         tk, m = tok_tr[idx], m_tr[idx]
         hidden, tlp = base_pass(model, tk)
-        active = sample_active(n_stages, batch, full_prob, g).to(device)
+        active = sample_active(n_stages, batch, full_prob, g, fill_per).to(device)
         loss = kd_loss(module.forward_fill(tk, hidden, active), tlp, m)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -144,7 +152,8 @@ def train(model_path: str, n_stages: int, spd_layers: int = 1, out: str | None =
         meta = {
             "recipe": f"train_spd.py: SPD speculation module n={n_stages}, L_s={spd_layers}, "
                       f"{layout}, self-distillation, loss KL(teacher||module) at T=1, simulated "
-                      f"pipeline fill (appendix A.2, P(full)={full_prob}), g^0 block as queries",
+                      f"pipeline fill (appendix A.2, P(full)={full_prob} per {fill_per}), "
+                      f"g^0 block as queries",
             "base_model": os.path.basename(os.path.normpath(model_path)),
             "base_sha256": file_sha256(model_path),
             "init": "lm_head from base; fc = identity on the deepest tapped block; " +
@@ -180,7 +189,10 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, default=16, help="sequences per step")
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--full-prob", type=float, default=0.5,
-                    help="probability of a fully occupied pipeline per sequence (appendix A.2)")
+                    help="probability of a fully occupied pipeline (appendix A.2)")
+    ap.add_argument("--fill-per", choices=["sequence", "batch"], default="sequence",
+                    help="draw full / partial fill per training sequence (the appendix: "
+                         "'for each training example') or per batch")
     add_data_args(ap)
     ap.add_argument("--init-layers", choices=["last", "random"], default="last")
     ap.add_argument("--log-every", type=int, default=50)
@@ -189,7 +201,7 @@ def main(argv=None):
     r = train(a.model, a.n_stages, a.spd_layers, a.out, a.layout, taps, a.steps, a.batch, a.lr,
               a.full_prob, a.train_sequences, a.eval_sequences, a.length, a.temperature, a.top_p,
               a.seed, parse_prompts(a.prompt_ids), a.init_layers, a.log_every, a.dtype, a.threads,
-              device=a.device)
+              device=a.device, fill_per=a.fill_per)
     if a.json:
         with open(a.json, "w") as f:
             json.dump({k: v for k, v in r.items() if k != "module"}, f, indent=1)

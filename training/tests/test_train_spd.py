@@ -28,6 +28,24 @@ STORIES_BIN = os.path.join(REPO, "..", "shared", "models", "stories260K", "stori
 GOLDEN = os.path.join(REPO, "tests", "data", "spd_module")
 
 
+class FillDrawTest(unittest.TestCase):
+    def test_full_fill_is_drawn_per_sequence_or_per_batch(self):
+        n, batch = 4, 8
+        for per in ("sequence", "batch"):
+            g = torch.Generator().manual_seed(3)
+            draws = [train_spd.sample_active(n, batch, 0.5, g, per) for _ in range(400)]
+            flat = torch.stack(draws)
+            self.assertTrue(bool(((flat >= 1) & (flat <= n)).all()))
+            self.assertAlmostEqual((flat == n).float().mean().item(), 0.5, delta=0.06)  # P(a = n) = full_prob
+            whole = [bool((d == n).all()) or bool((d < n).all()) for d in draws]
+            if per == "batch":
+                self.assertTrue(all(whole))  # a batch is full or partial as a whole
+            else:
+                self.assertLess(sum(whole) / len(whole), 0.1)
+            partial = flat[flat < n]
+            self.assertEqual(set(partial.tolist()), set(range(1, n)))
+
+
 class GoldenTest(unittest.TestCase):
     def test_forward_matches_cxx_golden(self):
         path = os.path.join(GOLDEN, "golden.json")
