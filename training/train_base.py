@@ -27,7 +27,6 @@ standard library's sources:
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import math
 import os
@@ -43,33 +42,9 @@ import torch.nn.functional as F
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+from specline_train.corpus import corpus_files, split_files, tokenize, windows  # noqa: E402
 from specline_train.model import Llama, LlamaConfig, Llama2cTokenizer, file_sha256, load_llama2c  # noqa: E402
 from train_ppsd import machine  # noqa: E402
-
-BOS = 1
-
-
-def corpus_files(patterns: list, max_bytes: int) -> list:
-    files = sorted({f for p in patterns for f in glob.glob(os.path.expanduser(p), recursive=True)
-                    if os.path.isfile(f)})
-    out, total = [], 0
-    for f in files:
-        if total >= max_bytes:
-            break
-        out.append(f)
-        total += os.path.getsize(f)
-    return out
-
-
-def tokenize(tok: Llama2cTokenizer, files: list) -> np.ndarray:
-    ids = []
-    for f in files:
-        with open(f, encoding="utf-8", errors="replace") as fh:
-            text = fh.read()
-        ids.append(BOS)
-        for line in text.splitlines(keepends=True):
-            ids.extend(tok.encode(line))
-    return np.asarray(ids, dtype=np.int64)
 
 
 def half_to_interleaved(w: torch.Tensor, n_heads: int, head_dim: int) -> torch.Tensor:
@@ -111,11 +86,6 @@ def export_llama2c(model: Llama, path: str):
     os.replace(tmp, path)
 
 
-def windows(data: np.ndarray, n: int, length: int, gen: torch.Generator) -> torch.Tensor:
-    starts = torch.randint(0, len(data) - length - 1, (n,), generator=gen).numpy()
-    return torch.from_numpy(np.stack([data[s:s + length + 1] for s in starts]))
-
-
 @torch.no_grad()
 def eval_loss(model: Llama, data: np.ndarray, length: int, batches: int, batch: int, device) -> float:
     gen = torch.Generator().manual_seed(1234)
@@ -134,11 +104,13 @@ def train(a) -> dict:
     device = torch.device(a.device)
     tok = Llama2cTokenizer(a.tokenizer)
     files = corpus_files(a.corpus, a.max_corpus_bytes)
-    if len(files) <= a.eval_files:
-        raise SystemExit(f"corpus: {len(files)} files match {a.corpus}; need more than --eval-files")
+    try:
+        train_files, eval_files = split_files(files, a.eval_files)
+    except ValueError as e:
+        raise SystemExit(f"corpus {a.corpus}: {e}")
     t0 = time.time()
-    train_ids = tokenize(tok, files[:-a.eval_files])
-    eval_ids = tokenize(tok, files[-a.eval_files:])
+    train_ids = tokenize(tok, train_files)
+    eval_ids = tokenize(tok, eval_files)
     t_tok = time.time() - t0
     print(f"corpus: {len(files)} files, {sum(os.path.getsize(f) for f in files) / 1e6:.1f} MB, "
           f"{len(train_ids)} train / {len(eval_ids)} held-out tokens (tokenized in {t_tok:.0f} s)",

@@ -34,8 +34,9 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from specline_train.corpus import corpus_files, corpus_sequences, split_files, tokenize  # noqa: E402
 from specline_train.heads import export_module, make_head  # noqa: E402
-from specline_train.model import Llama, file_sha256, load_model, sample_batch  # noqa: E402
+from specline_train.model import Llama, Llama2cTokenizer, file_sha256, load_model, sample_batch  # noqa: E402
 
 
 def make_data(model: Llama, prompts: list, per_prompt: int, length: int, temperature: float,
@@ -116,6 +117,12 @@ def add_data_args(ap):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--prompt-ids", help="file: one prompt per line, space-separated token ids "
                                          "(default: BOS = 1)")
+    ap.add_argument("--corpus", action="append",
+                    help="train on random windows of this text (glob, ** recurses; repeatable) "
+                         "instead of self-distilled samples; needs --tokenizer")
+    ap.add_argument("--tokenizer", help="llama2.c tokenizer.bin for --corpus")
+    ap.add_argument("--max-corpus-bytes", type=int, default=4_000_000)
+    ap.add_argument("--eval-files", type=int, default=8, help="last corpus files (sorted) held out")
     ap.add_argument("--dtype", choices=["F32", "F16", "BF16"], default="F32")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
@@ -123,12 +130,31 @@ def add_data_args(ap):
     ap.add_argument("--json", help="also write the losses and evaluation here")
 
 
+def corpus_options(a) -> dict | None:
+    """The --corpus options as prepare_run's `corpus`, or None."""
+    if not a.corpus:
+        return None
+    if not a.tokenizer:
+        raise SystemExit("--corpus needs --tokenizer (a llama2.c tokenizer.bin)")
+    return {"patterns": a.corpus, "tokenizer": a.tokenizer, "max_bytes": a.max_corpus_bytes,
+            "eval_files": a.eval_files}
+
+
+def describe_data(data: dict) -> str:
+    if data["kind"] == "corpus":
+        return f"windows of the corpus {data['corpus']} ({data['files']} files, seed {data['seed']})"
+    return (f"sampled from the base (T={data['temperature']}, top_p={data['top_p']}, "
+            f"seed {data['seed']})")
+
+
 def prepare_run(model_path, prompts, n_train, n_eval, length, temperature, top_p, seed,
-                threads=None, quiet=False, device="cpu"):
+                threads=None, quiet=False, device="cpu", corpus=None):
     """What every recipe starts with: a logger, the frozen base model, and
-    self-distilled train / held-out sequences (held-out with another seed),
-    all on `device`. Returns (say, t0, model, (tokens, mask) train,
-    (tokens, mask) held-out)."""
+    train / held-out sequences on `device`: self-distilled (held-out with
+    another seed), or with `corpus` ({patterns, tokenizer, max_bytes,
+    eval_files}) random windows of the corpus (held-out from its last files).
+    Returns (say, t0, model, (tokens, mask) train, (tokens, mask) held-out,
+    data description for the head's metadata)."""
     if threads:
         torch.set_num_threads(threads)
     say = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
@@ -137,13 +163,30 @@ def prepare_run(model_path, prompts, n_train, n_eval, length, temperature, top_p
     model = load_model(model_path).to(device)
     for p in model.parameters():
         p.requires_grad_(False)
-    prompts = prompts or [[1]]
-    per_train = max(1, n_train // len(prompts))
-    per_eval = max(1, n_eval // len(prompts))
-    train_set = make_data(model, prompts, per_train, length, temperature, top_p, seed)
-    eval_set = make_data(model, prompts, per_eval, length, temperature, top_p, seed + 1_000_003)
+    if corpus:
+        tok = Llama2cTokenizer(corpus["tokenizer"])
+        if tok.vocab_size != model.cfg.vocab_size:
+            raise SystemExit(f"{corpus['tokenizer']}: {tok.vocab_size} tokens, the model has "
+                             f"{model.cfg.vocab_size}")
+        train_files, eval_files = split_files(corpus_files(corpus["patterns"], corpus["max_bytes"]),
+                                              corpus["eval_files"])
+        train_set = corpus_sequences(tokenize(tok, train_files), n_train, length, seed)
+        eval_set = corpus_sequences(tokenize(tok, eval_files), n_eval, length, seed + 1_000_003)
+        data = {"kind": "corpus", "corpus": corpus["patterns"], "files": len(train_files),
+                "eval_files": len(eval_files), "tokenizer_sha256": file_sha256(corpus["tokenizer"]),
+                "targets": "the corpus's next token (CE); the base model's distribution (KL)"}
+    else:
+        prompts = prompts or [[1]]
+        per_train = max(1, n_train // len(prompts))
+        per_eval = max(1, n_eval // len(prompts))
+        train_set = make_data(model, prompts, per_train, length, temperature, top_p, seed)
+        eval_set = make_data(model, prompts, per_eval, length, temperature, top_p, seed + 1_000_003)
+        data = {"kind": "self-distillation", "prompts": "BOS" if prompts == [[1]] else prompts,
+                "temperature": temperature, "top_p": top_p}
+    data.update({"train_sequences": len(train_set[0]), "eval_sequences": len(eval_set[0]),
+                 "tokens_per_sequence": length, "seed": seed, "eval_seed": seed + 1_000_003})
     to = lambda ds: tuple(t.to(device) for t in ds)  # noqa: E731
-    return say, t0, model, to(train_set), to(eval_set)
+    return say, t0, model, to(train_set), to(eval_set), data
 
 
 def train(model_path: str, method: str, exit_layer: int, out: str | None = None, steps: int = 300,
@@ -151,14 +194,15 @@ def train(model_path: str, method: str, exit_layer: int, out: str | None = None,
           length: int = 128, temperature: float = 1.0, top_p: float = 1.0, seed: int = 0,
           prompts: list | None = None, init_layer: str = "copy", log_every: int = 25,
           dtype: str = "F32", threads: int | None = None, quiet: bool = False,
-          device: str = "cpu") -> dict:
-    say, t0, model, (tok_tr, m_tr), (tok_ev, m_ev) = prepare_run(
-        model_path, prompts, n_train, n_eval, length, temperature, top_p, seed, threads, quiet, device)
+          device: str = "cpu", corpus: dict | None = None) -> dict:
+    say, t0, model, (tok_tr, m_tr), (tok_ev, m_ev), data = prepare_run(
+        model_path, prompts, n_train, n_eval, length, temperature, top_p, seed, threads, quiet, device,
+        corpus)
     h_tr, lp_tr = teacher_targets(model, tok_tr, exit_layer)
     h_ev, lp_ev = teacher_targets(model, tok_ev, exit_layer)
     t_data = time.time() - t0
-    say(f"data: {len(tok_tr)} train / {len(tok_ev)} held-out sequences of {length} sampled tokens "
-        f"(T={temperature}, top_p={top_p}, seed={seed}) in {t_data:.1f}s")
+    say(f"data: {len(tok_tr)} train / {len(tok_ev)} held-out sequences of {length} tokens, "
+        f"{describe_data(data)}, in {t_data:.1f}s")
 
     head = make_head(method, model, exit_layer,
                      **({"init_layer": init_layer} if method == "ppsd-layer" else {})).to(device)
@@ -198,10 +242,7 @@ def train(model_path: str, method: str, exit_layer: int, out: str | None = None,
             "init": "norm, lm_head from base" + (f"; layer from base layer {exit_layer}"
                                                   if method == "ppsd-layer" and init_layer == "copy" else
                                                   ("; layer random" if method == "ppsd-layer" else "")),
-            "data": {"kind": "self-distillation", "prompts": "BOS" if prompts == [[1]] else prompts,
-                     "train_sequences": len(tok_tr), "eval_sequences": len(tok_ev),
-                     "tokens_per_sequence": length, "temperature": temperature, "top_p": top_p,
-                     "seed": seed, "eval_seed": seed + 1_000_003},
+            "data": data,
             "optimizer": {"name": "Adam", "lr": lr, "batch_sequences": batch},
             "steps": steps,
             "train_seconds": round(t_train, 2),
@@ -249,7 +290,7 @@ def main(argv=None):
     r = train(a.model, a.method, a.exit_layer, a.out, a.steps, a.batch, a.lr, a.lam,
               a.train_sequences, a.eval_sequences, a.length, a.temperature, a.top_p, a.seed,
               parse_prompts(a.prompt_ids), a.init_layer, a.log_every, a.dtype, a.threads,
-              device=a.device)
+              device=a.device, corpus=corpus_options(a))
     if a.json:
         with open(a.json, "w") as f:
             json.dump({k: v for k, v in r.items() if k != "head"}, f, indent=1)

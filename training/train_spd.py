@@ -46,7 +46,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from specline_train.heads import export_head  # noqa: E402
 from specline_train.model import Llama, file_sha256  # noqa: E402
 from specline_train.spd import SpdModule  # noqa: E402
-from train_ppsd import add_data_args, machine, parse_prompts, prepare_run  # noqa: E402
+from train_ppsd import add_data_args, corpus_options, describe_data, machine, parse_prompts, prepare_run  # noqa: E402
 
 
 @torch.no_grad()
@@ -104,12 +104,13 @@ def train(model_path: str, n_stages: int, spd_layers: int = 1, out: str | None =
           temperature: float = 1.0, top_p: float = 1.0, seed: int = 0, prompts=None,
           init_layers: str = "last", log_every: int = 50, dtype: str = "F32",
           threads: int | None = None, quiet: bool = False, device: str = "cpu",
-          fill_per: str = "sequence") -> dict:
-    say, t0, model, (tok_tr, m_tr), (tok_ev, m_ev) = prepare_run(
-        model_path, prompts, n_train, n_eval, length, temperature, top_p, seed, threads, quiet, device)
+          fill_per: str = "sequence", corpus: dict | None = None) -> dict:
+    say, t0, model, (tok_tr, m_tr), (tok_ev, m_ev), data = prepare_run(
+        model_path, prompts, n_train, n_eval, length, temperature, top_p, seed, threads, quiet, device,
+        corpus)
     t_data = time.time() - t0
-    say(f"data: {len(tok_tr)} train / {len(tok_ev)} held-out sequences of {length} sampled tokens "
-        f"(T={temperature}, top_p={top_p}, seed={seed}) in {t_data:.1f}s")
+    say(f"data: {len(tok_tr)} train / {len(tok_ev)} held-out sequences of {length} tokens, "
+        f"{describe_data(data)}, in {t_data:.1f}s")
 
     module = SpdModule.from_base(model, n_stages, spd_layers, layout, taps, init_layers).to(device)
     say(f"module: n={n_stages}, L_s={spd_layers}, layout {layout}, taps {module.taps}, "
@@ -159,10 +160,7 @@ def train(model_path: str, n_stages: int, spd_layers: int = 1, out: str | None =
             "init": "lm_head from base; fc = identity on the deepest tapped block; " +
                     (f"layers = copies of base layers {model.cfg.n_layers - spd_layers}.."
                      f"{model.cfg.n_layers - 1}" if init_layers == "last" else "layers random"),
-            "data": {"kind": "self-distillation", "prompts": "BOS" if prompts == [[1]] else prompts,
-                     "train_sequences": len(tok_tr), "eval_sequences": len(tok_ev),
-                     "tokens_per_sequence": length, "temperature": temperature, "top_p": top_p,
-                     "seed": seed, "eval_seed": seed + 1_000_003},
+            "data": data,
             "optimizer": {"name": "Adam", "lr": lr, "schedule": "linear decay to 0",
                           "batch_sequences": batch},
             "steps": steps,
@@ -201,7 +199,7 @@ def main(argv=None):
     r = train(a.model, a.n_stages, a.spd_layers, a.out, a.layout, taps, a.steps, a.batch, a.lr,
               a.full_prob, a.train_sequences, a.eval_sequences, a.length, a.temperature, a.top_p,
               a.seed, parse_prompts(a.prompt_ids), a.init_layers, a.log_every, a.dtype, a.threads,
-              device=a.device, fill_per=a.fill_per)
+              device=a.device, fill_per=a.fill_per, corpus=corpus_options(a))
     if a.json:
         with open(a.json, "w") as f:
             json.dump({k: v for k, v in r.items() if k != "module"}, f, indent=1)

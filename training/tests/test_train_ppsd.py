@@ -50,6 +50,25 @@ class TinyTrainingRunTest(unittest.TestCase):
                 if info is not None:
                     self.assertIn(f"method {method}, exit_layer {e}", info)
 
+    def test_corpus_data(self):
+        # A text corpus instead of self-distilled samples: the recipe's own
+        # sources, windows of 32 tokens; held-out windows from the last file.
+        d = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, d)
+        out = os.path.join(d, "head")
+        corpus = {"patterns": [os.path.join(REPO, "training", "**", "*.py")],
+                  "tokenizer": os.path.join(os.path.dirname(STORIES_BIN), "tok512.bin"),
+                  "max_bytes": 400_000, "eval_files": 1}
+        r = train_ppsd.train(STORIES_BIN, "ppsd-norm", 2, out, steps=40, batch=8, lr=3e-3,
+                             n_train=32, n_eval=8, length=32, seed=5, log_every=1000, quiet=True,
+                             corpus=corpus)
+        self.assertLess(sum(r["curve"][-5:]) / 5, sum(r["curve"][:5]) / 5)
+        self.assertLess(r["after"]["loss"], r["before"]["loss"])
+        self.assertEqual(r["after"]["positions"], 8 * 32)  # every window position is a target
+        j, _ = load_head(out, load_model(STORIES_BIN).cfg)
+        data = j["metadata"]["data"]
+        self.assertEqual((data["kind"], data["train_sequences"], data["eval_files"]), ("corpus", 32, 1))
+
 
 if __name__ == "__main__":
     unittest.main()
