@@ -228,10 +228,10 @@ int main(int argc, char** argv) try {
     d.spec_policy = o.spec_policy;
     d.scheduler_args = {h.method == "spd" ? "--spd-head" : "--ppsd-head", h.dir};
     specline::bench::Deployment deployment(d);
-    {  // warm-up: pages in the weights, starts the connections
+    for (int w = 0; w < 4; ++w) {  // warm-up: pages in the weights, starts the connections
       specline::bench::BenchRequest q;
       q.prompt = {1};
-      q.max_tokens = 16;
+      q.max_tokens = 32;
       deployment.Submit(q);
       q.policy = h.policy();
       deployment.Submit(q);

@@ -137,7 +137,8 @@ std::vector<int> Engine::TapLayersFor(const std::vector<SlotRun>& runs) const {
   return layers;
 }
 
-// Keeps the taps of current-epoch slots a drafter may still read.
+// Keeps the taps of still-valid slots a drafter may still read (a slot from
+// before a flush that kept its position is still valid: SpecState::TapsValid).
 void Engine::StoreTapsLocked(const internal::MicroBatch& batch) {
   const int n = batch.seq_ids_size();
   if (batch.taps_size() == 0 || batch.positions_size() != n || batch.epochs_size() != n) return;
@@ -149,8 +150,9 @@ void Engine::StoreTapsLocked(const internal::MicroBatch& batch) {
                              [&](const auto& q) { return q->id == batch.seq_ids(i); });
       s = it == running_.end() ? nullptr : it->get();
     }
-    if (!s || !s->drafter || batch.epochs(i) != s->epoch) continue;
+    if (!s || !s->drafter) continue;
     const int32_t pos = batch.positions(i);
+    if (!s->spec.TapsValid(batch.epochs(i), s->epoch, pos)) continue;
     if (pos < s->spec.fed || pos >= s->chain_end()) continue;
     for (const internal::TapData& t : batch.taps()) {
       if (t.hidden().size() != static_cast<size_t>(n) * dim * sizeof(float)) continue;
@@ -216,6 +218,8 @@ void Engine::FlushLocked(Sequence& s) {
   const int32_t verified = static_cast<int32_t>(s.tokens.size());
   s.cached = verified;
   ++s.epoch;
+  sp.flush_history.emplace_back(s.epoch, verified);
+  if (sp.flush_history.size() > SpecState::kFlushHistory) sp.flush_history.pop_front();
   sp.taps.erase(sp.taps.lower_bound(verified), sp.taps.end());
   sp.fed = std::min(sp.fed, verified);
   notices_.emplace_back(s.id, s.epoch);

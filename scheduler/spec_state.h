@@ -55,8 +55,17 @@ struct SpecStats {
 struct SpecState {
   std::deque<DraftToken> drafts;  // chain positions tokens.size() ...
   int chain_index = 0;            // drafts since the last verified token was decided
-  // Taps of the current epoch by chain position, then global layer index.
+  // Taps of the current chain by position, then global layer index.
   std::map<int32_t, std::map<int, std::vector<float>>> taps;
+  // (epoch a flush started, chain length it kept), the newest last: a row
+  // computed in an older epoch is still valid when every flush since kept
+  // its position (TapsValid). Its taps can arrive after a flush: an early
+  // TAPS message from a middle stage races the last stage's output on
+  // another connection, and that output may be the one whose logits caused
+  // the flush. Bounded; rows from older epochs are dropped.
+  std::deque<std::pair<uint32_t, int32_t>> flush_history;
+  static constexpr size_t kFlushHistory = 64;
+  bool TapsValid(uint32_t row_epoch, uint32_t epoch, int32_t pos) const;
   // Positions [0, fed) are final in the drafter's own state (its KV cache):
   // their taps are no longer needed. A flush at p lowers it to p.
   int32_t fed = 0;
@@ -68,5 +77,18 @@ struct SpecState {
   int tokens_since_draft = 0;
   SpecStats stats;
 };
+
+// Flushes start epochs row_epoch + 1 .. epoch, each recorded in
+// flush_history with the chain length it kept.
+inline bool SpecState::TapsValid(uint32_t row_epoch, uint32_t epoch, int32_t pos) const {
+  if (row_epoch == epoch) return true;
+  if (row_epoch > epoch || flush_history.empty() || flush_history.front().first > row_epoch + 1) {
+    return false;  // not this chain's, or older than the history
+  }
+  for (const auto& [started, kept] : flush_history) {
+    if (started > row_epoch && pos >= kept) return false;
+  }
+  return true;
+}
 
 }  // namespace specline::scheduler

@@ -317,6 +317,27 @@ TEST(SpdDrafter, UsesTheLockstepDepthScheduleNotTheDeepestTaps) {
   EXPECT_NE(lockstep, deepest);  // the schedule matters for this module
 }
 
+// Taps can arrive after a flush (an early TAPS message races the last
+// stage's output on another connection): a row from before the flush is
+// still valid when every flush since kept its position.
+TEST(SpecState, TapsFromBeforeAFlushStayValidBelowWhatItKept) {
+  scheduler::SpecState sp;
+  EXPECT_TRUE(sp.TapsValid(0, 0, 100));
+  sp.flush_history.push_back({1, 10});  // the flush that started epoch 1 kept positions < 10
+  EXPECT_TRUE(sp.TapsValid(0, 1, 9));
+  EXPECT_FALSE(sp.TapsValid(0, 1, 10));
+  EXPECT_TRUE(sp.TapsValid(1, 1, 50));
+  sp.flush_history.push_back({2, 5});
+  EXPECT_TRUE(sp.TapsValid(0, 2, 4));
+  EXPECT_FALSE(sp.TapsValid(0, 2, 7)) << "the second flush dropped position 7";
+  EXPECT_TRUE(sp.TapsValid(1, 2, 4));
+  EXPECT_FALSE(sp.TapsValid(1, 2, 5));
+  EXPECT_FALSE(sp.TapsValid(3, 2, 0)) << "not this chain's";
+  sp.flush_history.pop_front();  // trimmed: epoch 0 is older than the history
+  EXPECT_FALSE(sp.TapsValid(0, 2, 0));
+  EXPECT_TRUE(sp.TapsValid(1, 2, 4));
+}
+
 // The SPD drafter waits until every row it recomputes has the taps of its
 // lockstep depth, instead of feeding a lagging row shallower features.
 TEST(SpdDrafter, WaitsForTheLockstepDepthsTaps) {
