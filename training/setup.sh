@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
-# Gives the training recipes a Python with torch, numpy and safetensors and
-# prints its path on the last line (idempotent; a second run only checks):
-#   - $PYTHON when set and it already has them (e.g. a GPU machine's own
-#     PyTorch);
+# Gives the training recipes a Python with torch, numpy and safetensors (and
+# gguf, to read GGUF models) and prints its path on the last line
+# (idempotent; a second run only checks):
+#   - $PYTHON when set and it already has torch, numpy and safetensors (e.g.
+#     a GPU machine's own PyTorch; GGUF models then need `pip install gguf`);
 #   - otherwise a virtual environment over Debian's CPU PyTorch
 #     (python3-torch, installed by scripts/setup.sh or here) with
-#     safetensors from PyPI, at ${SPECLINE_TRAIN_VENV:-~/.cache/specline/train-venv}.
+#     safetensors and gguf from PyPI, at ${SPECLINE_TRAIN_VENV:-~/.cache/specline/train-venv}.
 # Use:  PY=$(bash training/setup.sh | tail -1); $PY training/train_ppsd.py ...
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 has_all() { "$1" -c "import torch, numpy, safetensors" 2>/dev/null; }
+has_venv_all() { "$1" -c "import torch, numpy, safetensors, gguf" 2>/dev/null; }
 
 if [ -n "${PYTHON:-}" ] && has_all "$PYTHON"; then
   echo "training: using $PYTHON (torch $("$PYTHON" -c 'import torch; print(torch.__version__)'))" >&2
@@ -18,14 +20,14 @@ if [ -n "${PYTHON:-}" ] && has_all "$PYTHON"; then
 fi
 
 VENV=${SPECLINE_TRAIN_VENV:-$HOME/.cache/specline/train-venv}
-if ! has_all "$VENV/bin/python" ; then
+if ! has_venv_all "$VENV/bin/python" ; then
   if ! /usr/bin/python3 -c "import torch, numpy, venv" 2>/dev/null; then
     echo "training: installing Debian's python3-torch python3-venv" >&2
     SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq python3-torch python3-venv >/dev/null
   fi
-  echo "training: making $VENV (system torch + safetensors from PyPI)" >&2
+  echo "training: making $VENV (system torch + safetensors, gguf from PyPI)" >&2
   /usr/bin/python3 -m venv --system-site-packages "$VENV"
   "$VENV/bin/python" -m pip install -q -r "$HERE/requirements-venv.txt"
 fi

@@ -64,15 +64,30 @@ def make_data(model: Llama, prompts: list, per_prompt: int, length: int, tempera
     return tokens, mask
 
 
-@torch.no_grad()
-def teacher_targets(model: Llama, tokens: torch.Tensor, exit_layer: int, batch: int = 64):
-    """h_E [N, S, H] and the teacher's log-probabilities [N, S, V] (T = 1)."""
-    hs, lps = [], []
-    for i in range(0, len(tokens), batch):
-        logits, hidden = model(tokens[i:i + batch])
-        hs.append(hidden[exit_layer])
-        lps.append(torch.log_softmax(logits.float(), -1))
-    return torch.cat(hs), torch.cat(lps)
+class Teacher:
+    """h_E and the teacher's log-probabilities (T = 1) of the rows of a token
+    set: computed once when they fit in `budget` bytes, else recomputed per
+    batch (a 49 K vocabulary makes them gigabytes)."""
+
+    def __init__(self, model: Llama, tokens: torch.Tensor, exit_layer: int, budget: int = 1 << 30):
+        self.model, self.tokens, self.exit_layer = model, tokens, exit_layer
+        n, s = tokens.shape
+        self.cached = n * s * (model.cfg.vocab_size + model.cfg.dim) * 4 <= budget
+        if self.cached:
+            hs, lps = zip(*(self._compute(slice(i, i + 64)) for i in range(0, n, 64)))
+            self.h, self.lp = torch.cat(hs), torch.cat(lps)
+
+    def __len__(self):
+        return len(self.tokens)
+
+    @torch.no_grad()
+    def _compute(self, idx):
+        logits, hidden = self.model(self.tokens[idx])
+        return hidden[self.exit_layer], torch.log_softmax(logits.float(), -1)
+
+    def get(self, idx):
+        """(h_E [B, S, H], log-probs [B, S, V]) of rows idx (a slice or indices)."""
+        return (self.h[idx], self.lp[idx]) if self.cached else self._compute(idx)
 
 
 def loss_fn(head_logits, teacher_logp, next_tokens, mask, lam):
@@ -88,13 +103,14 @@ def loss_fn(head_logits, teacher_logp, next_tokens, mask, lam):
 
 
 @torch.no_grad()
-def evaluate(head, h, teacher_logp, tokens, mask, lam, batch=64):
+def evaluate(head, teacher: Teacher, tokens, mask, lam, batch=64):
     """Held-out loss and acceptance (greedy and T=1) of `head`."""
     agree = tv = loss = 0.0
     n = 0.0
-    for i in range(0, len(h), batch):
-        hl = head(h[i:i + batch])
-        tl, m = teacher_logp[i:i + batch], mask[i:i + batch]
+    for i in range(0, len(teacher), batch):
+        h, tl = teacher.get(slice(i, i + batch))
+        hl = head(h)
+        m = mask[i:i + batch]
         nxt = torch.roll(tokens[i:i + batch], -1, dims=1)
         l, _, _ = loss_fn(hl, tl, nxt, m, lam)
         w = m.float().sum().item()
@@ -198,15 +214,15 @@ def train(model_path: str, method: str, exit_layer: int, out: str | None = None,
     say, t0, model, (tok_tr, m_tr), (tok_ev, m_ev), data = prepare_run(
         model_path, prompts, n_train, n_eval, length, temperature, top_p, seed, threads, quiet, device,
         corpus)
-    h_tr, lp_tr = teacher_targets(model, tok_tr, exit_layer)
-    h_ev, lp_ev = teacher_targets(model, tok_ev, exit_layer)
+    teacher_tr = Teacher(model, tok_tr, exit_layer)
+    teacher_ev = Teacher(model, tok_ev, exit_layer)
     t_data = time.time() - t0
     say(f"data: {len(tok_tr)} train / {len(tok_ev)} held-out sequences of {length} tokens, "
         f"{describe_data(data)}, in {t_data:.1f}s")
 
     head = make_head(method, model, exit_layer,
                      **({"init_layer": init_layer} if method == "ppsd-layer" else {})).to(device)
-    before = evaluate(head.eval(), h_ev, lp_ev, tok_ev, m_ev, lam)
+    before = evaluate(head.eval(), teacher_ev, tok_ev, m_ev, lam)
     say(f"before: held-out loss {before['loss']:.4f}, acceptance greedy {before['accept_greedy']:.4f}, "
         f"T=1 {before['accept_t1']:.4f}")
 
@@ -217,8 +233,8 @@ def train(model_path: str, method: str, exit_layer: int, out: str | None = None,
     head.train()
     for step in range(1, steps + 1):
         idx = torch.randint(0, len(tok_tr), (batch,), generator=g).to(device)
-        hl = head(h_tr[idx])
-        loss, kl, ce = loss_fn(hl, lp_tr[idx], torch.roll(tok_tr[idx], -1, dims=1), m_tr[idx], lam)
+        h, lp = teacher_tr.get(idx)
+        loss, kl, ce = loss_fn(head(h), lp, torch.roll(tok_tr[idx], -1, dims=1), m_tr[idx], lam)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -227,7 +243,7 @@ def train(model_path: str, method: str, exit_layer: int, out: str | None = None,
             say(f"step {step:5d}  loss {loss.item():.4f}  (kl {kl.item():.4f}, ce {ce.item():.4f})")
     t_train = time.time() - t1
     head.eval()
-    after = evaluate(head, h_ev, lp_ev, tok_ev, m_ev, lam)
+    after = evaluate(head, teacher_ev, tok_ev, m_ev, lam)
     say(f"after:  held-out loss {after['loss']:.4f}, acceptance greedy {after['accept_greedy']:.4f}, "
         f"T=1 {after['accept_t1']:.4f}  ({steps} steps in {t_train:.1f}s)")
 

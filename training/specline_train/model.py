@@ -396,11 +396,72 @@ def _build(cfg: LlamaConfig, sd: dict, path: str) -> Llama:
     return m.eval()
 
 
+_GGUF_NAMES = {"attn_norm": "input_layernorm", "attn_q": "self_attn.q_proj",
+               "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
+               "attn_output": "self_attn.o_proj", "ffn_norm": "post_attention_layernorm",
+               "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj"}
+
+
+def load_gguf(path: str) -> Llama:
+    """A llama-architecture GGUF (any type the `gguf` package dequantizes:
+    F32/F16/BF16, Q8_0, Q4_0/Q4_1, K-quants), dequantized to fp32. Like
+    llama.cpp's converter, GGUF stores q/k rows in interleaved RoPE order:
+    they are permuted to rotate_half as for llama2.c."""
+    try:
+        import gguf
+        from gguf.quants import dequantize
+    except ImportError as e:
+        raise ImportError("reading GGUF needs the `gguf` package (pip install gguf; "
+                          "training/setup.sh installs it)") from e
+    r = gguf.GGUFReader(path)
+
+    def field(key, default=None):
+        f = r.fields.get(key)
+        if f is None:
+            return default
+        v = f.parts[f.data[0]]
+        return bytes(v).decode() if f.types[0] == gguf.GGUFValueType.STRING else v.tolist()[0]
+
+    arch = field("general.architecture")
+    if arch != "llama":
+        raise ValueError(f"{path}: architecture {arch!r}; the training code reads llama GGUFs")
+    tensors = {t.name: t for t in r.tensors}
+    dim = field("llama.embedding_length")
+    nh = field("llama.attention.head_count")
+    nkv = field("llama.attention.head_count_kv", nh)
+    hd = field("llama.rope.dimension_count", dim // nh)
+    vocab = tensors["token_embd.weight"].shape[1]
+    cfg = LlamaConfig(arch="llama", dim=dim, hidden_dim=field("llama.feed_forward_length"),
+                      n_layers=field("llama.block_count"), n_heads=nh, n_kv_heads=nkv, head_dim=hd,
+                      vocab_size=int(vocab), norm_eps=field("llama.attention.layer_norm_rms_epsilon", 1e-5),
+                      rope_theta=field("llama.rope.freq_base", 10000.0),
+                      max_seq_len=field("llama.context_length", 2048),
+                      tied_embeddings="output.weight" not in tensors)
+
+    def get(name):
+        t = tensors[name]
+        a = dequantize(t.data, t.tensor_type).astype(np.float32)
+        return torch.from_numpy(np.ascontiguousarray(a.reshape(tuple(int(x) for x in reversed(t.shape)))))
+
+    sd = {"model.embed_tokens.weight": get("token_embd.weight"), "model.norm.weight": get("output_norm.weight")}
+    for l in range(cfg.n_layers):
+        for short, name in _GGUF_NAMES.items():
+            w = get(f"blk.{l}.{short}.weight")
+            if short == "attn_q":
+                w = _interleaved_to_half(w, nh, hd)
+            elif short == "attn_k":
+                w = _interleaved_to_half(w, nkv, hd)
+            sd[f"model.layers.{l}.{name}.weight"] = w
+    if not cfg.tied_embeddings:
+        sd["lm_head.weight"] = get("output.weight")
+    return _build(cfg, sd, path)
+
+
 def load_model(path: str) -> Llama:
     if os.path.isdir(path):
         return load_hf(path)
     if path.endswith(".gguf"):
-        raise ValueError("GGUF is not read by the training code; use the .bin or HF directory")
+        return load_gguf(path)
     return load_llama2c(path)
 
 

@@ -4,6 +4,7 @@
 """
 import json
 import os
+import subprocess
 import sys
 import unittest
 
@@ -51,6 +52,37 @@ class Stories260kTest(unittest.TestCase):
         torch.testing.assert_close(torch.cat([a, b], 1), full, atol=1e-5, rtol=1e-5)
         self.assertEqual(len(hid), model.cfg.n_layers + 1)
         torch.testing.assert_close(hb[2], hid[2][:, 5:], atol=1e-5, rtol=1e-5)
+
+
+SMOLLM2 = os.path.expanduser("~/.cache/specline/models/SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+class GgufTest(unittest.TestCase):
+    @unittest.skipUnless(os.path.exists(os.path.join(STORIES, "stories260K.gguf")),
+                         "../shared/models/stories260K is absent")
+    def test_gguf_equals_llama2c_file(self):
+        # The same weights in both formats: GGUF's interleaved q/k rows are
+        # permuted like llama2.c's, so the logits are identical.
+        a = load_model(os.path.join(STORIES, "stories260K.bin"))
+        b = load_model(os.path.join(STORIES, "stories260K.gguf"))
+        x = torch.tensor([[1, 400, 30, 200, 5, 77, 301, 12]])
+        with torch.no_grad():
+            self.assertEqual((a(x)[0] - b(x)[0]).abs().max().item(), 0.0)
+
+    @unittest.skipUnless(os.path.exists(SMOLLM2), "the default model (SmolLM2-135M Q4_1) is not in the cache")
+    def test_quantized_default_model_decodes_like_the_cxx_runtime(self):
+        # Dequantized Q4_1 / Q8_0 in fp32 against the C++ kernels: the same
+        # greedy tokens from BOS.
+        sys.path.insert(0, HERE)
+        from test_heads import specline_binary
+        exe = specline_binary()
+        if exe is None:
+            self.skipTest("no specline binary")
+        want = load_model(SMOLLM2).generate([1], 16)
+        g = subprocess.run([exe, "generate", "--model", SMOLLM2, "--max-tokens", "16", "--ignore-eos",
+                            "--show-ids", "--threads", "2"], capture_output=True, text=True, timeout=120)
+        self.assertEqual(g.returncode, 0, g.stderr)
+        self.assertEqual([int(x) for x in g.stderr.strip().splitlines()[-1].split()], want)
 
 
 class HfTinyModelsTest(unittest.TestCase):

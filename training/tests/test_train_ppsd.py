@@ -50,6 +50,20 @@ class TinyTrainingRunTest(unittest.TestCase):
                 if info is not None:
                     self.assertIn(f"method {method}, exit_layer {e}", info)
 
+    def test_teacher_recomputed_per_batch_equals_cached(self):
+        # Large vocabularies recompute the teacher per batch instead of
+        # holding [N, S, V] log-probs.
+        import torch
+        model = load_model(STORIES_BIN)
+        tokens = torch.randint(0, 512, (6, 20), generator=torch.Generator().manual_seed(1))
+        cached = train_ppsd.Teacher(model, tokens, 2)
+        lazy = train_ppsd.Teacher(model, tokens, 2, budget=0)
+        self.assertTrue(cached.cached)
+        self.assertFalse(lazy.cached)
+        idx = torch.tensor([4, 0, 5])
+        for a, b in zip(cached.get(idx), lazy.get(idx)):
+            self.assertLess((a - b).abs().max().item(), 1e-4)  # batch-size-dependent float sums
+
     def test_corpus_data(self):
         # A text corpus instead of self-distilled samples: the recipe's own
         # sources, windows of 32 tokens; held-out windows from the last file.
