@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstring>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,22 @@ inline double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n == 0 ? 0.0 : (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
+}
+
+// Command lines of "--flag value" and "--switch" arguments: calls
+// on(arg, next) for each, where next() takes the flag's value (throwing when
+// it is missing); on returns false for an unknown argument, and so does this.
+template <typename On>
+bool ParseArgs(int argc, char** argv, On on) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
+      return argv[++i];
+    };
+    if (!on(a, next)) return false;
+  }
+  return true;
 }
 
 // "0,0.5,1" -> {0, 0.5, 1} (command-line lists).

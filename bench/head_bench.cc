@@ -179,12 +179,7 @@ std::vector<std::string> DefaultHeads() {
 
 int main(int argc, char** argv) try {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
-      return argv[++i];
-    };
+  const bool known = specline::bench::ParseArgs(argc, argv, [&](const std::string& a, auto& next) {
     if (a == "--model") o.model = next();
     else if (a == "--head") o.heads.push_back(next());
     else if (a == "--stages") o.stages = std::stoi(next());
@@ -195,10 +190,12 @@ int main(int argc, char** argv) try {
     else if (a == "--spec-policy") o.spec_policy = next();
     else if (a == "--stage-threads") o.stage_threads = std::stoi(next());
     else if (a == "--json") o.json = next();
-    else {
-      std::cerr << kUsage;
-      return 2;
-    }
+    else return false;
+    return true;
+  });
+  if (!known) {
+    std::cerr << kUsage;
+    return 2;
   }
   if (o.heads.empty()) o.heads = DefaultHeads();
   if (o.heads.empty()) throw std::runtime_error("no heads: pass --head DIR (run from the repository root)");

@@ -237,12 +237,7 @@ nlohmann::json ToJson(const Row& r, int n) {
 
 int main(int argc, char** argv) try {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
-      return argv[++i];
-    };
+  const bool known = specline::bench::ParseArgs(argc, argv, [&](const std::string& a, auto& next) {
     if (a == "--model") o.model = next();
     else if (a == "--stages") o.stages = std::stoi(next());
     else if (a == "--max-tokens") o.max_tokens = std::stoi(next());
@@ -255,10 +250,12 @@ int main(int argc, char** argv) try {
     else if (a == "--scheduler-arg") o.scheduler_args.push_back(next());
     else if (a == "--no-auto") o.run_auto = false;
     else if (a == "--json") o.json = next();
-    else {
-      std::cerr << kUsage;
-      return 2;
-    }
+    else return false;
+    return true;
+  });
+  if (!known) {
+    std::cerr << kUsage;
+    return 2;
   }
   if (o.local_threads <= 0) o.local_threads = std::max(1u, std::thread::hardware_concurrency());
   specline::bench::EnsureStories110MShapedModel(o.model);
