@@ -7,7 +7,7 @@
 #   3. the C++ engine's acceptance with each head (eval_heads.py, from BOS),
 #   4. the wall-clock speedup over autoregressive decoding (bench/head_bench).
 #
-#   bash training/larger_model.sh                 # CPU scale (about an hour on 2 cores)
+#   PYTHON=python3 bash training/larger_model.sh  # CPU scale: ~45 min on 2 cores with torch 2.x
 #   DIM=512 LAYERS=16 STEPS=20000 MAX_CORPUS_BYTES=60000000 HEAD_STEPS=3000 \
 #       bash training/larger_model.sh             # a GPU's worth
 #
@@ -27,8 +27,8 @@ DIM=${DIM:-192}
 LAYERS=${LAYERS:-8}
 STEPS=${STEPS:-1500}
 MAX_CORPUS_BYTES=${MAX_CORPUS_BYTES:-6000000}
-HEAD_STEPS=${HEAD_STEPS:-300}
-SPD_STEPS=${SPD_STEPS:-$HEAD_STEPS}
+HEAD_STEPS=${HEAD_STEPS:-1000}
+SPD_STEPS=${SPD_STEPS:-500}
 OUT=${OUT:-$HOME/.cache/specline/code-base}
 BUILD=${BUILD:-build}
 THREADS=${THREADS:-$(nproc)}
