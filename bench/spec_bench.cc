@@ -185,7 +185,6 @@ Row Measure(Deployment& d, const Options& o, const std::vector<int32_t>& referen
   row.policy = Policy(policy);
   row.spec_policy = spec_policy;
   row.alpha = alpha;
-  const std::vector<int32_t> prompt = specline::bench::SyntheticPrompt(o.prompt);
   for (int r = 0; r < o.repeats; ++r) {
     Run ar = Submit(d, o, v1::DECODING_POLICY_AUTOREGRESSIVE);
     Run sp = Submit(d, o, policy, alpha, &reference);
@@ -260,7 +259,6 @@ int main(int argc, char** argv) try {
   if (o.local_threads <= 0) o.local_threads = std::max(1u, std::thread::hardware_concurrency());
   specline::bench::EnsureStories110MShapedModel(o.model);
   const int n = o.stages;
-  const std::vector<int32_t> prompt = specline::bench::SyntheticPrompt(o.prompt);
   nlohmann::json out = {{"bench", "spec"}, {"model", o.model}, {"stages", n},
                         {"max_tokens", o.max_tokens}, {"prompt_tokens", o.prompt},
                         {"repeats", o.repeats}, {"stage_threads", o.stage_threads},
