@@ -282,6 +282,13 @@ def machine(device: str = "cpu") -> str:
     return f"{cpu}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads, {dev}, torch {torch.__version__}"
 
 
+def write_report(path: str | None, result: dict, model_key: str):
+    """--json: the run's losses and evaluation (result without the model)."""
+    if path:
+        with open(path, "w") as f:
+            json.dump({k: v for k, v in result.items() if k != model_key}, f, indent=1)
+
+
 def parse_prompts(path: str | None):
     if not path:
         return None
@@ -307,9 +314,7 @@ def main(argv=None):
               a.train_sequences, a.eval_sequences, a.length, a.temperature, a.top_p, a.seed,
               parse_prompts(a.prompt_ids), a.init_layer, a.log_every, a.dtype, a.threads,
               device=a.device, corpus=corpus_options(a))
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump({k: v for k, v in r.items() if k != "head"}, f, indent=1)
+    write_report(a.json, r, "head")
     return 0
 
 

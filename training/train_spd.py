@@ -35,7 +35,6 @@ schedule (a = n) and in warm-up (a = 1):
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -46,7 +45,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from specline_train.heads import export_head  # noqa: E402
 from specline_train.model import Llama, file_sha256  # noqa: E402
 from specline_train.spd import SpdModule  # noqa: E402
-from train_ppsd import add_data_args, corpus_options, describe_data, machine, parse_prompts, prepare_run  # noqa: E402
+from train_ppsd import (add_data_args, corpus_options, describe_data, machine,  # noqa: E402
+                        parse_prompts, prepare_run, write_report)
 
 
 @torch.no_grad()
@@ -200,9 +200,7 @@ def main(argv=None):
               a.full_prob, a.train_sequences, a.eval_sequences, a.length, a.temperature, a.top_p,
               a.seed, parse_prompts(a.prompt_ids), a.init_layers, a.log_every, a.dtype, a.threads,
               device=a.device, fill_per=a.fill_per, corpus=corpus_options(a))
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump({k: v for k, v in r.items() if k != "module"}, f, indent=1)
+    write_report(a.json, r, "module")
     return 0
 
 
