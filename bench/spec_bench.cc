@@ -98,12 +98,18 @@ struct Options {
   bool run_auto = true;
   std::vector<std::string> scheduler_args;  // extra flags, as is
   std::string json = "spec_bench.json";
+  // GPU runs: where stages and the scheduler's head compute ("" = cpu),
+  // and a named random shape instead of --model.
+  std::string device;
+  std::string shape;
+  bool run_local = true;
 };
 
 const char* kUsage =
     "usage: spec_bench [--stages N] [--max-tokens N] [--repeats N] [--alphas A,B,...]\n"
     "  [--model PATH] [--prompt N] [--stage-threads N] [--scheduler-threads N]\n"
-    "  [--local-threads N] [--scheduler-arg FLAG]... [--no-auto] [--json PATH]\n";
+    "  [--local-threads N] [--scheduler-arg FLAG]... [--no-auto] [--json PATH]\n"
+    "  [--device cuda|cuda:N] [--shape tinyllama|llama2-7b] [--no-local]\n";
 
 // One greedy request with the bench's prompt; alpha >= 0: the oracle.
 Run Submit(Deployment& d, const Options& o, v1::DecodingPolicy policy, double alpha = -1,
@@ -128,6 +134,13 @@ specline::bench::DeploymentOptions Deploy(const Options& o, const std::string& s
   d.spec_policy = spec_policy;
   d.allow_oracle = true;
   d.scheduler_args = o.scheduler_args;
+  if (!o.device.empty()) {
+    // One GPU: every stage process on the same device, each in its own
+    // context (the GPU time-slices between them; docs/cuda.md).
+    for (auto* args : {&d.stage_args, &d.scheduler_args}) {
+      args->insert(args->end(), {"--device", o.device});
+    }
+  }
   return d;
 }
 
@@ -248,6 +261,9 @@ int main(int argc, char** argv) try {
     else if (a == "--local-threads") o.local_threads = std::stoi(next());
     else if (a == "--scheduler-arg") o.scheduler_args.push_back(next());
     else if (a == "--no-auto") o.run_auto = false;
+    else if (a == "--device") o.device = next();
+    else if (a == "--shape") o.shape = next();
+    else if (a == "--no-local") o.run_local = false;
     else if (a == "--json") o.json = next();
     else return false;
     return true;
@@ -257,9 +273,16 @@ int main(int argc, char** argv) try {
     return 2;
   }
   if (o.local_threads <= 0) o.local_threads = std::max(1u, std::thread::hardware_concurrency());
-  specline::bench::EnsureStories110MShapedModel(o.model);
+  if (!o.shape.empty()) {
+    o.model = specline::bench::EnsureShapedModel(o.shape);
+  } else {
+    specline::bench::EnsureStories110MShapedModel(o.model);
+  }
+  // The CPU single-process comparison means nothing next to GPU stages.
+  if (!o.device.empty()) o.run_local = false;
   const int n = o.stages;
   nlohmann::json out = {{"bench", "spec"}, {"model", o.model}, {"stages", n},
+                        {"device", o.device.empty() ? "cpu" : o.device},
                         {"max_tokens", o.max_tokens}, {"prompt_tokens", o.prompt},
                         {"repeats", o.repeats}, {"stage_threads", o.stage_threads},
                         {"scheduler_threads", o.scheduler_threads},
@@ -283,7 +306,7 @@ int main(int argc, char** argv) try {
     Submit(d, o, v1::DECODING_POLICY_PPSD, 1.0, &reference);
 
     // The best single-process run, alternating with the deployment's AR.
-    {
+    if (o.run_local) {
       Local local(o);
       local.Generate();  // warm-up
       std::vector<double> lr, ar;
@@ -307,10 +330,15 @@ int main(int argc, char** argv) try {
     // Every token reads every weight once, in any of these schemes: the
     // single process on all cores is about the machine's memory-bandwidth
     // roof, so no speculation on this machine beats local / AR.
-    std::printf("single process, %d threads: %.1f tok/s; deployment AR: %.1f tok/s (%.3fx); "
-                "speedup bound of this machine (single process / AR): %.3f\n",
-                o.local_threads, local_tok_s, ar_tok_s, ar_tok_s / local_tok_s,
-                local_tok_s / ar_tok_s);
+    if (o.run_local) {
+      std::printf("single process, %d threads: %.1f tok/s; deployment AR: %.1f tok/s (%.3fx); "
+                  "speedup bound of this machine (single process / AR): %.3f\n",
+                  o.local_threads, local_tok_s, ar_tok_s, ar_tok_s / local_tok_s,
+                  local_tok_s / ar_tok_s);
+    } else {
+      std::printf("device %s, model %s\n", o.device.empty() ? "cpu" : o.device.c_str(),
+                  o.model.c_str());
+    }
     std::printf("%-5s %-7s %5s %8s %8s %8s %7s %7s %6s %7s %7s %4s %5s %5s %5s %5s\n", "pol",
                 "spec-p", "alpha", "AR tok/s", "sp tok/s", "speedup", "theory", "/theory", "L'acc",
                 "accept", "drafts", "mism", "ARcpu", "spcpu", "work", "other");
@@ -353,7 +381,7 @@ int main(int argc, char** argv) try {
     std::printf("lowest speedup at alpha 0, --spec-policy %s: %.3f (target >= 0.95)\n",
                 policy.c_str(), speedup);
   }
-  if (best) {
+  if (best && o.run_local) {
     std::printf("best: %s alpha %.2f at %.1f tok/s = %.3fx the single process on %d threads\n",
                 best->policy.c_str(), best->alpha, Median(best->spec),
                 Median(best->spec) / local_tok_s, o.local_threads);

@@ -86,6 +86,7 @@ Deployment::Deployment(const DeploymentOptions& o) {
                      "--threads", std::to_string(o.stage_threads),
                      "--kv-capacity-tokens", kv,
                      "--log-level", "warn"});
+    argvs.back().insert(argvs.back().end(), o.stage_args.begin(), o.stage_args.end());
     if (i > 0) stage_grpc += ",";
     stage_grpc += loop(ports[2 * i + 1]);
   }

@@ -57,6 +57,7 @@ struct DeploymentOptions {
   std::string spec_policy = "always";
   bool allow_oracle = false;
   std::vector<std::string> scheduler_args;  // extra flags, as is (e.g. --spd-head DIR)
+  std::vector<std::string> stage_args;      // extra flags for every stage (e.g. --device cuda)
 };
 
 struct BenchRequest {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,22 @@ inline std::string EnsureStories110MShapedModel(const std::string& path) {
   const std::string tmp = path + ".part";
   WriteRandomModel(c, ModelFormat::kLlama2c, tmp, /*seed=*/110);
   std::filesystem::rename(tmp, path);
+  return path;
+}
+
+// A random model of a named Llama shape for GPU runs (tinyllama: 1.1B,
+// llama2-7b, stories110m), as a Hugging Face directory of bf16 tensors in
+// /tmp, written on first use.
+inline std::string EnsureShapedModel(const std::string& shape) {
+  ModelConfig c;
+  if (shape == "tinyllama") c = LlamaShape(2048, 5632, 22, 32, 4, 32000, 2048);
+  else if (shape == "llama2-7b") c = LlamaShape(4096, 11008, 32, 32, 32, 32000, 2048);
+  else if (shape == "stories110m") c = Stories110MShape();
+  else throw std::invalid_argument("unknown --shape " + shape);
+  const std::string path = "/tmp/specline-random-" + shape + "-bf16";
+  if (std::filesystem::exists(path + "/config.json")) return path;
+  std::fprintf(stderr, "writing random %s-shaped bf16 model to %s\n", shape.c_str(), path.c_str());
+  WriteRandomModel(c, ModelFormat::kHuggingFace, path, /*seed=*/1100, DType::kBF16);
   return path;
 }
 

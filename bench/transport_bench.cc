@@ -7,8 +7,10 @@
 // uses two threads); one hop = round trip / 2. Throughput: N messages sent
 // back to back, timed until the receiver acknowledges the last one.
 // Implementations: the TCP transport (blocking reads), the in-process
-// transport, and UCX (ucp tag API) over shared memory and over TCP, both
-// busy-polling and blocking on the worker's wakeup fd. See docs/transport.md.
+// transport, UCX (ucp tag API) over shared memory and over TCP, both
+// busy-polling and blocking on the worker's wakeup fd, and, when built with
+// NCCL and a CUDA device is present, nccl:// (host messages, and device
+// messages with SendDevice / ReceiveDevice). See docs/transport.md.
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -32,6 +34,9 @@
 
 #ifdef SPECLINE_HAVE_UCX
 #include <ucp/api/ucp.h>
+#endif
+#ifdef SPECLINE_HAVE_NCCL
+#include "transport/nccl_transport.h"
 #endif
 
 namespace specline::bench {
@@ -196,6 +201,66 @@ class UcxLink : public Link {
 };
 #endif
 
+#ifdef SPECLINE_HAVE_NCCL
+// --- nccl:// ----------------------------------------------------------------
+// Both sides run as threads of this process (CUDA does not survive fork).
+// With two GPUs each side owns one and the links are the 2-rank
+// communicators of production stages; with one GPU both sides share it in
+// same-device mode (docs/transport.md), a different data path: rows are
+// named accordingly. `device`: messages travel as SendDevice payloads from
+// device memory (the echo side sends back the buffer it received) and are
+// taken with ReceiveDevice, no host copies; otherwise Send / Receive.
+class NcclLink : public Link {
+ public:
+  NcclLink(std::unique_ptr<transport::NcclReceiver> in, std::unique_ptr<transport::NcclSender> out,
+           bool device, size_t max_message)
+      : in_(std::move(in)), out_(std::move(out)), device_(device) {
+    if (device_) {
+      cudaSetDevice(out_->device());
+      buf_ = cuda::DeviceBuffer(max_message);
+      host_view_.resize(max_message);
+    }
+  }
+  void Send(std::string_view m) override {
+    absl::Status st;
+    if (!device_) {
+      st = out_->Send(m);
+    } else {
+      // The echo side returns the payload it received; the driver sends from
+      // its own buffer (contents are not checked by the bench).
+      const void* src = last_.payload.get() != nullptr && last_.payload_bytes >= m.size()
+                            ? last_.payload.get()
+                            : buf_.get();
+      st = out_->SendDevice({}, src, m.size(), nullptr);
+    }
+    if (!st.ok()) Die(st.ToString());
+  }
+  std::string_view Recv() override {
+    if (!device_) {
+      auto m = in_->Receive(std::chrono::milliseconds(60000));
+      if (!m.ok()) Die(m.status().ToString());
+      last_host_ = std::move(*m);
+      return last_host_;
+    }
+    auto m = in_->ReceiveDevice(std::chrono::milliseconds(60000));
+    if (!m.ok()) Die(m.status().ToString());
+    last_ = std::move(*m);
+    // Only the size is looked at: a view of that many (unrelated) bytes.
+    return std::string_view(host_view_.data(), std::min(last_.payload_bytes, host_view_.size()));
+  }
+
+ private:
+  std::unique_ptr<transport::NcclReceiver> in_;
+  std::unique_ptr<transport::NcclSender> out_;
+  bool device_;
+  cuda::DeviceBuffer buf_;
+  std::vector<char> host_view_;
+  transport::DeviceMessage last_;
+  std::string last_host_;
+};
+
+#endif
+
 // --- the measurement --------------------------------------------------------
 struct Plan {
   std::vector<size_t> sizes;
@@ -297,6 +362,45 @@ nlohmann::json RunInproc(const Plan& plan) {
   return rows;
 }
 
+#ifdef SPECLINE_HAVE_NCCL
+nlohmann::json RunNccl(const Plan& plan, bool device, size_t max_message) {
+  int count = 0;
+  cudaGetDeviceCount(&count);
+  const bool two = count >= 2;
+  const int dev_driver = 0, dev_echo = two ? 1 : 0;
+  auto listen = [](int dev) {
+    transport::NcclOptions o;
+    o.device = dev;
+    auto r = transport::ListenNccl("127.0.0.1", 0, o);
+    if (!r.ok()) Die(r.status().ToString());
+    return std::move(*r);
+  };
+  auto connect = [&](int dev, const std::string& address) {
+    transport::NcclOptions o;
+    o.device = dev;
+    o.same_device = !two;
+    auto s = transport::ConnectNccl("127.0.0.1", std::stoi(address.substr(address.rfind(':') + 1)),
+                                    o);
+    if (!s.ok()) Die(s.status().ToString());
+    return std::move(*s);
+  };
+  auto a = listen(dev_driver);
+  auto b = listen(dev_echo);
+  const std::string to_a = a->address(), to_b = b->address();
+  NcclLink driver(std::move(a), connect(dev_driver, to_b), device, max_message);
+  NcclLink echo(std::move(b), connect(dev_echo, to_a), device, max_message);
+  std::thread t([&] {
+    cudaSetDevice(dev_echo);
+    Echo(echo, plan);
+  });
+  cudaSetDevice(dev_driver);
+  const std::string name = std::string(device ? "nccl-device" : "nccl") + (two ? "" : "-1gpu-self");
+  nlohmann::json rows = Drive(driver, plan, name);
+  t.join();
+  return rows;
+}
+#endif
+
 }  // namespace
 }  // namespace specline::bench
 
@@ -338,6 +442,16 @@ int main(int argc, char** argv) {
   std::printf("UCX not built in (pkg-config ucx not found)\n");
 #endif
   add(RunInproc(plan));
+#ifdef SPECLINE_HAVE_NCCL
+  // Last: CUDA is initialized here, after every fork above.
+  if (std::string why; specline::cuda::DeviceAvailable(&why)) {
+    for (bool device : {false, true}) add(RunNccl(plan, device, max_size));
+  } else {
+    std::printf("nccl:// skipped: no usable CUDA device (%s)\n", why.c_str());
+  }
+#else
+  std::printf("nccl:// not built in (no NCCL at build time)\n");
+#endif
 
   if (!json_path.empty()) {
     nlohmann::json doc = {{"bench", "transport"},

@@ -62,6 +62,11 @@ void Launcher::Spawn(Child& c) {
   c.waiting_restart = false;
 }
 
+void Launcher::AddDeviceFlags(std::vector<std::string>& argv) const {
+  if (!config_.device.empty()) argv.insert(argv.end(), {"--device", config_.device});
+  if (!config_.dtype.empty()) argv.insert(argv.end(), {"--dtype", config_.dtype});
+}
+
 void Launcher::Start(std::chrono::seconds timeout) {
   const std::string dir = config_.binary_dir.empty() ? ExecutableDir() : config_.binary_dir;
   const std::string stage_bin = RequireBinary(dir, "specline-stage");
@@ -115,6 +120,7 @@ void Launcher::Start(std::chrono::seconds timeout) {
               "--threads", th};
     if (config_.kv_capacity_tokens > 0)
       c.argv.insert(c.argv.end(), {"--kv-capacity-tokens", std::to_string(config_.kv_capacity_tokens)});
+    AddDeviceFlags(c.argv);
     stage_grpc += (i ? "," : "") + Loopback(c.grpc_port);
   }
   scheduler_.argv = {sched_bin, "--model", config_.model,
@@ -131,6 +137,7 @@ void Launcher::Start(std::chrono::seconds timeout) {
                            {"--kv-capacity-tokens", std::to_string(config_.kv_capacity_tokens)});
   scheduler_.argv.insert(scheduler_.argv.end(), config_.scheduler_spec_args.begin(),
                          config_.scheduler_spec_args.end());
+  AddDeviceFlags(scheduler_.argv);  // the output head runs there too
   gateway_.argv = {gw_bin, "--model", config_.model,
                    "--scheduler", Loopback(scheduler_.grpc_port),
                    "--host", config_.host,

@@ -30,6 +30,8 @@ struct LaunchConfig {
   std::string port_file;  // where the launcher writes every port and pid
   std::string binary_dir;  // where specline-stage etc. live
   std::string log_level;   // passed to every child; "" = their default
+  std::string device;      // "" / cpu, cuda (stage i on GPU i % count), cuda:N
+  std::string dtype;       // GPU element type; "" = bf16
   // Speculation options for the scheduler ("--ppsd-head", DIR, ...), as is.
   std::vector<std::string> scheduler_spec_args;
 };
@@ -65,6 +67,8 @@ class Launcher {
     bool waiting_restart = false;
   };
   void Spawn(Child& c);
+  // --device / --dtype for a stage or the scheduler, when serve was given them.
+  void AddDeviceFlags(std::vector<std::string>& argv) const;
   void WaitPortFile(const Child& c, std::chrono::steady_clock::time_point deadline);
   void WaitStagesUp(std::chrono::steady_clock::time_point deadline);
   void WaitGatewayServing(std::chrono::steady_clock::time_point deadline);

@@ -31,6 +31,9 @@ const char kServeUsage[] = R"(usage: specline serve [options]
   --port N                 gateway gRPC port (default 50051; 0 = pick)
   --metrics-port N         gateway /metrics port (default: pick)
   --threads N              compute threads per process (default: cores / stages)
+  --device D               cpu (default), cuda (stage i on GPU i % GPUs; the
+                           scheduler's output head on GPU 0) or cuda:N
+  --dtype T                GPU weights/activations: bf16 (default) or f16
   --kv-capacity-tokens N   KV positions per stage (default: each process's default)
   --max-waiting N          scheduler queue limit (RESOURCE_EXHAUSTED beyond)
   --max-concurrent-streams N   gateway stream limit
@@ -66,7 +69,7 @@ int ServeCommand(int argc, char** argv) {
                   "default-max-tokens", "drain-timeout-ms", "auth-token-file", "tls-cert",
                   "tls-key", "port-file", "startup-timeout-s", "demo-prompt", "log-level",
                   "ppsd-head", "spd-head", "default-policy", "spec-policy", "spec-max-drafts",
-                  "allow-oracle"});
+                  "allow-oracle", "device", "dtype"});
   std::vector<std::string> flags = kRequestFlags;
   flags.push_back("help");
   Args args(argc, argv, 2, options, flags);
@@ -96,6 +99,8 @@ int ServeCommand(int argc, char** argv) {
   c.tls_cert = args.Str("tls-cert");
   c.tls_key = args.Str("tls-key");
   c.port_file = args.Str("port-file");
+  c.device = args.Str("device");
+  c.dtype = args.Str("dtype");
   for (const char* name :
        {"ppsd-head", "spd-head", "default-policy", "spec-policy", "spec-max-drafts",
         "allow-oracle"}) {

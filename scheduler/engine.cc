@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "absl/strings/str_cat.h"
+#include "scheduler/head_factory.h"
 #include "spdlog/spdlog.h"
 
 namespace specline::scheduler {
@@ -20,7 +21,7 @@ Engine::Engine(std::shared_ptr<const ModelSource> model,
       options_(options),
       metrics_(metrics ? std::move(metrics) : std::make_shared<SchedulerMetrics>()),
       pool_(std::make_shared<kernels::ThreadPool>(std::max(options.threads, 1))),
-      head_(*model_, pool_),
+      head_(MakeLogitsHead(*model_, pool_, options.device)),
       stage_up_(stages_.size(), false),
       stage_data_addr_(stages_.size()) {
   if (options_.max_inflight <= 0) options_.max_inflight = std::max<int>(stages_.size(), 1);

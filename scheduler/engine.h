@@ -26,6 +26,7 @@
 #include "absl/status/statusor.h"
 #include "kernels/cpu/thread_pool.h"
 #include "model/formats/model_source.h"
+#include "model/runtime/device_spec.h"
 #include "model/runtime/output_head.h"
 #include "scheduler/batch_builder.h"
 #include "scheduler/drafter.h"
@@ -76,6 +77,7 @@ struct EngineOptions {
   std::chrono::milliseconds health_interval{250};
   std::chrono::milliseconds health_deadline{500};
   int threads = 1;  // output head (LM head matmul) and drafters
+  DeviceSpec device;  // where the output head runs (cpu, or a CUDA device)
   SpecOptions spec;
 };
 
@@ -180,7 +182,7 @@ class Engine {
   EngineOptions options_;
   std::shared_ptr<SchedulerMetrics> metrics_;
   std::shared_ptr<kernels::ThreadPool> pool_;
-  OutputHead head_;  // used by the receiver thread only
+  std::unique_ptr<LogitsHead> head_;  // used by the receiver thread only
 
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;  // driver: work or capacity; up_ changes

@@ -205,9 +205,9 @@ void Engine::HandleResult(internal::MicroBatch batch) {
     runs = std::move(f.runs);
   }
   const int64_t n = static_cast<int64_t>(rows.size()) / dim;
-  const int vocab = head_.vocab_size();
+  const int vocab = head_->vocab_size();
   std::vector<float> logits(n * vocab);
-  if (n > 0) head_.Logits(rows.data(), n, logits.data());
+  if (n > 0) head_->Logits(rows.data(), n, logits.data());
   std::vector<Notice> notices;
   {
     std::lock_guard<std::mutex> lock(mu_);

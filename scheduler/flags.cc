@@ -38,6 +38,7 @@ absl::StatusOr<SchedulerFlags> ParseSchedulerFlags(int argc, char** argv) {
   const std::map<std::string, std::string>& values = *parsed;
   EngineOptions& e = f.engine;
   int timeout_ms = static_cast<int>(e.batch_timeout.count());
+  std::string device = "cpu", dtype = "bf16";
   for (auto& [name, value] : values) {
     absl::Status st;
     if (name == "model") f.model = value;
@@ -69,9 +70,14 @@ absl::StatusOr<SchedulerFlags> ParseSchedulerFlags(int argc, char** argv) {
     else if (name == "draft-kv-capacity-tokens") {
       st = ParseNumber(name, value, &e.spec.draft_kv_capacity_tokens);
     }
+    else if (name == "device") device = value;
+    else if (name == "dtype") dtype = value;
     else return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
     if (!st.ok()) return st;
   }
+  absl::StatusOr<DeviceSpec> spec = ParseDeviceSpec(device, dtype);
+  if (!spec.ok()) return spec.status();
+  e.device = *spec;
   e.batch_timeout = std::chrono::milliseconds(timeout_ms);
   if (f.model.empty()) return absl::InvalidArgumentError("--model is required");
   if (f.stage_grpc.empty()) return absl::InvalidArgumentError("--stage-grpc is required");

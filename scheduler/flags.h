@@ -31,6 +31,7 @@ inline constexpr const char* kSchedulerUsage =
     "  [--ppsd-head DIR] [--spd-head DIR] [--default-policy ar|ppsd|spd]\n"
     "  [--spec-policy auto|always|never] [--spec-min-acceptance X] [--spec-probe-interval N]\n"
     "  [--spec-max-drafts N] [--draft-kv-capacity-tokens N] [--allow-oracle true|false]\n"
+    "  [--device cpu|cuda|cuda:N] [--dtype bf16|f16]   (where the output head runs)\n"
     "(--stages is accepted as a synonym of --stage-grpc)\n";
 
 // INVALID_ARGUMENT naming the flag on anything malformed or missing.

@@ -15,6 +15,6 @@ SPECLINE_BIN="$BUILD_DIR/specline" "$TRAIN_PY" -m unittest discover -s training/
 # Loaders must survive arbitrary bytes: run the fuzz test with ASan + UBSan.
 ASAN_DIR=${BUILD_DIR}-asan
 cmake -S . -B "$ASAN_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DSPECLINE_SANITIZE=address,undefined -DSPECLINE_BUILD_BENCH=OFF >/dev/null
+  -DSPECLINE_SANITIZE=address,undefined -DSPECLINE_BUILD_BENCH=OFF -DSPECLINE_ENABLE_CUDA=OFF >/dev/null
 cmake --build "$ASAN_DIR" -j"$(nproc)" --target loader_fuzz_test
 UBSAN_OPTIONS=halt_on_error=1 "$ASAN_DIR/tests/loader_fuzz_test"

@@ -52,6 +52,9 @@ absl::StatusOr<StageFlags> ParseStageFlags(int argc, char** argv) {
     else if (name == "kv-capacity-tokens") st = ParseNumber(name, value, &f.kv_capacity_tokens);
     else if (name == "kv-block-size") st = ParseNumber(name, value, &f.kv_block_size);
     else if (name == "log-level") f.log_level = value;
+    else if (name == "device") f.device = value;
+    else if (name == "dtype") f.dtype = value;
+    else if (name == "cuda-graphs") st = ParseBool(name, value, &f.cuda_graphs);
     else return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
     if (!st.ok()) return st;
   }

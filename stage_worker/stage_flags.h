@@ -23,13 +23,17 @@ struct StageFlags {
   int kv_capacity_tokens = 4096;
   int kv_block_size = 16;
   std::string log_level = "info";
+  std::string device = "cpu";  // cpu | cuda | cuda:N
+  std::string dtype = "bf16";  // GPU element type: bf16 | f16
+  bool cuda_graphs = true;
 };
 
 inline constexpr const char* kStageUsage =
     "usage: specline-stage --model PATH --layers A:B[,C:D...] --next ADDRESS\n"
     "  [--stage I] [--data-listen tcp://HOST:PORT] [--host H] [--grpc-port N]\n"
     "  [--metrics-port N|-1] [--port-file PATH] [--threads N]\n"
-    "  [--kv-capacity-tokens N] [--kv-block-size N] [--log-level LEVEL]\n";
+    "  [--kv-capacity-tokens N] [--kv-block-size N] [--log-level LEVEL]\n"
+    "  [--device cpu|cuda|cuda:N] [--dtype bf16|f16] [--cuda-graphs true|false]\n";
 
 // INVALID_ARGUMENT naming the flag on anything malformed or missing.
 absl::StatusOr<StageFlags> ParseStageFlags(int argc, char** argv);

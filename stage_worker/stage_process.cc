@@ -10,6 +10,7 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/server_builder.h"
 #include "kernels/cpu/thread_pool.h"
+#include "stage_worker/slice_factory.h"
 #include "spdlog/spdlog.h"
 
 namespace specline {
@@ -29,20 +30,26 @@ absl::StatusOr<std::unique_ptr<StageProcess>> StageProcess::Start(const StageFla
         "--stage 0 must hold layer 0 (it embeds the tokens), and only stage 0");
   }
 
-  // One pool for every slice of the process: their calls are serialized
-  // anyway, and stages of one process share its cores.
-  auto pool = std::make_shared<kernels::ThreadPool>(flags.threads);
+  absl::StatusOr<DeviceSpec> device = ParseDeviceSpec(flags.device, flags.dtype);
+  if (!device.ok()) return device.status();
+  device->cuda_graphs = flags.cuda_graphs;
+  // One pool for every CPU slice of the process: their calls are serialized
+  // anyway, and stages of one process share its cores. GPU slices each get
+  // their own stream, so co-located stages overlap on the device.
+  auto pool = std::make_shared<kernels::ThreadPool>(device->cuda ? 1 : flags.threads);
   SliceOptions options;
   options.kv_block_size = flags.kv_block_size;
   options.kv_capacity_tokens = flags.kv_capacity_tokens;
   const int n = static_cast<int>(flags.layers.size());
   for (int i = 0; i < n; ++i) {
     const auto [begin, end] = flags.layers[i];
-    p->slices_.push_back(std::make_unique<StageSlice>(*p->model_, begin, end, options, pool));
+    auto slice = MakeSlice(*p->model_, begin, end, options, *device, flags.stage + i, pool);
+    if (!slice.ok()) return slice.status();
+    p->slices_.push_back(*std::move(slice));
     p->runners_.push_back(std::make_unique<StageRunner>(*p->slices_.back(), flags.stage + i,
                                                         end == config.n_layers));
-    spdlog::info("stage {}: layers {}:{} of {}, KV {} positions", flags.stage + i, begin, end,
-                 config.n_layers, flags.kv_capacity_tokens);
+    spdlog::info("stage {}: layers {}:{} of {} on {}, KV {} positions", flags.stage + i, begin,
+                 end, config.n_layers, p->slices_.back()->device(), flags.kv_capacity_tokens);
   }
 
   // Inboxes: the first on the data address, the rest in-process. Named by

@@ -1,5 +1,5 @@
 // Everything one specline-stage process runs: the model shard (one
-// StageSlice per layer range, one thread pool), the runners chained by the
+// slice per layer range, on the CPU or a GPU), the runners chained by the
 // in-process transport, the data listener, the gRPC control server and the
 // metrics endpoint. Split from main() so it can be started in-process too.
 #pragma once
@@ -38,7 +38,7 @@ class StageProcess {
 
   StageFlags flags_;
   std::unique_ptr<ModelSource> model_;
-  std::vector<std::unique_ptr<StageSlice>> slices_;
+  std::vector<std::unique_ptr<SliceBackend>> slices_;
   std::vector<std::unique_ptr<StageRunner>> runners_;
   std::unique_ptr<StageMetrics> metrics_;
   std::unique_ptr<StageServiceImpl> service_;

@@ -16,7 +16,7 @@ double Seconds(std::chrono::steady_clock::time_point since) {
 
 }  // namespace
 
-StageRunner::StageRunner(StageSlice& slice, int stage, bool is_last)
+StageRunner::StageRunner(SliceBackend& slice, int stage, bool is_last)
     : slice_(slice), stage_(stage), is_last_(is_last) {}
 
 StageRunner::~StageRunner() { Stop(); }

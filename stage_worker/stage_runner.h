@@ -1,4 +1,4 @@
-// Runs micro-batches through one StageSlice: the data-plane half of a stage
+// Runs micro-batches through one slice (CPU or GPU, see SliceBackend): the data-plane half of a stage
 // worker, shared by the standalone process (specline-stage) and by stages
 // that live inside another process (tests, the embedded mode).
 #pragma once
@@ -13,7 +13,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "model/runtime/stage_slice.h"
+#include "model/runtime/slice_backend.h"
 #include "specline/internal/stage.pb.h"
 #include "transport/transport.h"
 
@@ -32,7 +32,7 @@ class StageRunner {
  public:
   // stage: index in the pipeline; is_last: output goes back to the
   // scheduler (hidden of the final layer, before the final norm).
-  StageRunner(StageSlice& slice, int stage, bool is_last);
+  StageRunner(SliceBackend& slice, int stage, bool is_last);
 
   // Applies batch.release, then runs the slots (tokens on stage 0, hidden
   // otherwise), replacing batch.hidden with this stage's output and
@@ -78,7 +78,7 @@ class StageRunner {
   int stage() const { return stage_; }
 
   uint64_t batches() const { return batches_.load(); }
-  StageSlice& slice() { return slice_; }
+  SliceBackend& slice() { return slice_; }
 
  private:
   void Loop();
@@ -86,7 +86,7 @@ class StageRunner {
   // Removes the slots whose epoch is older than their sequence's newest.
   void DropStaleSlots(internal::MicroBatch& batch);
   void SendTaps(internal::MicroBatch& batch);
-  StageSlice& slice_;
+  SliceBackend& slice_;
   int stage_;
   bool is_last_;
   std::unique_ptr<transport::ActivationReceiver> in_;

@@ -20,6 +20,9 @@
 #include "tests/process_util.h"
 #include "tests/test_util.h"
 #include "transport/transport.h"
+#ifdef SPECLINE_HAVE_CUDA
+#include "kernels/cuda/device_buffer.h"
+#endif
 
 namespace specline {
 namespace {
@@ -366,6 +369,34 @@ TEST(StageWorkerBinary, BadFlagsExitWithUsage) {
   testing::ChildProcess p({binary, "--layers", "3:1", "--model", "x", "--next", "tcp://a:1"}, log);
   EXPECT_EQ(p.Wait(milliseconds(30000)), 2);
   EXPECT_NE(testing::ReadFile(log).find("--layers"), std::string::npos);
+}
+
+// --device cuda on a machine without a usable GPU (CI) stops start-up with
+// a message saying so, instead of failing later or falling back silently.
+TEST(StageWorkerBinary, CudaWithoutADeviceFailsClearly) {
+#ifdef SPECLINE_HAVE_CUDA
+  if (cuda::DeviceAvailable()) GTEST_SKIP() << "a CUDA device is present";
+#endif
+  const std::string model = testing::TempDir() + "/cuda_flag_model";
+  WriteRandomModel(LlamaShape(32, 64, 2, 4, 2, 64, 64), ModelFormat::kHuggingFace, model, 1,
+                   DType::kF32);
+  const std::string binary = std::string(SPECLINE_BINARY_DIR) + "/specline-stage";
+  const std::string log = testing::TempDir() + "/cuda.log";
+  testing::ChildProcess p({binary, "--model", model, "--layers", "0:2", "--next",
+                           "tcp://127.0.0.1:1", "--device", "cuda", "--metrics-port", "-1"},
+                          log);
+  EXPECT_EQ(p.Wait(milliseconds(30000)), 1);
+  const std::string text = testing::ReadFile(log);
+  EXPECT_TRUE(text.find("no usable CUDA device") != std::string::npos ||
+              text.find("no CUDA backend") != std::string::npos)
+      << text;
+
+  const std::string log2 = testing::TempDir() + "/tpu.log";
+  testing::ChildProcess q({binary, "--model", model, "--layers", "0:2", "--next",
+                           "tcp://127.0.0.1:1", "--device", "tpu", "--metrics-port", "-1"},
+                          log2);
+  EXPECT_EQ(q.Wait(milliseconds(30000)), 1);
+  EXPECT_NE(testing::ReadFile(log2).find("--device: \"tpu\""), std::string::npos);
 }
 
 }  // namespace

@@ -49,13 +49,14 @@ absl::Status Resolve(const std::string& host, int port, bool passive, AddrInfo* 
 
 }  // namespace
 
-void EncodeFrameHeader(uint32_t length, unsigned char out[kFrameHeaderBytes]) {
-  PutU32(kFrameMagic, out);
+void EncodeFrameHeader(uint32_t length, unsigned char out[kFrameHeaderBytes], uint32_t magic) {
+  PutU32(magic, out);
   PutU32(length, out + 4);
 }
 
-absl::StatusOr<uint32_t> DecodeFrameHeader(const unsigned char in[kFrameHeaderBytes]) {
-  if (GetU32(in) != kFrameMagic) {
+absl::StatusOr<uint32_t> DecodeFrameHeader(const unsigned char in[kFrameHeaderBytes],
+                                           uint32_t magic) {
+  if (GetU32(in) != magic) {
     return absl::InvalidArgumentError("bad frame magic: the peer is not a specline transport");
   }
   uint32_t length = GetU32(in + 4);
@@ -147,25 +148,43 @@ absl::StatusOr<int> ConnectSocket(const std::string& host, int port, int timeout
 }
 
 absl::Status WriteFrame(int fd, const char* data, size_t size) {
+  return WriteFrameParts(fd, kFrameMagic, {std::string_view(data, size)});
+}
+
+absl::Status WriteFrameParts(int fd, uint32_t magic,
+                             std::initializer_list<std::string_view> parts) {
+  constexpr size_t kMaxParts = 7;
+  if (parts.size() > kMaxParts) return absl::InvalidArgumentError("too many frame parts");
+  size_t total = 0;
+  for (std::string_view p : parts) total += p.size();
+  if (total > kMaxFrameBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("frame of ", total, " bytes exceeds the limit of ", kMaxFrameBytes));
+  }
   unsigned char header[kFrameHeaderBytes];
-  EncodeFrameHeader(static_cast<uint32_t>(size), header);
-  iovec iov[2] = {{header, kFrameHeaderBytes}, {const_cast<char*>(data), size}};
+  EncodeFrameHeader(static_cast<uint32_t>(total), header, magic);
+  iovec iov[kMaxParts + 1];
+  int count = 0;
+  iov[count++] = {header, kFrameHeaderBytes};
+  for (std::string_view p : parts) {
+    if (!p.empty()) iov[count++] = {const_cast<char*>(p.data()), p.size()};
+  }
   int first = 0;
-  while (first < 2) {
+  while (first < count) {
     msghdr msg{};
     msg.msg_iov = iov + first;
-    msg.msg_iovlen = 2 - first;
+    msg.msg_iovlen = count - first;
     ssize_t n = sendmsg(fd, &msg, MSG_NOSIGNAL);
     if (n < 0) {
       if (errno == EINTR) continue;
       return absl::UnavailableError(Errno("send"));
     }
     size_t left = static_cast<size_t>(n);
-    while (first < 2 && left >= iov[first].iov_len) {
+    while (first < count && left >= iov[first].iov_len) {
       left -= iov[first].iov_len;
       ++first;
     }
-    if (first < 2) {
+    if (first < count) {
       iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + left;
       iov[first].iov_len -= left;
     }
@@ -190,10 +209,25 @@ absl::Status ReadExact(int fd, void* buf, size_t n) {
   return absl::OkStatus();
 }
 
+absl::Status ReadFrame(int fd, std::string* payload, uint32_t magic) {
+  unsigned char header[kFrameHeaderBytes];
+  if (absl::Status st = ReadExact(fd, header, sizeof(header)); !st.ok()) return st;
+  absl::StatusOr<uint32_t> length = DecodeFrameHeader(header, magic);
+  if (!length.ok()) return length.status();
+  payload->assign(*length, '\0');
+  return ReadExact(fd, payload->data(), payload->size());
+}
+
 bool PeerClosed(int fd) {
   // Receivers never write, so anything readable means EOF or a reset.
   pollfd p{fd, POLLIN | POLLRDHUP, 0};
   return poll(&p, 1, 0) != 0 && (p.revents & (POLLIN | POLLRDHUP | POLLHUP | POLLERR));
+}
+
+bool PeerHungUp(int fd) {
+  // POLLRDHUP: the peer shut down or closed, even with its data unread.
+  pollfd p{fd, POLLRDHUP, 0};
+  return poll(&p, 1, 0) != 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
 }
 
 }  // namespace specline::transport

@@ -1,17 +1,10 @@
 #include "transport/tcp_transport.h"
 
-#include <poll.h>
-#include <sys/eventfd.h>
-#include <sys/socket.h>
 #include <unistd.h>
-
-#include <atomic>
-#include <list>
-#include <mutex>
-#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "spdlog/spdlog.h"
+#include "transport/connection_server.h"
 #include "transport/message_queue.h"
 #include "transport/tcp_socket.h"
 
@@ -26,9 +19,8 @@ std::string TcpAddress(const std::string& host, int port) {
 class TcpReceiver : public ActivationReceiver {
  public:
   TcpReceiver(int listen_fd, std::string address)
-      : listen_fd_(listen_fd), wake_fd_(eventfd(0, EFD_CLOEXEC)), address_(std::move(address)) {
-    accept_thread_ = std::thread([this] { AcceptLoop(); });
-  }
+      : address_(std::move(address)),
+        server_(listen_fd, [this](int fd) { ReadLoop(fd); }) {}
   ~TcpReceiver() override { Shutdown(); }
 
   absl::StatusOr<std::string> Receive(std::chrono::milliseconds timeout) override {
@@ -36,97 +28,32 @@ class TcpReceiver : public ActivationReceiver {
   }
 
   void Shutdown() override {
-    if (stopping_.exchange(true)) return;
     queue_.Close();
-    uint64_t one = 1;
-    (void)!write(wake_fd_, &one, sizeof(one));
-    accept_thread_.join();
-    close(listen_fd_);
-    close(wake_fd_);
-    // Wake every reader blocked in recv; the peers see the connection close
-    // and reconnect (to a restarted receiver) or fail.
-    for (auto& c : conns_) shutdown(c->fd, SHUT_RDWR);
-    for (auto& c : conns_) {
-      c->thread.join();
-      close(c->fd);
-    }
-    conns_.clear();
+    server_.Stop();
   }
 
   const std::string& address() const override { return address_; }
   size_t pending() const override { return queue_.size(); }
 
  private:
-  struct Conn {
-    int fd = -1;
-    std::string peer;
-    std::thread thread;
-    std::atomic<bool> done{false};
-  };
-
-  void AcceptLoop() {
-    pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
-    while (!stopping_.load()) {
-      if (poll(fds, 2, -1) < 0) continue;  // EINTR
-      if (fds[1].revents) break;
-      if (!(fds[0].revents & POLLIN)) continue;
-      sockaddr_storage ss{};
-      socklen_t len = sizeof(ss);
-      int fd = accept4(listen_fd_, reinterpret_cast<sockaddr*>(&ss), &len, SOCK_CLOEXEC);
-      if (fd < 0) continue;  // the peer went away between poll and accept
-      SetNoDelay(fd);
-      Reap();
-      auto conn = std::make_unique<Conn>();
-      conn->fd = fd;
-      Conn* c = conn.get();
-      c->thread = std::thread([this, c] { ReadLoop(c); });
-      conns_.push_back(std::move(conn));
-    }
-  }
-
-  // Joins readers whose connection ended, so a long-lived stage does not
-  // accumulate threads across sender restarts.
-  void Reap() {
-    for (auto it = conns_.begin(); it != conns_.end();) {
-      if ((*it)->done.load()) {
-        (*it)->thread.join();
-        close((*it)->fd);
-        it = conns_.erase(it);
-      } else {
-        ++it;
-      }
-    }
-  }
-
-  void ReadLoop(Conn* c) {
-    unsigned char header[kFrameHeaderBytes];
+  void ReadLoop(int fd) {
     while (true) {
-      absl::Status st = ReadExact(c->fd, header, sizeof(header));
-      if (!st.ok()) break;  // closed: the sender reconnects if it needs to
-      absl::StatusOr<uint32_t> length = DecodeFrameHeader(header);
-      if (!length.ok()) {
+      std::string body;
+      absl::Status st = ReadFrame(fd, &body);
+      if (st.code() == absl::StatusCode::kInvalidArgument) {
         // Not our protocol (or corrupted): drop the connection, keep serving.
         spdlog::warn("transport {}: dropping connection: {}", address_,
-                     std::string(length.status().message()));
+                     std::string(st.message()));
         break;
       }
-      std::string body(*length, '\0');
-      if (!ReadExact(c->fd, body.data(), body.size()).ok()) break;
+      if (!st.ok()) break;  // closed: the sender reconnects if it needs to
       if (!queue_.Push(std::move(body))) break;
     }
-    // Close our side now (the fd itself is closed by Reap or Shutdown, so
-    // its number cannot be reused while Shutdown may still touch it).
-    shutdown(c->fd, SHUT_RDWR);
-    c->done.store(true);
   }
 
-  int listen_fd_;
-  int wake_fd_;
   std::string address_;
   MessageQueue queue_;
-  std::atomic<bool> stopping_{false};
-  std::thread accept_thread_;
-  std::list<std::unique_ptr<Conn>> conns_;  // accept thread only, then Shutdown
+  ConnectionServer server_;  // last: its threads use the members above
 };
 
 class TcpSender : public ActivationSender {

@@ -5,6 +5,9 @@
 #include "absl/strings/str_cat.h"
 #include "transport/inproc_transport.h"
 #include "transport/tcp_transport.h"
+#ifdef SPECLINE_HAVE_NCCL
+#include "transport/nccl_transport.h"
+#endif
 
 namespace specline::transport {
 
@@ -12,7 +15,7 @@ absl::StatusOr<Address> ParseAddress(const std::string& address) {
   auto bad = [&](const std::string& why) {
     return absl::InvalidArgumentError(absl::StrCat(
         "bad transport address \"", address, "\": ", why,
-        " (expected tcp://HOST:PORT or inproc://NAME)"));
+        " (expected tcp://HOST:PORT, nccl://HOST:PORT or inproc://NAME)"));
   };
   Address out;
   if (address.rfind("inproc://", 0) == 0) {
@@ -21,9 +24,14 @@ absl::StatusOr<Address> ParseAddress(const std::string& address) {
     if (out.name.empty()) return bad("empty inproc name");
     return out;
   }
-  if (address.rfind("tcp://", 0) != 0) return bad("unknown scheme");
-  out.scheme = "tcp";
-  const std::string rest = address.substr(6);
+  if (address.rfind("tcp://", 0) == 0) {
+    out.scheme = "tcp";
+  } else if (address.rfind("nccl://", 0) == 0) {
+    out.scheme = "nccl";
+  } else {
+    return bad("unknown scheme");
+  }
+  const std::string rest = address.substr(out.scheme.size() + 3);
   size_t colon;
   if (!rest.empty() && rest[0] == '[') {  // [IPv6]:port
     size_t close = rest.find(']');
@@ -47,10 +55,31 @@ absl::StatusOr<Address> ParseAddress(const std::string& address) {
   return out;
 }
 
+#ifndef SPECLINE_HAVE_NCCL
+namespace {
+
+absl::Status NoNccl(const std::string& address) {
+  return absl::UnimplementedError(absl::StrCat(
+      "cannot use \"", address, "\": specline was built without NCCL (nccl:// needs the CUDA "
+      "toolkit's NCCL at build time; tcp:// works everywhere)"));
+}
+
+}  // namespace
+#endif
+
 absl::StatusOr<std::unique_ptr<ActivationReceiver>> Listen(const std::string& address) {
   absl::StatusOr<Address> a = ParseAddress(address);
   if (!a.ok()) return a.status();
   if (a->scheme == "inproc") return ListenInproc(a->name);
+  if (a->scheme == "nccl") {
+#ifdef SPECLINE_HAVE_NCCL
+    absl::StatusOr<std::unique_ptr<NcclReceiver>> r = ListenNccl(a->host, a->port);
+    if (!r.ok()) return r.status();
+    return std::unique_ptr<ActivationReceiver>(std::move(*r));
+#else
+    return NoNccl(address);
+#endif
+  }
   return ListenTcp(a->host, a->port);
 }
 
@@ -61,6 +90,15 @@ absl::StatusOr<std::unique_ptr<ActivationSender>> Connect(const std::string& add
   if (a->port == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("cannot connect to \"", address, "\": port 0 is only for Listen"));
+  }
+  if (a->scheme == "nccl") {
+#ifdef SPECLINE_HAVE_NCCL
+    absl::StatusOr<std::unique_ptr<NcclSender>> s = ConnectNccl(a->host, a->port);
+    if (!s.ok()) return s.status();
+    return std::unique_ptr<ActivationSender>(std::move(*s));
+#else
+    return NoNccl(address);
+#endif
   }
   return ConnectTcp(a->host, a->port);
 }

@@ -1,7 +1,8 @@
 // Activation transport: moves serialized micro-batches (MicroBatch protos)
 // between pipeline processes. gRPC carries control only; activations take
-// this path. Implementations: in-process queues (stages sharing a process)
-// and a host transport for CPU stages in other processes or hosts.
+// this path. Implementations: in-process queues (stages sharing a process),
+// a host transport for CPU stages in other processes or hosts, and NCCL for
+// stage processes that each own a GPU (nccl_transport.h).
 #pragma once
 
 #include <chrono>
@@ -40,18 +41,21 @@ class ActivationReceiver {
   virtual size_t pending() const = 0;
 };
 
-// A parsed address: kind "tcp" (host, port) or "inproc" (name).
+// A parsed address: scheme "tcp" or "nccl" (host, port) or "inproc" (name).
 struct Address {
   std::string scheme;
-  std::string host;  // tcp: name or literal, IPv6 without brackets
-  int port = 0;      // tcp
+  std::string host;  // tcp, nccl: name or literal, IPv6 without brackets
+  int port = 0;      // tcp, nccl
   std::string name;  // inproc
 };
 // INVALID_ARGUMENT naming the address when it is not one of the forms above.
 absl::StatusOr<Address> ParseAddress(const std::string& address);
 
 // Addresses: "tcp://HOST:PORT" (PORT 0 picks a free port; address() tells
-// which) or "inproc://NAME" (a process-wide registry of inboxes).
+// which), "inproc://NAME" (a process-wide registry of inboxes) or
+// "nccl://HOST:PORT" (control over TCP at HOST:PORT, bulk bytes over NCCL on
+// the current CUDA device; UNIMPLEMENTED in a build without NCCL,
+// UNAVAILABLE without a usable device).
 absl::StatusOr<std::unique_ptr<ActivationReceiver>> Listen(const std::string& address);
 // Connecting is lazy: the first Send connects, so a sender can be made
 // before its peer is up.

@@ -23,10 +23,4 @@ void OutputHead::Logits(const float* hidden, int64_t n, float* logits) {
   kernels::MatMul(lm_head_, normed_.data(), n, logits, *pool_);
 }
 
-std::vector<float> OutputHead::Logits(const float* hidden, int64_t n) {
-  std::vector<float> out(n * lm_head_.rows);
-  Logits(hidden, n, out.data());
-  return out;
-}
-
 }  // namespace specline

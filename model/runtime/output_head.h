@@ -12,17 +12,32 @@
 
 namespace specline {
 
-class OutputHead {
+// What the scheduler turns hidden rows into logits with: OutputHead on the
+// CPU, cuda::CudaOutputHead on a GPU.
+class LogitsHead {
+ public:
+  virtual ~LogitsHead() = default;
+  virtual int vocab_size() const = 0;
+  virtual int dim() const = 0;
+  // logits[n, vocab] from hidden[n, dim] (pre-norm), both on the host.
+  virtual void Logits(const float* hidden, int64_t n, float* logits) = 0;
+  std::vector<float> Logits(const float* hidden, int64_t n) {
+    std::vector<float> out(n * vocab_size());
+    Logits(hidden, n, out.data());
+    return out;
+  }
+};
+
+class OutputHead : public LogitsHead {
  public:
   // Uses lm_head.weight, or the embedding matrix for tied models.
   OutputHead(const ModelSource& src, std::shared_ptr<kernels::ThreadPool> pool);
 
-  int vocab_size() const { return static_cast<int>(lm_head_.rows); }
-  int dim() const { return static_cast<int>(lm_head_.cols); }
+  int vocab_size() const override { return static_cast<int>(lm_head_.rows); }
+  int dim() const override { return static_cast<int>(lm_head_.cols); }
 
-  // logits[n, vocab] from hidden[n, dim] (pre-norm).
-  void Logits(const float* hidden, int64_t n, float* logits);
-  std::vector<float> Logits(const float* hidden, int64_t n);
+  void Logits(const float* hidden, int64_t n, float* logits) override;
+  using LogitsHead::Logits;
 
  private:
   std::shared_ptr<kernels::ThreadPool> pool_;

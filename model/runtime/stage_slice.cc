@@ -10,10 +10,6 @@
 namespace specline {
 namespace {
 
-int KvBlocks(const SliceOptions& o) {
-  return (o.kv_capacity_tokens + o.kv_block_size - 1) / o.kv_block_size;
-}
-
 void AddBias(float* rows, int64_t n, const std::vector<float>& bias) {
   if (bias.empty()) return;
   const int64_t width = static_cast<int64_t>(bias.size());
@@ -39,7 +35,7 @@ StageSlice::StageSlice(const ModelSource& src, int begin, int end, const SliceOp
       pool_(std::move(pool)),
       embeds_(begin == 0 && !options.hidden_input),
       kv_(KvCacheShape{end - begin, src.config().n_kv_heads, src.config().head_dim,
-                       options.kv_block_size, KvBlocks(options)}),
+                       options.kv_block_size, KvBlocksFor(options)}),
       rope_(src.config()) {
   if (begin < 0 || end > config_.n_layers || begin >= end) {
     throw std::invalid_argument(absl::StrCat("layer range [", begin, ", ", end,
@@ -52,76 +48,6 @@ StageSlice::StageSlice(const ModelSource& src, int begin, int end, const SliceOp
   }
   layers_.reserve(end - begin);
   for (int l = begin; l < end; ++l) layers_.push_back(LayerWeights::Load(src, l));
-}
-
-absl::Status StageSlice::ValidateAndReserve(const SliceInput& in) {
-  const size_t n = in.slots.size();
-  if (embeds_) {
-    if (in.tokens.size() != n) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("first slice needs one token per slot: ", in.tokens.size(),
-                       " tokens for ", n, " slots"));
-    }
-    for (size_t i = 0; i < n; ++i) {
-      if (in.tokens[i] < 0 || in.tokens[i] >= config_.vocab_size) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "slot ", i, ": token ", in.tokens[i], " outside vocabulary of ", config_.vocab_size));
-      }
-    }
-  } else if (in.hidden.size() != n * config_.dim) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "hidden input has ", in.hidden.size(), " values, expected ", n, " x ", config_.dim));
-  }
-  // Per sequence: first position, count, and that positions run consecutively.
-  struct Run {
-    int32_t first = 0, count = 0;
-  };
-  std::unordered_map<uint64_t, Run> runs;
-  std::vector<uint64_t> order;
-  for (size_t i = 0; i < n; ++i) {
-    const SlotRef& s = in.slots[i];
-    if (s.pos < 0 || s.pos >= config_.max_seq_len) {
-      return absl::InvalidArgumentError(absl::StrCat("slot ", i, ": position ", s.pos,
-                                                     " outside [0, ", config_.max_seq_len, ")"));
-    }
-    auto [it, fresh] = runs.try_emplace(s.seq_id, Run{s.pos, 0});
-    if (fresh) order.push_back(s.seq_id);
-    Run& r = it->second;
-    if (s.pos != r.first + r.count) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("slot ", i, ": sequence ", s.seq_id, " position ", s.pos,
-                       " does not follow its previous slot (", r.first + r.count - 1, ")"));
-    }
-    ++r.count;
-  }
-  // Capacity: sequences that give blocks back go first, and the net demand
-  // must fit, so no Reserve below can fail half-way.
-  int64_t net = 0;
-  const int bs = kv_.shape().block_size;
-  std::vector<std::pair<int64_t, uint64_t>> by_net;
-  for (uint64_t seq : order) {
-    const Run& r = runs[seq];
-    const int32_t len = kv_.Length(seq);
-    if (r.first > len) {
-      return absl::InvalidArgumentError(absl::StrCat("sequence ", seq, ": position ", r.first,
-                                                     " leaves a gap after cached length ", len));
-    }
-    const int64_t held = (len + bs - 1) / bs;
-    const int64_t need = (int64_t{r.first} + r.count + bs - 1) / bs;
-    by_net.emplace_back(need - held, seq);
-    net += need - held;
-  }
-  if (net > kv_.free_blocks()) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "KV cache of layers [", begin_, ", ", end_, ") is full: need ", net, " blocks, ",
-        kv_.free_blocks(), " free"));
-  }
-  std::sort(by_net.begin(), by_net.end());
-  for (const auto& [_, seq] : by_net) {
-    absl::Status st = kv_.Reserve(seq, runs[seq].first, runs[seq].count);
-    if (!st.ok()) return st;  // unreachable after the checks above
-  }
-  return absl::OkStatus();
 }
 
 void StageSlice::Embed(std::span<const int32_t> tokens, float* out) const {
@@ -141,7 +67,9 @@ absl::Status StageSlice::Forward(const SliceInput& in, std::span<const int> tap_
           "tap ", t, " is outside layers [", begin_, ", ", end_, "] of this slice"));
     }
   }
-  if (absl::Status st = ValidateAndReserve(in); !st.ok()) return st;
+  if (absl::Status st = ValidateAndReserve(in, embeds_, config_, begin_, end_, kv_); !st.ok()) {
+    return st;
+  }
 
   const int64_t n = static_cast<int64_t>(in.slots.size());
   const int64_t dim = config_.dim;

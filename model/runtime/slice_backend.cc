@@ -1,0 +1,81 @@
+#include "model/runtime/slice_backend.h"
+
+#include <algorithm>
+#include <unordered_map>
+
+#include "absl/strings/str_cat.h"
+
+namespace specline {
+
+absl::Status ValidateAndReserve(const SliceInput& in, bool embeds, const ModelConfig& config,
+                                int begin, int end, PagedKvCache& kv, bool hidden_elsewhere) {
+  const size_t n = in.slots.size();
+  if (embeds) {
+    if (in.tokens.size() != n) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("first slice needs one token per slot: ", in.tokens.size(),
+                       " tokens for ", n, " slots"));
+    }
+    for (size_t i = 0; i < n; ++i) {
+      if (in.tokens[i] < 0 || in.tokens[i] >= config.vocab_size) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "slot ", i, ": token ", in.tokens[i], " outside vocabulary of ", config.vocab_size));
+      }
+    }
+  } else if (!hidden_elsewhere && in.hidden.size() != n * config.dim) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "hidden input has ", in.hidden.size(), " values, expected ", n, " x ", config.dim));
+  }
+  // Per sequence: first position, count, and that positions run consecutively.
+  struct Run {
+    int32_t first = 0, count = 0;
+  };
+  std::unordered_map<uint64_t, Run> runs;
+  std::vector<uint64_t> order;
+  for (size_t i = 0; i < n; ++i) {
+    const SlotRef& s = in.slots[i];
+    if (s.pos < 0 || s.pos >= config.max_seq_len) {
+      return absl::InvalidArgumentError(absl::StrCat("slot ", i, ": position ", s.pos,
+                                                     " outside [0, ", config.max_seq_len, ")"));
+    }
+    auto [it, fresh] = runs.try_emplace(s.seq_id, Run{s.pos, 0});
+    if (fresh) order.push_back(s.seq_id);
+    Run& r = it->second;
+    if (s.pos != r.first + r.count) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("slot ", i, ": sequence ", s.seq_id, " position ", s.pos,
+                       " does not follow its previous slot (", r.first + r.count - 1, ")"));
+    }
+    ++r.count;
+  }
+  // Capacity: sequences that give blocks back go first, and the net demand
+  // must fit, so no Reserve below can fail half-way.
+  int64_t net = 0;
+  const int bs = kv.shape().block_size;
+  std::vector<std::pair<int64_t, uint64_t>> by_net;
+  for (uint64_t seq : order) {
+    const Run& r = runs[seq];
+    const int32_t len = kv.Length(seq);
+    if (r.first > len) {
+      return absl::InvalidArgumentError(absl::StrCat("sequence ", seq, ": position ", r.first,
+                                                     " leaves a gap after cached length ", len));
+    }
+    const int64_t held = (len + bs - 1) / bs;
+    const int64_t need = (int64_t{r.first} + r.count + bs - 1) / bs;
+    by_net.emplace_back(need - held, seq);
+    net += need - held;
+  }
+  if (net > kv.free_blocks()) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "KV cache of layers [", begin, ", ", end, ") is full: need ", net, " blocks, ",
+        kv.free_blocks(), " free"));
+  }
+  std::sort(by_net.begin(), by_net.end());
+  for (const auto& [_, seq] : by_net) {
+    absl::Status st = kv.Reserve(seq, runs[seq].first, runs[seq].count);
+    if (!st.ok()) return st;  // unreachable after the checks above
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace specline
