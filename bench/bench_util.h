@@ -23,6 +23,13 @@ inline double Median(std::vector<double> v) {
   return n == 0 ? 0.0 : (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
 }
 
+// Median after dropping the first `warmup` samples (graph capture, cuBLAS
+// heuristics, first-touch allocations), when there are more than that.
+inline double MedianAfterWarmup(std::vector<double> v, size_t warmup) {
+  if (v.size() > warmup) v.erase(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(warmup));
+  return Median(std::move(v));
+}
+
 // Command lines of "--flag value" and "--switch" arguments: calls
 // on(arg, next) for each, where next() takes the flag's value (throwing when
 // it is missing); on returns false for an unknown argument, and so does this.

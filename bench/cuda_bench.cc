@@ -168,8 +168,7 @@ json DecodeAndPrefill(const std::string& name, DType t, int prompt, int decode_t
       }
       slice.Release(seq);
       // The first steps capture graphs: leave them out.
-      step.erase(step.begin(), step.begin() + std::min<size_t>(4, step.size()));
-      per_token_medians.push_back(bench::Median(step));
+      per_token_medians.push_back(bench::MedianAfterWarmup(step, 4));
     }
     const double sec = bench::Median(per_token_medians);
     const double gbs = bytes / sec / 1e9;
@@ -192,8 +191,7 @@ json DecodeAndPrefill(const std::string& name, DType t, int prompt, int decode_t
       times.push_back(bench::Now() - t0);
       slice.Release(1);
     }
-    times.erase(times.begin());  // warm-up (cuBLAS heuristics, allocation)
-    const double psec = bench::Median(times);
+    const double psec = bench::MedianAfterWarmup(times, 1);
     const double q_dim = double(c.n_heads) * c.head_dim;
     const double flops = 2.0 * (Params(c) - double(c.vocab_size) * c.dim) * prefill +
                          2.0 * 2.0 * c.n_layers * q_dim * double(prefill) * prefill / 2.0;
@@ -318,8 +316,7 @@ json StageTimes(const std::string& name, DType t, int repeats) {
       }
       times.push_back(bench::Now() - t0);
     }
-    times.erase(times.begin(), times.begin() + 4);
-    out["stage_ms"][std::to_string(n)] = bench::Median(times) * 1e3;
+    out["stage_ms"][std::to_string(n)] = bench::MedianAfterWarmup(times, 4) * 1e3;
     out["stage_layers"][std::to_string(n)] = layers;
   }
   return out;

@@ -46,11 +46,6 @@ pack() {
     ldd "$b" | awk '/=> \//{print $3}'
   done | sort -u | grep -Ev '/(libc|libm|libdl|librt|libpthread|ld-linux[^/]*|libcuda|libcublas[^/]*|libcudart|libnccl|libgcc_s)\.so' |
     while read -r lib; do cp -L "$lib" "$STAGE/lib/"; done
-  # prometheus-cpp's civetweb dlopen()s the unversioned OpenSSL names at
-  # start-up (no ldd entry), which only -dev packages provide.
-  for l in libssl libcrypto; do
-    cp -L "$(ldconfig -p | awk -v l="$l.so.3" '$1 == l {print $NF; exit}')" "$STAGE/lib/$l.so"
-  done
   strip --strip-unneeded "$STAGE"/lib/*.so* 2>/dev/null || true
   local shared=${SPECLINE_SHARED_MODELS:-../shared/models}
   if [ -d "$shared/stories260K" ]; then

@@ -134,6 +134,22 @@ std::vector<float> Chain(std::vector<SliceBackend*>& slices, const Batch& batch,
   return hidden;
 }
 
+// A random bf16 Hugging Face model of `config`, written under the test's
+// temporary directory and opened.
+std::unique_ptr<ModelSource> RandomModel(const std::string& name, const ModelConfig& config,
+                                         uint64_t seed) {
+  const std::string path = testing::TempDir() + "/" + name;
+  WriteRandomModel(config, ModelFormat::kHuggingFace, path, seed, DType::kBF16);
+  return OpenModel(path);
+}
+
+CudaSliceOptions Options(int kv_tokens, DType t = DType::kBF16) {
+  CudaSliceOptions o;
+  o.slice = SliceOptions{16, kv_tokens};
+  o.dtype = t;
+  return o;
+}
+
 class CudaRuntimeTest : public ::testing::TestWithParam<std::tuple<int, DType>> {};
 
 TEST_P(CudaRuntimeTest, MatchesTheCpuThroughPrefillDecodeAndRollback) {
@@ -150,9 +166,7 @@ TEST_P(CudaRuntimeTest, MatchesTheCpuThroughPrefillDecodeAndRollback) {
   auto pool = std::make_shared<kernels::ThreadPool>(2);
   StageSlice cpu(*model, 0, c.n_layers, SliceOptions{16, 512}, pool);
   OutputHead cpu_head(*model, pool);
-  CudaSliceOptions o;
-  o.slice = SliceOptions{16, 512};
-  o.dtype = t;
+  const CudaSliceOptions o = Options(512, t);
   CudaStageSlice g0(*model, 0, mid, o), g1(*model, mid, c.n_layers, o);
   CudaOutputHead gpu_head(*model, t);
   std::vector<SliceBackend*> cpu_chain{&cpu}, gpu_chain{&g0, &g1};
@@ -193,12 +207,8 @@ INSTANTIATE_TEST_SUITE_P(
 // arrays: outputs must agree bit for bit, padding rows or not.
 TEST(CudaRuntime, GraphReplayEqualsEagerBitForBit) {
   SPECLINE_SKIP_WITHOUT_GPU();
-  const std::string path = testing::TempDir() + "/graph_model";
-  WriteRandomModel(LlamaShape(128, 256, 2, 4, 2, 256, 256), ModelFormat::kHuggingFace, path, 5,
-                   DType::kBF16);
-  auto model = OpenModel(path);
-  CudaSliceOptions graphs, eager;
-  graphs.slice = eager.slice = SliceOptions{16, 512};
+  auto model = RandomModel("graph_model", LlamaShape(128, 256, 2, 4, 2, 256, 256), 5);
+  CudaSliceOptions graphs = Options(512), eager = Options(512);
   eager.cuda_graphs = false;
   CudaStageSlice a(*model, 0, 2, graphs), b(*model, 0, 2, eager);
   std::vector<SliceBackend*> ca{&a}, cb{&b};
@@ -213,12 +223,8 @@ TEST(CudaRuntime, GraphReplayEqualsEagerBitForBit) {
 // the result equals the host round trip exactly.
 TEST(CudaRuntime, DeviceHandOffEqualsTheHostPath) {
   SPECLINE_SKIP_WITHOUT_GPU();
-  const std::string path = testing::TempDir() + "/handoff_model";
-  WriteRandomModel(LlamaShape(128, 256, 4, 4, 2, 256, 256), ModelFormat::kHuggingFace, path, 6,
-                   DType::kBF16);
-  auto model = OpenModel(path);
-  CudaSliceOptions o;
-  o.slice = SliceOptions{16, 512};
+  auto model = RandomModel("handoff_model", LlamaShape(128, 256, 4, 4, 2, 256, 256), 6);
+  const CudaSliceOptions o = Options(512);
   CudaStageSlice h0(*model, 0, 2, o), h1(*model, 2, 4, o);  // host path
   CudaStageSlice d0(*model, 0, 2, o), d1(*model, 2, 4, o);  // device path
   std::vector<SliceBackend*> host{&h0, &h1};
@@ -249,13 +255,8 @@ TEST(CudaRuntime, DeviceHandOffEqualsTheHostPath) {
 
 TEST(CudaRuntime, BadBatchesFailAndLeaveTheCacheAlone) {
   SPECLINE_SKIP_WITHOUT_GPU();
-  const std::string path = testing::TempDir() + "/bad_model";
-  WriteRandomModel(LlamaShape(64, 128, 2, 4, 2, 100, 128), ModelFormat::kHuggingFace, path, 7,
-                   DType::kBF16);
-  auto model = OpenModel(path);
-  CudaSliceOptions o;
-  o.slice = SliceOptions{16, 64};  // 4 blocks
-  CudaStageSlice s(*model, 0, 2, o);
+  auto model = RandomModel("bad_model", LlamaShape(64, 128, 2, 4, 2, 100, 128), 7);
+  CudaStageSlice s(*model, 0, 2, Options(64));  // 4 blocks
   std::vector<SlotRef> slots{{1, 0}, {1, 1}};
   std::vector<int32_t> ok{1, 2}, bad{1, 100};
   SliceOutput out;
@@ -300,10 +301,7 @@ void GreedyAgainstCpu(DType t, float margin, int min_agree) {
   auto pool = std::make_shared<kernels::ThreadPool>(2);
   StageSlice cpu(*model, 0, c.n_layers, SliceOptions{16, 512}, pool);
   OutputHead cpu_head(*model, pool);
-  CudaSliceOptions o;
-  o.slice = SliceOptions{16, 512};
-  o.dtype = t;
-  CudaStageSlice gpu(*model, 0, c.n_layers, o);
+  CudaStageSlice gpu(*model, 0, c.n_layers, Options(512, t));
   CudaOutputHead gpu_head(*model, t);
   int32_t tc = 1, tg = 1;  // BOS
   const int steps = 250;

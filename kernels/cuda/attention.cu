@@ -38,6 +38,7 @@
 #include <string>
 #include <type_traits>
 
+#include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/ops.h"
 
@@ -115,16 +116,6 @@ __device__ __forceinline__ Chunk<VEC> ZeroChunk() {
   return c;
 }
 
-__device__ __forceinline__ float WarpMax(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-__device__ __forceinline__ float WarpSum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
 
 // Element offset of cache row (position p of a sequence, KV head kvh).
 __device__ __forceinline__ int64_t CacheOffset(const int32_t* bt, int p, int block_size,
@@ -136,7 +127,8 @@ __device__ __forceinline__ int64_t CacheOffset(const int32_t* bt, int p, int blo
 
 // ------------------------------------------------------------------- decode
 
-struct DecodeArgs {
+// What both attention kernels read of PagedAttentionParams.
+struct PagedArgs {
   const uint16_t* q;
   int64_t q_stride;
   const uint16_t* k;
@@ -145,20 +137,41 @@ struct DecodeArgs {
   int64_t max_blocks;
   const int32_t* row_seq;
   const int32_t* row_len;
-  const int32_t* rows;  // nullptr: blockIdx.x is the row
   uint16_t* out;
-  float* ws_o;   // [n][n_heads][splits][head_dim]
-  float* ws_ml;  // [n][n_heads][splits][2]: max, sum
   int n_heads;
   int n_kv_heads;
   int head_dim;
   int block_size;
-  int group;           // n_heads / n_kv_heads
+  int group;  // n_heads / n_kv_heads
+  float scale;
+};
+
+void FillPagedArgs(const PagedAttentionParams& p, PagedArgs& a) {
+  a.q = static_cast<const uint16_t*>(p.q);
+  a.q_stride = p.q_stride;
+  a.k = static_cast<const uint16_t*>(p.k_cache);
+  a.v = static_cast<const uint16_t*>(p.v_cache);
+  a.block_tables = p.block_tables;
+  a.max_blocks = p.max_blocks;
+  a.row_seq = p.row_seq;
+  a.row_len = p.row_len;
+  a.out = static_cast<uint16_t*>(p.out);
+  a.n_heads = p.n_heads;
+  a.n_kv_heads = p.n_kv_heads;
+  a.head_dim = p.head_dim;
+  a.block_size = p.block_size;
+  a.group = p.n_heads / p.n_kv_heads;
+  a.scale = p.scale;
+}
+
+struct DecodeArgs : PagedArgs {
+  const int32_t* rows;  // nullptr: blockIdx.x is the row
+  float* ws_o;   // [n][n_heads][splits][head_dim]
+  float* ws_ml;  // [n][n_heads][splits][2]: max, sum
   int chunks_per_kv;   // ceil(group / G) blocks per KV head
   int split_len;
   int num_splits;
   int max_len;
-  float scale;
 };
 
 struct SplitPlan {
@@ -483,24 +496,9 @@ __global__ void __launch_bounds__(kCombineThreads) DecodeCombineKernel(const Dec
 
 // ------------------------------------------------------------------ prefill
 
-struct PrefillArgs {
-  const uint16_t* q;
-  int64_t q_stride;
-  const uint16_t* k;
-  const uint16_t* v;
-  const int32_t* block_tables;
-  int64_t max_blocks;
-  const int32_t* row_seq;
-  const int32_t* row_len;
+struct PrefillArgs : PagedArgs {
   const int32_t* tile_first_row;
   const int32_t* tile_rows;
-  uint16_t* out;
-  int n_heads;
-  int n_kv_heads;
-  int head_dim;
-  int block_size;
-  int group;
-  float scale;
   bool q_vec;  // q rows are 16-byte aligned: q % 16 == 0 and q_stride % 8 == 0
 };
 
@@ -966,30 +964,16 @@ void PagedAttentionDecode(const PagedAttentionParams& p, const int32_t* rows, in
   const int group = p.n_heads / p.n_kv_heads;
   const int gmax = group == 1 ? 1 : group <= 4 ? 4 : 8;
   DecodeArgs a{};
-  a.q = static_cast<const uint16_t*>(p.q);
-  a.q_stride = p.q_stride;
-  a.k = static_cast<const uint16_t*>(p.k_cache);
-  a.v = static_cast<const uint16_t*>(p.v_cache);
-  a.block_tables = p.block_tables;
-  a.max_blocks = p.max_blocks;
-  a.row_seq = p.row_seq;
-  a.row_len = p.row_len;
+  FillPagedArgs(p, a);
   a.rows = rows;
-  a.out = static_cast<uint16_t*>(p.out);
   const size_t o_elems =
       static_cast<size_t>(p.n) * p.n_heads * plan.num_splits * static_cast<size_t>(p.head_dim);
   a.ws_o = static_cast<float*>(workspace);
   a.ws_ml = workspace != nullptr ? a.ws_o + o_elems : nullptr;
-  a.n_heads = p.n_heads;
-  a.n_kv_heads = p.n_kv_heads;
-  a.head_dim = p.head_dim;
-  a.block_size = p.block_size;
-  a.group = group;
   a.chunks_per_kv = (group + gmax - 1) / gmax;
   a.split_len = plan.split_len;
   a.num_splits = plan.num_splits;
   a.max_len = p.max_len;
-  a.scale = p.scale;
   if (static_cast<int64_t>(a.n_kv_heads) * a.chunks_per_kv > 65535) {
     throw std::invalid_argument("paged attention decode: too many heads");
   }
@@ -1006,23 +990,9 @@ void PagedAttentionPrefill(const PagedAttentionParams& p, const int32_t* tile_fi
   if (n_tiles <= 0 || p.n <= 0) return;
   CheckShape(p);
   PrefillArgs a{};
-  a.q = static_cast<const uint16_t*>(p.q);
-  a.q_stride = p.q_stride;
-  a.k = static_cast<const uint16_t*>(p.k_cache);
-  a.v = static_cast<const uint16_t*>(p.v_cache);
-  a.block_tables = p.block_tables;
-  a.max_blocks = p.max_blocks;
-  a.row_seq = p.row_seq;
-  a.row_len = p.row_len;
+  FillPagedArgs(p, a);
   a.tile_first_row = tile_first_row;
   a.tile_rows = tile_rows;
-  a.out = static_cast<uint16_t*>(p.out);
-  a.n_heads = p.n_heads;
-  a.n_kv_heads = p.n_kv_heads;
-  a.head_dim = p.head_dim;
-  a.block_size = p.block_size;
-  a.group = p.n_heads / p.n_kv_heads;
-  a.scale = p.scale;
   a.q_vec = Aligned16(p.q) && p.q_stride % 8 == 0;
   if (p.t == DType::kBF16) {
     LaunchPrefill<__nv_bfloat16>(p, a, n_tiles, stream);

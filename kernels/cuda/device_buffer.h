@@ -12,14 +12,16 @@
 
 namespace specline::cuda {
 
-class DeviceBuffer {
+// One owning allocation; Memory says how to allocate and free it.
+template <typename Memory>
+class OwnedAllocation {
  public:
-  DeviceBuffer() = default;
-  explicit DeviceBuffer(size_t bytes) { Resize(bytes); }
-  ~DeviceBuffer() { Free(); }
-  DeviceBuffer(DeviceBuffer&& o) noexcept
+  OwnedAllocation() = default;
+  explicit OwnedAllocation(size_t bytes) { Resize(bytes); }
+  ~OwnedAllocation() { Free(); }
+  OwnedAllocation(OwnedAllocation&& o) noexcept
       : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
-  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+  OwnedAllocation& operator=(OwnedAllocation&& o) noexcept {
     if (this != &o) {
       Free();
       ptr_ = std::exchange(o.ptr_, nullptr);
@@ -27,14 +29,14 @@ class DeviceBuffer {
     }
     return *this;
   }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  OwnedAllocation(const OwnedAllocation&) = delete;
+  OwnedAllocation& operator=(const OwnedAllocation&) = delete;
 
   // Reallocates (contents lost) when `bytes` exceeds the current size.
   void Resize(size_t bytes) {
     if (bytes <= bytes_) return;
     Free();
-    SPECLINE_CUDA_CHECK(cudaMalloc(&ptr_, bytes));
+    SPECLINE_CUDA_CHECK(Memory::Allocate(&ptr_, bytes));
     bytes_ = bytes;
   }
   void* get() const { return ptr_; }
@@ -44,7 +46,7 @@ class DeviceBuffer {
 
  private:
   void Free() {
-    if (ptr_) cudaFree(ptr_);
+    if (ptr_) Memory::Release(ptr_);
     ptr_ = nullptr;
     bytes_ = 0;
   }
@@ -52,44 +54,17 @@ class DeviceBuffer {
   size_t bytes_ = 0;
 };
 
-class PinnedBuffer {
- public:
-  PinnedBuffer() = default;
-  explicit PinnedBuffer(size_t bytes) { Resize(bytes); }
-  ~PinnedBuffer() { Free(); }
-  PinnedBuffer(PinnedBuffer&& o) noexcept
-      : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
-  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept {
-    if (this != &o) {
-      Free();
-      ptr_ = std::exchange(o.ptr_, nullptr);
-      bytes_ = std::exchange(o.bytes_, 0);
-    }
-    return *this;
-  }
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-
-  void Resize(size_t bytes) {
-    if (bytes <= bytes_) return;
-    Free();
-    SPECLINE_CUDA_CHECK(cudaMallocHost(&ptr_, bytes));
-    bytes_ = bytes;
-  }
-  void* get() const { return ptr_; }
-  template <typename T>
-  T* as() const { return static_cast<T*>(ptr_); }
-  size_t bytes() const { return bytes_; }
-
- private:
-  void Free() {
-    if (ptr_) cudaFreeHost(ptr_);
-    ptr_ = nullptr;
-    bytes_ = 0;
-  }
-  void* ptr_ = nullptr;
-  size_t bytes_ = 0;
+struct DeviceMemory {
+  static cudaError_t Allocate(void** p, size_t bytes) { return cudaMalloc(p, bytes); }
+  static void Release(void* p) { cudaFree(p); }
 };
+struct PinnedHostMemory {
+  static cudaError_t Allocate(void** p, size_t bytes) { return cudaMallocHost(p, bytes); }
+  static void Release(void* p) { cudaFreeHost(p); }
+};
+
+using DeviceBuffer = OwnedAllocation<DeviceMemory>;  // device memory
+using PinnedBuffer = OwnedAllocation<PinnedHostMemory>;  // page-locked host memory
 
 // Whether a CUDA device can be used here (false on machines without a GPU
 // or driver: tests skip, the CLI refuses --device cuda with this reason).

@@ -287,8 +287,9 @@ __global__ void WriteKvKernel(const uint16_t* __restrict__ qkv, int stride, int 
 
 // ------------------------------------------------------------- conversions
 
-template <typename T>
-__global__ void ToFloatKernel(const T* __restrict__ in, int64_t count, float* __restrict__ out,
+// Element-wise In -> Out through fp32 (one side is fp32, the other bf16/fp16).
+template <typename In, typename Out>
+__global__ void ConvertKernel(const In* __restrict__ in, int64_t count, Out* __restrict__ out,
                               bool vector) {
   const int64_t tid = GlobalThread(), threads = GridThreads();
   int64_t done = 0;
@@ -301,24 +302,16 @@ __global__ void ToFloatKernel(const T* __restrict__ in, int64_t count, float* __
     }
     done = vecs * kVec;
   }
-  for (int64_t i = done + tid; i < count; i += threads) out[i] = ToF32(in[i]);
+  for (int64_t i = done + tid; i < count; i += threads) out[i] = FromF32<Out>(ToF32(in[i]));
 }
 
-template <typename T>
-__global__ void FromFloatKernel(const float* __restrict__ in, int64_t count, T* __restrict__ out,
-                                bool vector) {
-  const int64_t tid = GlobalThread(), threads = GridThreads();
-  int64_t done = 0;
-  if (vector) {
-    const int64_t vecs = count / kVec;
-    for (int64_t i = tid; i < vecs; i += threads) {
-      float v[kVec];
-      Load8(in + i * kVec, v);
-      Store8(out + i * kVec, v);
-    }
-    done = vecs * kVec;
-  }
-  for (int64_t i = done + tid; i < count; i += threads) out[i] = FromF32<T>(in[i]);
+template <typename In, typename Out>
+void LaunchConvert(const In* in, int64_t count, Out* out, cudaStream_t stream) {
+  if (count <= 0) return;
+  const bool vec = IsAligned(in, 16) && IsAligned(out, 16);
+  ConvertKernel<In, Out><<<FlatBlocks(vec ? (count + kVec - 1) / kVec : count), kFlatThreads, 0,
+                           stream>>>(in, count, out, vec);
+  SPECLINE_CUDA_CHECK_LAUNCH();
 }
 
 // ------------------------------------------------------------- random fill
@@ -501,22 +494,14 @@ void WriteKv(DType t, const void* qkv, int n, int stride, int k_offset, int v_of
 void ToFloat(DType t, const void* in, int64_t count, float* out, cudaStream_t stream) {
   DispatchHalfType(t, "ToFloat", [&](auto tag) {
     using T = decltype(tag);
-    if (count <= 0) return;
-    const bool vec = IsAligned(in, 16) && IsAligned(out, 16);
-    ToFloatKernel<T><<<FlatBlocks(vec ? (count + kVec - 1) / kVec : count), kFlatThreads, 0,
-                       stream>>>(static_cast<const T*>(in), count, out, vec);
-    SPECLINE_CUDA_CHECK_LAUNCH();
+    LaunchConvert(static_cast<const T*>(in), count, out, stream);
   });
 }
 
 void FromFloat(DType t, const float* in, int64_t count, void* out, cudaStream_t stream) {
   DispatchHalfType(t, "FromFloat", [&](auto tag) {
     using T = decltype(tag);
-    if (count <= 0) return;
-    const bool vec = IsAligned(in, 16) && IsAligned(out, 16);
-    FromFloatKernel<T><<<FlatBlocks(vec ? (count + kVec - 1) / kVec : count), kFlatThreads, 0,
-                         stream>>>(in, count, static_cast<T*>(out), vec);
-    SPECLINE_CUDA_CHECK_LAUNCH();
+    LaunchConvert(in, count, static_cast<T*>(out), stream);
   });
 }
 

@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cublas_loader.h"
 #include "kernels/cuda/cuda_check.h"
 
@@ -27,22 +28,6 @@ constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
 constexpr int kGemvWarps = 8;     // warps per block, one output row each
 constexpr int kGemvUnroll = 4;    // 16-byte weight loads in flight per lane
 
-template <typename T>
-__device__ __forceinline__ float ToF(T v);
-template <>
-__device__ __forceinline__ float ToF(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <>
-__device__ __forceinline__ float ToF(__half v) { return __half2float(v); }
-
-template <typename T>
-__device__ __forceinline__ void Store(T* p, float v);
-template <>
-__device__ __forceinline__ void Store(__nv_bfloat16* p, float v) { *p = __float2bfloat16(v); }
-template <>
-__device__ __forceinline__ void Store(__half* p, float v) { *p = __float2half(v); }
-template <>
-__device__ __forceinline__ void Store(float* p, float v) { *p = v; }
-
 // Dot of 8 packed elements of w and x (one 16-byte chunk each).
 template <typename T>
 __device__ __forceinline__ float Dot8(const uint4& w, const uint4& x) {
@@ -50,14 +35,8 @@ __device__ __forceinline__ float Dot8(const uint4& w, const uint4& x) {
   const T* xv = reinterpret_cast<const T*>(&x);
   float s = 0.0f;
 #pragma unroll
-  for (int i = 0; i < 8; ++i) s += ToF(wv[i]) * ToF(xv[i]);
+  for (int i = 0; i < 8; ++i) s += ToF32(wv[i]) * ToF32(xv[i]);
   return s;
-}
-
-__device__ __forceinline__ float WarpSum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
 }
 
 // One warp per output row r: acc[j] = sum_c W[r, c] * x[j, c] for the M
@@ -97,15 +76,15 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
     }
   } else {
     for (int64_t c = lane; c < cols; c += 32) {
-      const float wv = ToF(wr[c]);
+      const float wv = ToF32(wr[c]);
 #pragma unroll
-      for (int j = 0; j < M; ++j) acc[j] += wv * ToF(x[j * cols + c]);
+      for (int j = 0; j < M; ++j) acc[j] += wv * ToF32(x[j * cols + c]);
     }
   }
 #pragma unroll
   for (int j = 0; j < M; ++j) {
     const float s = WarpSum(acc[j]);
-    if (lane == 0) Store(y + int64_t{j} * rows + r, s);
+    if (lane == 0) y[int64_t{j} * rows + r] = FromF32<OutT>(s);
   }
 }
 

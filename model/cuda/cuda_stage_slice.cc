@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <stdexcept>
 #include <unordered_map>
 
@@ -456,10 +457,29 @@ void CudaStageSlice::CopyTapsOut(const Plan& plan, std::span<const int> tap_indi
   }
 }
 
-absl::Status CudaStageSlice::Forward(const SliceInput& in, std::span<const int> tap_indices,
-                                     SliceOutput* out) {
+absl::Status CudaStageSlice::Guarded(const std::function<absl::Status()>& body) {
   try {
     SPECLINE_CUDA_CHECK(cudaSetDevice(options_.device));
+    return body();
+  } catch (const CudaError& e) {
+    return absl::InternalError(absl::StrCat("layers [", begin_, ", ", end_, ") on ", device(),
+                                            ": ", e.what()));
+  }
+}
+
+void CudaStageSlice::LoadHidden(const Plan& plan, const float* src, cudaMemcpyKind kind) {
+  const int64_t dim = config_.dim;
+  SPECLINE_CUDA_CHECK(cudaMemcpyAsync(x_.get(), src, size_t(plan.n) * dim * sizeof(float), kind,
+                                      stream_));
+  if (plan.rows > plan.n) {  // graph padding rows: finite values, ignored
+    SPECLINE_CUDA_CHECK(cudaMemsetAsync(x_.as<float>() + plan.n * dim, 0,
+                                        size_t(plan.rows - plan.n) * dim * sizeof(float), stream_));
+  }
+}
+
+absl::Status CudaStageSlice::Forward(const SliceInput& in, std::span<const int> tap_indices,
+                                     SliceOutput* out) {
+  return Guarded([&]() -> absl::Status {
     Plan plan;
     if (absl::Status st = Prepare(in, tap_indices, /*device_input=*/false, plan); !st.ok()) {
       return st;
@@ -468,13 +488,7 @@ absl::Status CudaStageSlice::Forward(const SliceInput& in, std::span<const int> 
     float* staging = io_host_.as<float>();
     if (!embeds_) {
       std::memcpy(staging, in.hidden.data(), size_t(plan.n) * dim * sizeof(float));
-      SPECLINE_CUDA_CHECK(cudaMemcpyAsync(x_.get(), staging, size_t(plan.n) * dim * sizeof(float),
-                                          cudaMemcpyHostToDevice, stream_));
-      if (plan.rows > plan.n) {
-        SPECLINE_CUDA_CHECK(cudaMemsetAsync(x_.as<float>() + plan.n * dim, 0,
-                                            size_t(plan.rows - plan.n) * dim * sizeof(float),
-                                            stream_));
-      }
+      LoadHidden(plan, staging, cudaMemcpyHostToDevice);
     }
     Launch(plan, tap_indices);
     SPECLINE_CUDA_CHECK(cudaMemcpyAsync(staging, x_.get(), size_t(plan.n) * dim * sizeof(float),
@@ -482,35 +496,25 @@ absl::Status CudaStageSlice::Forward(const SliceInput& in, std::span<const int> 
     CopyTapsOut(plan, tap_indices, &out->taps);  // synchronizes the stream
     out->hidden.assign(staging, staging + plan.n * dim);
     return absl::OkStatus();
-  } catch (const CudaError& e) {
-    return absl::InternalError(absl::StrCat("layers [", begin_, ", ", end_, ") on ", device(),
-                                            ": ", e.what()));
-  }
+  });
 }
 
 absl::Status CudaStageSlice::ForwardDevice(const SliceInput& in, const float* device_in,
                                            cudaEvent_t in_ready, std::span<const int> tap_indices,
                                            std::vector<Tap>* taps, float* device_out,
                                            cudaEvent_t out_ready) {
-  try {
-    SPECLINE_CUDA_CHECK(cudaSetDevice(options_.device));
+  return Guarded([&]() -> absl::Status {
     Plan plan;
     if (absl::Status st = Prepare(in, tap_indices, /*device_input=*/true, plan); !st.ok()) {
       return st;
     }
-    const int64_t dim = config_.dim;
     if (!embeds_) {
       if (in_ready) SPECLINE_CUDA_CHECK(cudaStreamWaitEvent(stream_, in_ready, 0));
-      SPECLINE_CUDA_CHECK(cudaMemcpyAsync(x_.get(), device_in, size_t(plan.n) * dim * sizeof(float),
-                                          cudaMemcpyDeviceToDevice, stream_));
-      if (plan.rows > plan.n) {
-        SPECLINE_CUDA_CHECK(cudaMemsetAsync(x_.as<float>() + plan.n * dim, 0,
-                                            size_t(plan.rows - plan.n) * dim * sizeof(float),
-                                            stream_));
-      }
+      LoadHidden(plan, device_in, cudaMemcpyDeviceToDevice);
     }
     Launch(plan, tap_indices);
-    SPECLINE_CUDA_CHECK(cudaMemcpyAsync(device_out, x_.get(), size_t(plan.n) * dim * sizeof(float),
+    SPECLINE_CUDA_CHECK(cudaMemcpyAsync(device_out, x_.get(),
+                                        size_t(plan.n) * config_.dim * sizeof(float),
                                         cudaMemcpyDeviceToDevice, stream_));
     if (out_ready) SPECLINE_CUDA_CHECK(cudaEventRecord(out_ready, stream_));
     if (!tap_indices.empty()) {
@@ -519,10 +523,7 @@ absl::Status CudaStageSlice::ForwardDevice(const SliceInput& in, const float* de
       taps->clear();
     }
     return absl::OkStatus();
-  } catch (const CudaError& e) {
-    return absl::InternalError(absl::StrCat("layers [", begin_, ", ", end_, ") on ", device(),
-                                            ": ", e.what()));
-  }
+  });
 }
 
 }  // namespace specline::cuda

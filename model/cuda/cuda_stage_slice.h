@@ -30,6 +30,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -105,6 +106,10 @@ class CudaStageSlice : public SliceBackend {
   absl::Status Prepare(const SliceInput& in, std::span<const int> tap_indices, bool device_input,
                        Plan& plan);
   void Launch(const Plan& plan, std::span<const int> tap_indices);
+  // Runs `body` on this slice's device; a CudaError becomes INTERNAL.
+  absl::Status Guarded(const std::function<absl::Status()>& body);
+  // The input rows into x_ (and zeros into graph padding rows).
+  void LoadHidden(const Plan& plan, const float* src, cudaMemcpyKind kind);
   void CopyTapsOut(const Plan& plan, std::span<const int> tap_indices, std::vector<Tap>* taps);
   void BuildPlan(const SliceInput& in, Plan& plan) const;
   void EnsureCapacity(int rows, int taps);
