@@ -165,7 +165,9 @@ class Engine {
   std::vector<int> TapLayersFor(const std::vector<SlotRun>& runs) const;
   void StoreTapsLocked(const internal::MicroBatch& batch);
   // Samples the next token, or verifies the oldest draft against `logits`.
-  void DecideTokenLocked(Sequence& s, std::span<const float> logits);
+  // The next verified token from the target's output: `logits`, or for a
+  // greedy request without penalty just its argmax (greedy_token >= 0).
+  void DecideTokenLocked(Sequence& s, std::span<const float> logits, int32_t greedy_token = -1);
   void FlushLocked(Sequence& s);
   void SendNotices(std::vector<Notice> notices);
   void ReleaseDrafterState();

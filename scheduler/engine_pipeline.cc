@@ -139,8 +139,11 @@ void Engine::HandleResult(internal::MicroBatch batch) {
   }
   if (batch.kind() != internal::MicroBatch::BATCH) return;
   std::vector<SlotRun> runs;
-  std::vector<float> rows;         // hidden rows that need logits
+  // Each run's newest row goes to the output head: for its logits, or only
+  // its greedy token when the request needs no more (greedy, no penalty).
+  std::vector<float> rows, greedy_rows;
   std::vector<int64_t> logit_row;  // per run: its row in `rows`, or -1
+  std::vector<int64_t> greedy_row;  // per run: its row in `greedy_rows`, or -1
   const int dim = config().dim;
   uint64_t generation = 0;
   {
@@ -187,6 +190,7 @@ void Engine::HandleResult(internal::MicroBatch batch) {
     int row = 0;
     for (SlotRun& r : f.runs) {
       logit_row.push_back(-1);
+      greedy_row.push_back(-1);
       const int32_t last = r.first_pos + r.count - 1;
       // Rows keep the order they were sent in; a run's last row is found
       // by skipping what lies before it (runs of dropped slots are gone).
@@ -198,8 +202,11 @@ void Engine::HandleResult(internal::MicroBatch batch) {
       if (found == slots) continue;  // dropped by a stage as stale
       row = found;
       if (r.needs_logits && !r.seq->finished() && r.epoch == r.seq->epoch) {
-        logit_row.back() = static_cast<int64_t>(rows.size()) / dim;
-        rows.insert(rows.end(), hidden + int64_t(row) * dim, hidden + int64_t(row + 1) * dim);
+        const SamplingParams& sp = r.seq->sampling;
+        const bool greedy_only = sp.greedy() && sp.repetition_penalty == 1.0f;
+        std::vector<float>& into = greedy_only ? greedy_rows : rows;
+        (greedy_only ? greedy_row : logit_row).back() = static_cast<int64_t>(into.size()) / dim;
+        into.insert(into.end(), hidden + int64_t(row) * dim, hidden + int64_t(row + 1) * dim);
       }
     }
     runs = std::move(f.runs);
@@ -208,6 +215,8 @@ void Engine::HandleResult(internal::MicroBatch batch) {
   const int vocab = head_->vocab_size();
   std::vector<float> logits(n * vocab);
   if (n > 0) head_->Logits(rows.data(), n, logits.data());
+  std::vector<int32_t> greedy(greedy_rows.size() / dim);
+  if (!greedy.empty()) head_->Argmax(greedy_rows.data(), static_cast<int64_t>(greedy.size()), greedy.data());
   std::vector<Notice> notices;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -216,9 +225,15 @@ void Engine::HandleResult(internal::MicroBatch batch) {
       Sequence& s = *runs[i].seq;
       // Skipped: cancelled, or flushed while the logits were computed, or
       // (defensively) not the newest verified token.
-      if (logit_row[i] < 0 || s.finished() || runs[i].epoch != s.epoch) continue;
+      if ((logit_row[i] < 0 && greedy_row[i] < 0) || s.finished() || runs[i].epoch != s.epoch) {
+        continue;
+      }
       if (runs[i].first_pos + runs[i].count != static_cast<int32_t>(s.tokens.size())) continue;
-      DecideTokenLocked(s, {logits.data() + logit_row[i] * vocab, static_cast<size_t>(vocab)});
+      if (greedy_row[i] >= 0) {
+        DecideTokenLocked(s, {}, greedy[greedy_row[i]]);
+      } else {
+        DecideTokenLocked(s, {logits.data() + logit_row[i] * vocab, static_cast<size_t>(vocab)});
+      }
     }
     notices.swap(notices_);
   }

@@ -162,20 +162,25 @@ void Engine::StoreTapsLocked(const internal::MicroBatch& batch) {
   }
 }
 
-void Engine::DecideTokenLocked(Sequence& s, std::span<const float> logits) {
+void Engine::DecideTokenLocked(Sequence& s, std::span<const float> logits,
+                               int32_t greedy_token) {
   SpecState& sp = s.spec;
   const int n = n_stages();
+  // Greedy (with or without penalty) consumes no randomness.
+  auto target = [&] {
+    return greedy_token >= 0 ? greedy_token : Sample(logits, s.sampling, s.tokens, s.rng);
+  };
   if (sp.drafts.empty()) {
     sp.stats.cycles += n;  // decided by a token that crossed the whole pipeline alone
     ++sp.tokens_since_draft;
-    EmitTokenLocked(s, Sample(logits, s.sampling, s.tokens, s.rng));
+    EmitTokenLocked(s, target());
     return;
   }
   DraftToken d = std::move(sp.drafts.front());
   sp.drafts.pop_front();
   VerifyResult v;
   if (s.sampling.greedy()) {
-    v = VerifyGreedy(Sample(logits, s.sampling, s.tokens, s.rng), d.token);
+    v = VerifyGreedy(target(), d.token);
   } else {
     const TokenDistribution p = Warp(logits, s.sampling, s.tokens);
     if (d.q.ids.empty()) d.q = {{d.token}, {1.0f}};  // a point-mass draft

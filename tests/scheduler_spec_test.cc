@@ -76,11 +76,17 @@ TEST_P(OracleGreedy, EqualsPlainDecodingAtEveryAcceptanceRate) {
       EXPECT_EQ(got.last.mode, c.mode);
       drafts += st.draft_tokens;
       // Greedy verification accepts exactly the oracle's true proposals.
-      if (alpha == 1.0) EXPECT_EQ(st.rejected_tokens, 0);
-      if (alpha == 0.0) EXPECT_EQ(st.accepted_tokens, 0);
+      if (alpha == 1.0) {
+        EXPECT_EQ(st.rejected_tokens, 0);
+      }
+      if (alpha == 0.0) {
+        EXPECT_EQ(st.accepted_tokens, 0);
+      }
       // (How many are accepted also depends on whether the driver drafted
       // before the token came back: on a tiny model it often did not.)
-      if (alpha == 1.0) EXPECT_GT(st.accepted_tokens, 0);
+      if (alpha == 1.0) {
+        EXPECT_GT(st.accepted_tokens, 0);
+      }
       EXPECT_EQ(st.accepted_tokens + st.rejected_tokens + st.discarded_tokens, st.draft_tokens);
     }
   }

@@ -111,8 +111,12 @@ void ExpectLosslessAcrossProcesses(int n) {
         ASSERT_TRUE(got.status.ok()) << got.status.error_message();
         EXPECT_EQ(got.tokens, want.tokens) << prompt << " alpha " << alpha;
         const v1::SpecDecodeStats& st = got.last.spec_decode();
-        if (alpha == 1.0) EXPECT_EQ(st.num_flushes(), 0);
-        if (alpha == 0.0) EXPECT_EQ(st.num_accepted_tokens(), 0);
+        if (alpha == 1.0) {
+          EXPECT_EQ(st.num_flushes(), 0);
+        }
+        if (alpha == 0.0) {
+          EXPECT_EQ(st.num_accepted_tokens(), 0);
+        }
         drafted += st.num_draft_tokens();
         EXPECT_GE(st.equivalent_acceptance_length(), 1.0 - 1e-9);
         EXPECT_LE(st.equivalent_acceptance_length(), n + 1e-9);

@@ -29,8 +29,8 @@ class CudaOutputHead : public LogitsHead {
   void Logits(const float* hidden, int64_t n, float* logits) override;
   using LogitsHead::Logits;
 
-  // Greedy ids of n hidden rows (host in, host out).
-  void Argmax(const float* hidden, int64_t n, int32_t* ids);
+  // Greedy ids of n hidden rows (host in, host out), argmax on the device.
+  void Argmax(const float* hidden, int64_t n, int32_t* ids) override;
   // Device-resident variants: hidden (fp32 [n, dim]) already on the device;
   // results stay there (logits fp32 [n, vocab], ids int32 [n]) until the
   // next call. Enqueued on stream(), not synchronized.

@@ -1,8 +1,19 @@
 #include "model/runtime/output_head.h"
 
+#include <algorithm>
+
 #include "model/runtime/weights.h"
 
 namespace specline {
+
+void LogitsHead::Argmax(const float* hidden, int64_t n, int32_t* ids) {
+  const std::vector<float> logits = Logits(hidden, n);
+  const int64_t vocab = vocab_size();
+  for (int64_t i = 0; i < n; ++i) {
+    const float* row = logits.data() + i * vocab;
+    ids[i] = static_cast<int32_t>(std::max_element(row, row + vocab) - row);  // first max
+  }
+}
 
 OutputHead::OutputHead(const ModelSource& src, std::shared_ptr<kernels::ThreadPool> pool)
     : pool_(std::move(pool)) {

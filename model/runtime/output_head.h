@@ -21,6 +21,11 @@ class LogitsHead {
   virtual int dim() const = 0;
   // logits[n, vocab] from hidden[n, dim] (pre-norm), both on the host.
   virtual void Logits(const float* hidden, int64_t n, float* logits) = 0;
+  // The greedy token of each row: the argmax of its logits, lowest id on
+  // ties (Sample's rule). For greedy requests, which need no more than that:
+  // a GPU head computes it on the device and sends back 4 bytes a row
+  // instead of the vocabulary's logits.
+  virtual void Argmax(const float* hidden, int64_t n, int32_t* ids);
   std::vector<float> Logits(const float* hidden, int64_t n) {
     std::vector<float> out(n * vocab_size());
     Logits(hidden, n, out.data());
