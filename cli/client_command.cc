@@ -9,6 +9,7 @@
 #include <grpcpp/security/credentials.h>
 
 #include "cli/args.h"
+#include "common/client_util.h"
 #include "cli/commands.h"
 #include "cli/request_flags.h"
 #include "cli/stream_client.h"
@@ -23,16 +24,6 @@ const char kClientUsage[] = R"(usage: specline client --addr HOST:PORT --prompt 
   --tls-ca FILE          use TLS, trusting this PEM root certificate
   --timeout-ms N         deadline for the whole stream (default: none)
 )";
-
-std::string ReadTrimmed(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error("cannot read " + path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string s = ss.str();
-  s.erase(s.find_last_not_of(" \t\r\n") + 1);
-  return s;
-}
 
 }  // namespace
 
@@ -53,12 +44,12 @@ int ClientCommand(int argc, char** argv) {
   std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials();
   if (args.Has("tls-ca")) {
     grpc::SslCredentialsOptions ssl;
-    ssl.pem_root_certs = ReadTrimmed(args.Str("tls-ca")) + "\n";
+    ssl.pem_root_certs = ReadTrimmedFile(args.Str("tls-ca")) + "\n";
     creds = grpc::SslCredentials(ssl);
   }
   auto channel = grpc::CreateChannel(args.Str("addr", "127.0.0.1:50051"), creds);
   StreamOptions so;
-  if (args.Has("token")) so.bearer_token = ReadTrimmed(args.Str("token"));
+  if (args.Has("token")) so.bearer_token = ReadTrimmedFile(args.Str("token"));
   so.timeout_seconds = args.Int("timeout-ms", 0) / 1e3;
   const v1::GenerateRequest req = RequestFromArgs(args, "prompt");
   // A plain completion continues the prompt: show it first.

@@ -6,6 +6,8 @@
 
 #include <grpcpp/client_context.h>
 
+#include "common/client_util.h"
+
 namespace specline::cli {
 namespace {
 
@@ -16,15 +18,6 @@ double Percentile(std::vector<double> v, double q) {
   std::sort(v.begin(), v.end());
   const size_t i = std::min(v.size() - 1, static_cast<size_t>(q * (v.size() - 1) + 0.5));
   return v[i];
-}
-
-const char* FinishName(v1::FinishReason r) {
-  switch (r) {
-    case v1::FINISH_REASON_STOP: return "stop";
-    case v1::FINISH_REASON_LENGTH: return "length";
-    case v1::FINISH_REASON_ABORT: return "abort";
-    default: return "none";
-  }
 }
 
 }  // namespace
@@ -81,7 +74,7 @@ std::string FormatStats(const StreamResult& r) {
   std::snprintf(buf, sizeof buf,
                 "%zu tokens (finish: %s); TTFT %.1f ms, TPOT %.2f ms, ITL p50 %.2f ms p99 %.2f ms, "
                 "%.1f tok/s decode, e2e %.1f ms (server: queue %.2f ms, TTFT %.1f ms)",
-                n, FinishName(r.finish_reason), r.ttft * 1e3, r.tpot * 1e3,
+                n, FinishReasonName(r.finish_reason), r.ttft * 1e3, r.tpot * 1e3,
                 Percentile(r.itl, 0.5) * 1e3, Percentile(r.itl, 0.99) * 1e3,
                 r.tpot > 0 ? 1.0 / r.tpot : 0.0, r.e2e * 1e3, r.server_timings.queue_seconds() * 1e3,
                 r.server_timings.ttft_seconds() * 1e3);

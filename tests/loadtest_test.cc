@@ -1,0 +1,308 @@
+// The load tester (loadtest/): statistics, arrival processes, the closed
+// loop's concurrency bound, the SLO search, and an end-to-end run of
+// specline-loadtest against `specline serve` whose figures must agree with
+// the gateway's Prometheus histograms.
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <numeric>
+#include <thread>
+
+#include "loadtest/arrivals.h"
+#include "loadtest/report.h"
+#include "loadtest/runner.h"
+#include "loadtest/search.h"
+#include "loadtest/stats.h"
+#include "loadtest/workload.h"
+#include "tests/serving_stack.h"
+
+namespace specline::testing {
+namespace {
+
+using namespace specline::loadtest;
+
+TEST(LoadtestStats, PercentilesOnKnownData) {
+  std::vector<double> v(100);
+  std::iota(v.begin(), v.end(), 1.0);  // 1..100, shuffled order must not matter
+  std::reverse(v.begin(), v.end());
+  EXPECT_DOUBLE_EQ(Percentile(v, 0.5), 50.5);
+  EXPECT_DOUBLE_EQ(Percentile(v, 0.9), 90.1);
+  EXPECT_DOUBLE_EQ(Percentile(v, 0.99), 99.01);
+  EXPECT_DOUBLE_EQ(Percentile(v, 0), 1);
+  EXPECT_DOUBLE_EQ(Percentile(v, 1), 100);
+  EXPECT_DOUBLE_EQ(Percentile({7}, 0.99), 7);
+  EXPECT_DOUBLE_EQ(Percentile({}, 0.5), 0);
+  const Distribution d = Describe(v);
+  EXPECT_DOUBLE_EQ(d.mean, 50.5);
+  EXPECT_DOUBLE_EQ(d.p95, 95.05);
+  EXPECT_EQ(d.count, 100);
+}
+
+RequestRecord Rec(double start, double ttft, double tpot, int tokens, bool ok = true) {
+  RequestRecord r;
+  r.start = start;
+  r.ttft = ttft;
+  r.tpot = tpot;
+  r.output_tokens = tokens;
+  r.e2e = ttft + tpot * (tokens - 1);
+  r.end = start + r.e2e;
+  r.ok = ok;
+  if (!ok) r.status_code = "UNAVAILABLE";
+  return r;
+}
+
+TEST(LoadtestStats, GoodputCountsRequestsMeetingBothSlos) {
+  std::vector<RequestRecord> rs = {
+      Rec(0, 0.05, 0.01, 11),           // good
+      Rec(0, 0.20, 0.01, 11),           // TTFT too slow
+      Rec(1, 0.05, 0.05, 11),           // TPOT too slow
+      Rec(1, 0.05, 0.01, 11),           // good; ends at 1.15
+      Rec(1.5, 0.01, 0, 1, false),      // error
+      Rec(3.0, 0.1, 0.0, 1),            // good: one token has no TPOT; ends at 3.1
+  };
+  const Summary s = Summarize(rs, Slo{0.1, 0.02});
+  EXPECT_EQ(s.sent, 6);
+  EXPECT_EQ(s.completed, 5);
+  EXPECT_EQ(s.failed, 1);
+  EXPECT_EQ(s.errors.at("UNAVAILABLE"), 1);
+  EXPECT_EQ(s.good, 3);
+  EXPECT_NEAR(s.duration, 3.1, 1e-9);
+  EXPECT_NEAR(s.goodput, 3 / 3.1, 1e-9);
+  EXPECT_NEAR(s.goodput_fraction, 0.5, 1e-9);
+  EXPECT_NEAR(s.request_throughput, 5 / 3.1, 1e-9);
+  EXPECT_EQ(s.tpot.count, 4);  // only requests with >= 2 tokens
+  // No SLO: every successful request is good.
+  EXPECT_EQ(Summarize(rs, Slo{}).good, 5);
+}
+
+void ExpectRenewalProcess(double k, double want_cv) {
+  const double rate = 50;
+  ArrivalOptions o;
+  o.rate = rate;
+  o.burstiness = k;
+  o.seed = 1234;
+  const int n = 200000;
+  const std::vector<double> t = ArrivalTimes(o, n, 0);
+  ASSERT_EQ(static_cast<int>(t.size()), n);
+  std::vector<double> gaps;
+  for (int i = 1; i < n; ++i) gaps.push_back(t[i] - t[i - 1]);
+  const double mean = std::accumulate(gaps.begin(), gaps.end(), 0.0) / gaps.size();
+  double var = 0;
+  for (double g : gaps) var += (g - mean) * (g - mean);
+  var /= gaps.size();
+  EXPECT_NEAR(1 / mean, rate, rate * 0.01) << "k=" << k;
+  EXPECT_NEAR(std::sqrt(var) / mean, want_cv, want_cv * 0.03) << "k=" << k;
+  EXPECT_TRUE(std::is_sorted(t.begin(), t.end()));
+}
+
+TEST(LoadtestArrivals, PoissonMeanRateAndUnitCv) { ExpectRenewalProcess(1, 1); }
+TEST(LoadtestArrivals, GammaCvIsOneOverSqrtShape) {
+  ExpectRenewalProcess(0.25, 2);
+  ExpectRenewalProcess(4, 0.5);
+}
+
+TEST(LoadtestArrivals, DurationAndRampUp) {
+  ArrivalOptions o;
+  o.rate = 100;
+  o.ramp_up = 10;
+  const std::vector<double> t = ArrivalTimes(o, 0, 20);
+  ASSERT_FALSE(t.empty());
+  EXPECT_LT(t.back(), 20);
+  // Expected arrivals: 100*10/2 during the ramp plus 100*10 after it.
+  EXPECT_NEAR(static_cast<double>(t.size()), 1500, 120);
+  const auto in_first = std::count_if(t.begin(), t.end(), [](double x) { return x < 5; });
+  EXPECT_NEAR(static_cast<double>(in_first), 100 * 5 * 5 / 20.0, 50);  // rate*t^2/(2R)
+}
+
+TEST(LoadtestRunner, ClosedLoopNeverExceedsConcurrency) {
+  std::atomic<int> in_flight{0}, peak{0}, calls{0};
+  const SendFn send = [&](int index, const WorkItem&, Clock::time_point start) {
+    RequestRecord r;
+    r.start = std::chrono::duration<double>(Clock::now() - start).count();
+    const int now = ++in_flight;
+    int p = peak.load();
+    while (now > p && !peak.compare_exchange_weak(p, now)) {
+    }
+    ++calls;
+    std::this_thread::sleep_for(std::chrono::microseconds(200 + (index * 7919) % 1500));
+    --in_flight;
+    r.end = std::chrono::duration<double>(Clock::now() - start).count();
+    r.ok = true;
+    r.output_tokens = 1;
+    return r;
+  };
+  RunConfig c;
+  c.concurrency = 4;
+  c.requests = 300;
+  const std::vector<RequestRecord> rs = loadtest::Run(c, {WorkItem{}}, send);
+  EXPECT_EQ(rs.size(), 300u);
+  EXPECT_EQ(calls.load(), 300);
+  EXPECT_LE(peak.load(), 4);
+  EXPECT_GE(peak.load(), 2);
+  EXPECT_LE(Summarize(rs, Slo{}).max_in_flight, 4);
+  for (int i = 0; i < 300; ++i) EXPECT_EQ(rs[i].index, i);
+}
+
+TEST(LoadtestRunner, OpenLoopSendsOnSchedule) {
+  const SendFn send = [](int, const WorkItem&, Clock::time_point start) {
+    RequestRecord r;
+    r.start = std::chrono::duration<double>(Clock::now() - start).count();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // overlaps: open loop
+    r.end = std::chrono::duration<double>(Clock::now() - start).count();
+    r.ok = true;
+    return r;
+  };
+  RunConfig c;
+  c.rate = 200;
+  c.requests = 100;
+  c.seed = 3;
+  const std::vector<RequestRecord> rs = loadtest::Run(c, {WorkItem{}}, send);
+  ASSERT_EQ(rs.size(), 100u);
+  double late = 0;
+  for (const RequestRecord& r : rs) {
+    EXPECT_GE(r.start, r.scheduled - 1e-4);
+    late += r.start - r.scheduled;
+  }
+  EXPECT_LT(late / 100, 0.01);  // mean lateness under 10 ms, no drift
+  EXPECT_GT(Summarize(rs, Slo{}).max_in_flight, 1);
+}
+
+TEST(LoadtestSearch, DoublesThenBisects) {
+  // Attainment passes below 10 req/s.
+  const SearchResult r = FindMaxRate([](double rate) { return rate <= 10 ? 1.0 : 0.5; }, 1, 0.9, 8, 6);
+  EXPECT_EQ(r.rates[0], 1);
+  EXPECT_EQ(r.rates[4], 16);  // 1, 2, 4, 8 pass; 16 fails
+  EXPECT_LE(r.max_rate, 10);
+  EXPECT_GT(r.max_rate, 9.5);
+  EXPECT_EQ(FindMaxRate([](double) { return 0.0; }, 1, 0.9, 8, 3).max_rate, 0);
+}
+
+TEST(LoadtestWorkload, PromptFileLinesAndJsonl) {
+  const std::string path = TempDir() + "/prompts.txt";
+  std::ofstream(path) << "Once upon a time\n\n{\"prompt\": \"The cat\", \"max_tokens\": 7}\nplain\r\n";
+  const std::vector<WorkItem> items = LoadPrompts(path, 5);
+  ASSERT_EQ(items.size(), 3u);
+  EXPECT_EQ(items[0].text, "Once upon a time");
+  EXPECT_EQ(items[0].max_tokens, 5);
+  EXPECT_EQ(items[1].text, "The cat");
+  EXPECT_EQ(items[1].max_tokens, 7);
+  EXPECT_EQ(items[2].text, "plain");
+  SyntheticOptions so;
+  so.input_len = 20;
+  so.dist = "uniform";
+  so.range_ratio = 0.5;
+  so.vocab_size = 50;
+  for (const WorkItem& w : SyntheticPrompts(50, so)) {
+    EXPECT_GE(w.ids.size(), 10u);
+    EXPECT_LE(w.ids.size(), 30u);
+    for (int32_t id : w.ids) EXPECT_LT(id, 50);
+  }
+  RequestOptions ro;
+  ro.temperature = 0.7f;
+  ro.seed = 9;
+  ro.policy = ParsePolicy("spd");
+  const v1::GenerateRequest req = BuildRequest(items[1], ro, "x-1");
+  EXPECT_EQ(req.text(), "The cat");
+  EXPECT_EQ(req.max_tokens(), 7);
+  EXPECT_FLOAT_EQ(req.sampling().temperature(), 0.7f);
+  EXPECT_EQ(req.sampling().seed(), 9u);
+  EXPECT_EQ(req.policy(), v1::DECODING_POLICY_SPD);
+}
+
+// Histogram upper bounds (docs/metrics.md).
+const std::vector<double> kTtftBuckets = {0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.04,
+                                          0.06,   0.08,  0.1,   0.25,  0.5,  0.75, 1};
+const std::vector<double> kTpotBuckets = {0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05,
+                                          0.075,  0.1,   0.15,  0.2,   0.3,  0.4,   0.5};
+
+// Width of the bucket holding `v` seconds.
+double BucketWidth(const std::vector<double>& buckets, double v) {
+  double lo = 0;
+  for (double hi : buckets) {
+    if (v <= hi) return hi - lo;
+    lo = hi;
+  }
+  return v;
+}
+
+TEST(LoadtestE2E, ClosedLoopAgreesWithGatewayMetrics) {
+  const std::string model = SharedModelPath("stories260K/stories260K.bin");
+  if (model.empty()) GTEST_SKIP() << "../shared/models/stories260K absent";
+  auto stack = StartStack(model, 2);
+  const std::string dir = TempDir();
+  const std::string json_path = dir + "/lt.json", html_path = dir + "/lt.html";
+  const std::string before = ScrapeMetrics(stack->metrics_port());
+  const int n = 30;
+  const std::string cmd = BinaryPath("specline-loadtest") + " --addr " + stack->gateway() +
+                          " --concurrency 4 --requests " + std::to_string(n) +
+                          " --input-len 24 --output-len 16 --len-dist uniform --range-ratio 0.25"
+                          " --slo-ttft-ms 1000 --slo-tpot-ms 1000 --json " + json_path +
+                          " --html " + html_path + " > " + dir + "/lt.out 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << ReadFile(dir + "/lt.out");
+  const std::string after = ScrapeMetrics(stack->metrics_port());
+  ASSERT_FALSE(after.empty());
+
+  const nlohmann::json j = nlohmann::json::parse(ReadFile(json_path));
+  ASSERT_EQ(j["runs"].size(), 1u);
+  const nlohmann::json& s = j["runs"][0]["summary"];
+  EXPECT_EQ(s["sent"], n);
+  EXPECT_EQ(s["completed"], n);
+  EXPECT_EQ(s["failed"], 0);
+  EXPECT_TRUE(s["errors"].empty());
+  EXPECT_EQ(s["good"], n);
+  EXPECT_LE(s["max_in_flight"].get<int>(), 4);
+  EXPECT_EQ(j["runs"][0]["requests"].size(), static_cast<size_t>(n));
+  EXPECT_GT(s["request_throughput"].get<double>(), 0);
+  for (const char* m : {"ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"}) {
+    const nlohmann::json& d = s[m];
+    EXPECT_GT(d["count"].get<int>(), 0) << m;
+    EXPECT_LE(d["p50"].get<double>(), d["p90"].get<double>()) << m;
+    EXPECT_LE(d["p90"].get<double>(), d["p95"].get<double>()) << m;
+    EXPECT_LE(d["p95"].get<double>(), d["p99"].get<double>()) << m;
+    EXPECT_GT(d["mean"].get<double>(), 0) << m;
+  }
+  const std::string html = ReadFile(html_path);
+  EXPECT_NE(html.find("<svg"), std::string::npos);
+  EXPECT_EQ(html.find("<script"), std::string::npos);  // self-contained, nothing fetched
+  EXPECT_EQ(html.find("http://www.w3.org/2000/svg"), html.find("http"));  // no external URL
+
+  // The gateway saw the same requests...
+  auto delta = [&](const std::string& name, const std::string& labels = "") {
+    return MetricValue(after, name, labels) - MetricValue(before, name, labels);
+  };
+  const double count = delta("specline_time_to_first_token_seconds_count");
+  EXPECT_EQ(count, n);
+  EXPECT_EQ(delta("specline_e2e_request_latency_seconds_count"), n);
+  EXPECT_EQ(delta("specline_generation_tokens_total"), s["output_tokens"].get<double>());
+  // ...and its mean TTFT matches ours within the resolution of its buckets.
+  // Ours includes the loopback network and so is never smaller.
+  const double server_mean = delta("specline_time_to_first_token_seconds_sum") / count;
+  const double client_mean = s["ttft_ms"]["mean"].get<double>() / 1e3;
+  EXPECT_NEAR(server_mean, client_mean, BucketWidth(kTtftBuckets, client_mean))
+      << "server " << server_mean << " s, client " << client_mean << " s";
+  EXPECT_LE(server_mean, client_mean + 1e-4);
+  // TPOT likewise; ITL: with one token per message (plain decoding, as
+  // here) the gateway's per-token samples are our per-message gaps.
+  const double server_tpot = delta("specline_request_time_per_output_token_seconds_sum") /
+                             delta("specline_request_time_per_output_token_seconds_count");
+  const double client_tpot = s["tpot_ms"]["mean"].get<double>() / 1e3;
+  EXPECT_NEAR(server_tpot, client_tpot, BucketWidth(kTpotBuckets, client_tpot));
+  EXPECT_EQ(delta("specline_inter_token_latency_seconds_count"), s["itl_ms"]["count"].get<double>());
+
+  // A short sweep: one run per rate and the latency-vs-throughput chart.
+  const std::string sweep = BinaryPath("specline-loadtest") + " --addr " + stack->gateway() +
+                            " --sweep 40,120 --requests 12 --burstiness 0.5 --input-len 16"
+                            " --output-len 8 --slo-ttft-ms 1000 --json " + json_path +
+                            " --html " + html_path + " > " + dir + "/sweep.out 2>&1";
+  ASSERT_EQ(std::system(sweep.c_str()), 0) << ReadFile(dir + "/sweep.out");
+  const nlohmann::json js = nlohmann::json::parse(ReadFile(json_path));
+  ASSERT_EQ(js["runs"].size(), 2u);
+  EXPECT_EQ(js["runs"][1]["offered_rate"], 120);
+  EXPECT_EQ(js["runs"][1]["summary"]["completed"], 12);
+  EXPECT_NE(ReadFile(html_path).find("Latency vs throughput"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace specline::testing
