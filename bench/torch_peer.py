@@ -71,6 +71,14 @@ DECODE_MODES = ("eager", "generate", "compile", "compile-generate")
 COMPILE_MODES = ("compile", "compile-generate")
 
 
+def decode_summary(r):
+    """One line for a decode measurement, or its failure."""
+    if "failed" in r:
+        return r["failed"]
+    return (f"{r['tok_per_s']:.1f} tok/s, {r['ms_per_token_median']:.3f} ms/token, "
+            f"{r['GBps']:.1f} GB/s")
+
+
 def log(*a):
     print(*a, flush=True)
 
@@ -747,9 +755,7 @@ def main(argv=None):
                 traceback.print_exc()
                 r = {"failed": err_str(e)}
             sh["decode"][mode] = r
-            log(f"  {mode}: " + (r["failed"] if "failed" in r else
-                                 f"{r['tok_per_s']:.1f} tok/s, {r['ms_per_token_median']:.3f} ms/token, "
-                                 f"{r['GBps']:.1f} GB/s"))
+            log(f"  {mode}: {decode_summary(r)}")
             save()
 
         if not a.no_prefill:
@@ -776,9 +782,8 @@ def main(argv=None):
             except Exception as e:
                 r = {"failed": err_str(e)}
             sh["decode"][mode] = r
-            log(f"  {mode}: " + (r["failed"] if "failed" in r else
-                                 f"{r['tok_per_s']:.1f} tok/s, {r['ms_per_token_median']:.3f} ms/token, "
-                                 f"{r['GBps']:.1f} GB/s, compile ~{r.get('compile_s_approx', 0):.1f} s"))
+            log(f"  {mode}: {decode_summary(r)}, compile ~{r.get('compile_s_approx', 0):.1f} s"
+                if "failed" not in r else f"  {mode}: {r['failed']}")
             save()
 
         if copy_gbps:

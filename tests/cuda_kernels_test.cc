@@ -761,6 +761,20 @@ VerifyResult CpuVerify(const TokenDistribution& p, const TokenDistribution& q, i
   return {false, ResidualDistribution(p, q).InverseCdf(u_residual)};
 }
 
+// VerifyDrafts on the device with poisoned outputs: (tokens, accepted).
+std::pair<std::vector<int32_t>, std::vector<int32_t>> RunVerifyDrafts(
+    const std::vector<float>& p, const std::vector<float>* q, const std::vector<int32_t>& draft,
+    const std::vector<float>& ua, const std::vector<float>& ur, int n, int vocab) {
+  DeviceBuffer d_p = Upload(p), d_q = Upload(q ? *q : std::vector<float>{}),
+               d_draft = Upload(draft);
+  DeviceBuffer d_ua = Upload(ua), d_ur = Upload(ur);
+  DeviceBuffer d_tok = Poisoned(4 * n), d_acc = Poisoned(4 * n);
+  cuda::VerifyDrafts(d_p.as<float>(), q ? d_q.as<float>() : nullptr, d_draft.as<int32_t>(),
+                     d_ua.as<float>(), d_ur.as<float>(), n, vocab, d_tok.as<int32_t>(),
+                     d_acc.as<int32_t>(), nullptr);
+  return {Download<int32_t>(d_tok, n), Download<int32_t>(d_acc, n)};
+}
+
 TEST(CudaSampling, VerifyDraftsMatchesCpu) {
   SPECLINE_SKIP_WITHOUT_GPU();
   for (int vocab : {1, 10, 1000, 50000}) {
@@ -792,14 +806,8 @@ TEST(CudaSampling, VerifyDraftsMatchesCpu) {
         p_all.insert(p_all.end(), p.begin(), p.end());
         q_all.insert(q_all.end(), q.begin(), q.end());
       }
-      DeviceBuffer d_p = Upload(p_all), d_q = Upload(q_all), d_draft = Upload(draft);
-      DeviceBuffer d_ua = Upload(ua), d_ur = Upload(ur);
-      DeviceBuffer d_tok = Poisoned(4 * n), d_acc = Poisoned(4 * n);
-      cuda::VerifyDrafts(d_p.as<float>(), point_mass ? nullptr : d_q.as<float>(),
-                         d_draft.as<int32_t>(), d_ua.as<float>(), d_ur.as<float>(), n, vocab,
-                         d_tok.as<int32_t>(), d_acc.as<int32_t>(), nullptr);
-      const std::vector<int32_t> tok = Download<int32_t>(d_tok, n);
-      const std::vector<int32_t> acc = Download<int32_t>(d_acc, n);
+      const auto [tok, acc] = RunVerifyDrafts(p_all, point_mass ? nullptr : &q_all, draft, ua, ur,
+                                               n, vocab);
       int rejected = 0;
       for (int r = 0; r < n; ++r) {
         const VerifyResult want = CpuVerify(P[r], Q[r], draft[r], ua[r], ur[r]);
@@ -835,14 +843,8 @@ TEST(CudaSampling, VerifyDraftsIsLossless) {
       ua[r] = static_cast<float>(rng.Uniform());
       ur[r] = static_cast<float>(rng.Uniform());
     }
-    DeviceBuffer d_p = Upload(p_all), d_q = Upload(q_all), d_draft = Upload(draft);
-    DeviceBuffer d_ua = Upload(ua), d_ur = Upload(ur);
-    DeviceBuffer d_tok = Poisoned(4 * n), d_acc = Poisoned(4 * n);
-    cuda::VerifyDrafts(d_p.as<float>(), point_mass ? nullptr : d_q.as<float>(),
-                       d_draft.as<int32_t>(), d_ua.as<float>(), d_ur.as<float>(), n, vocab,
-                       d_tok.as<int32_t>(), d_acc.as<int32_t>(), nullptr);
-    const std::vector<int32_t> tok = Download<int32_t>(d_tok, n);
-    const std::vector<int32_t> acc = Download<int32_t>(d_acc, n);
+    const auto [tok, acc] = RunVerifyDrafts(p_all, point_mass ? nullptr : &q_all, draft, ua, ur,
+                                             n, vocab);
     std::vector<int> hist(vocab, 0);
     int accepted = 0;
     for (int r = 0; r < n; ++r) {
