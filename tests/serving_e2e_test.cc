@@ -30,6 +30,20 @@ std::string RandomModel() {
   return path;
 }
 
+// The random model with a 2048-token context: streams that must still be
+// running when the test cancels or aborts them are made long enough (2000
+// tokens, hundreds of ms even on a fast machine) that they cannot finish
+// first. With 200 tokens a fast CI machine did finish inside the deadline.
+std::string LongContextRandomModel() {
+  static const std::string path = [] {
+    const ModelConfig c = LlamaShape(64, 128, 4, 4, 2, 256, 2048);
+    const std::string p = TempDir() + "/random_long.bin";
+    WriteRandomModel(c, ModelFormat::kLlama2c, p, /*seed=*/7);
+    return p;
+  }();
+  return path;
+}
+
 v1::GenerateRequest TextRequest(const std::string& text, int max_tokens) {
   v1::GenerateRequest r;
   r.set_text(text);
@@ -176,23 +190,24 @@ void ExpectKvReturns(const ServingStack& stack, int64_t initial) {
 }
 
 TEST(ServingE2E, CancelledAndDeadlineExceededStreamsFreeTheirKv) {
-  auto stack = StartStack(RandomModel(), 2);
+  auto stack = StartStack(LongContextRandomModel(), 2);
   const int64_t initial = SchedulerStats(*stack).kv_free_tokens();
   auto channel = stack->channel();
   std::vector<int32_t> prompt(40, 5);
+  constexpr int kLong = 2000;
 
   const Streamed cancelled =
-      StreamOnce(channel, IdsRequest(prompt, 200), std::nullopt, [](grpc::ClientContext& ctx) { ctx.TryCancel(); });
+      StreamOnce(channel, IdsRequest(prompt, kLong), std::nullopt, [](grpc::ClientContext& ctx) { ctx.TryCancel(); });
   EXPECT_EQ(cancelled.status.error_code(), grpc::CANCELLED) << cancelled.status.error_message();
   ExpectKvReturns(*stack, initial);
 
-  // 200 tokens through two processes take far longer than 30 ms.
-  const Streamed late = StreamOnce(channel, IdsRequest(prompt, 200), 30ms);
+  // 2000 tokens through two processes take far longer than 30 ms.
+  const Streamed late = StreamOnce(channel, IdsRequest(prompt, kLong), 30ms);
   EXPECT_EQ(late.status.error_code(), grpc::DEADLINE_EXCEEDED) << late.status.error_message();
   ExpectKvReturns(*stack, initial);
 
   // Abort by id: the stream ends normally with finish reason ABORT.
-  v1::GenerateRequest req = IdsRequest(prompt, 200);
+  v1::GenerateRequest req = IdsRequest(prompt, kLong);
   req.set_request_id("abort-me");
   const Streamed aborted = StreamOnce(channel, req, std::nullopt, [&](grpc::ClientContext&) {
     auto stub = v1::Generation::NewStub(channel);
@@ -212,11 +227,11 @@ TEST(ServingE2E, CancelledAndDeadlineExceededStreamsFreeTheirKv) {
 // message, the gateway keeps answering health checks, and once the launcher
 // has restarted the worker new requests succeed.
 TEST(ServingE2E, KilledStageEndsStreamsUnavailableAndRecovers) {
-  auto stack = StartStack(RandomModel(), 2);
+  auto stack = StartStack(LongContextRandomModel(), 2);
   auto channel = stack->channel();
   const pid_t victim = stack->ports["stages"][1]["pid"].get<pid_t>();
   std::vector<int32_t> prompt(20, 9);
-  const Streamed broken = StreamOnce(channel, IdsRequest(prompt, 230), std::nullopt,
+  const Streamed broken = StreamOnce(channel, IdsRequest(prompt, 2000), std::nullopt,
                                      [&](grpc::ClientContext&) { ASSERT_TRUE(Kill(victim, SIGKILL)); });
   EXPECT_EQ(broken.status.error_code(), grpc::UNAVAILABLE)
       << broken.status.error_code() << " " << broken.status.error_message();
@@ -244,7 +259,7 @@ TEST(ServingE2E, KilledStageEndsStreamsUnavailableAndRecovers) {
     std::this_thread::sleep_for(100ms);
   }
   ASSERT_TRUE(ok.status.ok()) << ok.status.error_message();
-  ReferenceEngine ref(RandomModel());
+  ReferenceEngine ref(LongContextRandomModel());
   EXPECT_EQ(ok.tokens, ref.Run(prompt, 8, true).tokens);
 }
 
