@@ -10,5 +10,6 @@ int RandomHeadCommand(int argc, char** argv);  // draft heads of the right shape
 int InfoCommand(int argc, char** argv);
 int ServeCommand(int argc, char** argv);   // launcher: gateway + scheduler + stages
 int ClientCommand(int argc, char** argv);  // streams from a running gateway
+int HealthCommand(int argc, char** argv);  // grpc.health.v1 Check of any process
 
 }  // namespace specline::cli

@@ -15,6 +15,7 @@ commands:
   info                print a model's config and tensors
   serve               run gateway + scheduler + stage workers on localhost
   client              stream a generation from a running gateway
+  health              ask a running process's grpc.health.v1 service (exit 0 = SERVING)
 Run `specline COMMAND --help` for a command's options.
 )";
 
@@ -33,6 +34,7 @@ int main(int argc, char** argv) {
     if (cmd == "info") return specline::cli::InfoCommand(argc, argv);
     if (cmd == "serve") return specline::cli::ServeCommand(argc, argv);
     if (cmd == "client") return specline::cli::ClientCommand(argc, argv);
+    if (cmd == "health") return specline::cli::HealthCommand(argc, argv);
     std::cerr << "unknown command: " << cmd << "\n" << kUsage;
     return 2;
   } catch (const std::exception& e) {

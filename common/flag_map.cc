@@ -1,5 +1,7 @@
 #include "common/flag_map.h"
 
+#include <string>
+
 namespace specline {
 
 absl::StatusOr<std::map<std::string, std::string>> ParseFlagMap(int argc, char** argv) {
@@ -21,6 +23,14 @@ absl::StatusOr<std::map<std::string, std::string>> ParseFlagMap(int argc, char**
     values[name] = value;
   }
   return values;
+}
+
+bool HelpRequested(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") return true;
+  }
+  return false;
 }
 
 }  // namespace specline

@@ -16,6 +16,10 @@ namespace specline {
 // rejects names it does not know.
 absl::StatusOr<std::map<std::string, std::string>> ParseFlagMap(int argc, char** argv);
 
+// True when argv holds "--help" or "-h": the binary prints its usage to
+// stdout and exits 0 (what image builds and people expect).
+bool HelpRequested(int argc, char** argv);
+
 // Parses all of `text` as a number of type T; the error names --flag.
 template <typename T>
 absl::Status ParseNumber(const std::string& flag, const std::string& text, T* out) {

@@ -17,6 +17,7 @@
 #include <prometheus/exposer.h>
 
 #include "nlohmann/json.hpp"
+#include "common/flag_map.h"
 #include "common/port_file.h"
 #include "common/stop_signals.h"
 #include "scheduler/flags.h"
@@ -121,6 +122,10 @@ int Run(const SchedulerFlags& flags, const sigset_t& stop_signals) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (HelpRequested(argc, argv)) {
+    std::fputs(kSchedulerUsage, stdout);
+    return 0;
+  }
   const sigset_t stop_signals = BlockStopSignals();
 
   auto flags = ParseSchedulerFlags(argc, argv);

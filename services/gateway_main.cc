@@ -8,6 +8,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "common/flag_map.h"
 #include "common/stop_signals.h"
 #include "services/gateway_server.h"
 
@@ -31,44 +32,37 @@ const char kUsage[] = R"(usage: specline-gateway --model PATH --scheduler HOST:P
   --log-level LEVEL            trace, debug, info (default), warn, error
 )";
 
+// The shared "--name value" / "--name=value" parser (common/flag_map.h).
 bool ParseArgs(int argc, char** argv, specline::GatewayConfig* c) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--help" || a == "-h") {
-      std::cout << kUsage;
-      std::exit(0);
-    }
-    if (a.rfind("--", 0) != 0 || i + 1 >= argc) {
-      std::cerr << "bad argument: " << a << "\n" << kUsage;
-      return false;
-    }
-    const std::string v = argv[++i];
-    auto num = [&](int* out) {
-      try {
-        size_t used;
-        *out = std::stoi(v, &used);
-        if (used != v.size()) throw std::invalid_argument(v);
-      } catch (const std::exception&) {
-        throw std::invalid_argument(a + ": not a number: '" + v + "'");
-      }
-    };
-    if (a == "--model") c->model_path = v;
-    else if (a == "--tokenizer") c->tokenizer_path = v;
-    else if (a == "--scheduler") c->scheduler_addr = v;
-    else if (a == "--host") c->host = v;
-    else if (a == "--port") num(&c->port);
-    else if (a == "--metrics-port") num(&c->metrics_port);
-    else if (a == "--port-file") c->port_file = v;
-    else if (a == "--default-max-tokens") num(&c->default_max_tokens);
-    else if (a == "--max-prompt-tokens") num(&c->max_prompt_tokens);
-    else if (a == "--max-concurrent-streams") num(&c->max_concurrent_streams);
-    else if (a == "--auth-token-file") c->auth_token_file = v;
-    else if (a == "--tls-cert") c->tls_cert = v;
-    else if (a == "--tls-key") c->tls_key = v;
-    else if (a == "--drain-timeout-ms") num(&c->drain_timeout_ms);
-    else if (a == "--log-level") spdlog::set_level(spdlog::level::from_str(v));
-    else {
-      std::cerr << "unknown option: " << a << "\n" << kUsage;
+  if (specline::HelpRequested(argc, argv)) {
+    std::cout << kUsage;
+    std::exit(0);
+  }
+  auto parsed = specline::ParseFlagMap(argc, argv);
+  if (!parsed.ok()) {
+    std::cerr << parsed.status().message() << "\n" << kUsage;
+    return false;
+  }
+  for (const auto& [name, v] : *parsed) {
+    absl::Status st;
+    if (name == "model") c->model_path = v;
+    else if (name == "tokenizer") c->tokenizer_path = v;
+    else if (name == "scheduler") c->scheduler_addr = v;
+    else if (name == "host") c->host = v;
+    else if (name == "port") st = specline::ParseNumber(name, v, &c->port);
+    else if (name == "metrics-port") st = specline::ParseNumber(name, v, &c->metrics_port);
+    else if (name == "port-file") c->port_file = v;
+    else if (name == "default-max-tokens") st = specline::ParseNumber(name, v, &c->default_max_tokens);
+    else if (name == "max-prompt-tokens") st = specline::ParseNumber(name, v, &c->max_prompt_tokens);
+    else if (name == "max-concurrent-streams") st = specline::ParseNumber(name, v, &c->max_concurrent_streams);
+    else if (name == "auth-token-file") c->auth_token_file = v;
+    else if (name == "tls-cert") c->tls_cert = v;
+    else if (name == "tls-key") c->tls_key = v;
+    else if (name == "drain-timeout-ms") st = specline::ParseNumber(name, v, &c->drain_timeout_ms);
+    else if (name == "log-level") spdlog::set_level(spdlog::level::from_str(v));
+    else st = absl::InvalidArgumentError("unknown option: --" + name);
+    if (!st.ok()) {
+      std::cerr << st.message() << "\n" << kUsage;
       return false;
     }
   }

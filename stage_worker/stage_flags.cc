@@ -1,11 +1,13 @@
 #include "stage_worker/stage_flags.h"
 
 #include <charconv>
+#include <fstream>
 #include <map>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/flag_map.h"
+#include "nlohmann/json.hpp"
 
 namespace specline {
 
@@ -29,6 +31,43 @@ absl::StatusOr<std::vector<std::pair<int, int>>> ParseLayerRanges(const std::str
   return ranges;
 }
 
+absl::Status ApplyPipelineFile(const std::string& path, const std::map<std::string, std::string>& given,
+                               StageFlags* f) {
+  auto fail = [&](const std::string& why) {
+    return absl::InvalidArgumentError(absl::StrCat("--pipeline ", path, ": ", why));
+  };
+  std::ifstream in(path);
+  if (!in) return fail("cannot be read");
+  nlohmann::json doc = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded() || !doc.is_object() || !doc.contains("stages") || !doc["stages"].is_array()) {
+    return fail("not a JSON object with a \"stages\" array");
+  }
+  const nlohmann::json& stages = doc["stages"];
+  if (f->stage < 0 || static_cast<size_t>(f->stage) >= stages.size()) {
+    return fail(absl::StrCat("has ", stages.size(), " stages, no entry for --stage ", f->stage));
+  }
+  const nlohmann::json& entry = stages[f->stage];
+  // A field the command line sets wins over the file.
+  auto take = [&](const char* key, const char* flag, std::string* out) -> absl::Status {
+    if (given.count(flag) || !entry.is_object() || !entry.contains(key)) return absl::OkStatus();
+    if (!entry[key].is_string()) return fail(absl::StrCat("stages[", f->stage, "].", key, " is not a string"));
+    *out = entry[key].get<std::string>();
+    return absl::OkStatus();
+  };
+  std::string layers;
+  for (absl::Status st : {take("layers", "layers", &layers), take("next", "next", &f->next),
+                          take("data_advertise", "data-advertise", &f->data_advertise),
+                          take("data_listen", "data-listen", &f->data_listen)}) {
+    if (!st.ok()) return st;
+  }
+  if (!layers.empty()) {
+    auto r = ParseLayerRanges(layers);
+    if (!r.ok()) return fail(absl::StrCat("stages[", f->stage, "]: ", r.status().message()));
+    f->layers = *r;
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<StageFlags> ParseStageFlags(int argc, char** argv) {
   StageFlags f;
   auto parsed = ParseFlagMap(argc, argv);
@@ -43,6 +82,8 @@ absl::StatusOr<StageFlags> ParseStageFlags(int argc, char** argv) {
       f.layers = *r;
     } else if (name == "stage") st = ParseNumber(name, value, &f.stage);
     else if (name == "data-listen") f.data_listen = value;
+    else if (name == "data-advertise") f.data_advertise = value;
+    else if (name == "pipeline") continue;  // applied below, after --stage is known
     else if (name == "next") f.next = value;
     else if (name == "host") f.host = value;
     else if (name == "grpc-port") st = ParseNumber(name, value, &f.grpc_port);
@@ -57,6 +98,9 @@ absl::StatusOr<StageFlags> ParseStageFlags(int argc, char** argv) {
     else if (name == "cuda-graphs") st = ParseBool(name, value, &f.cuda_graphs);
     else return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
     if (!st.ok()) return st;
+  }
+  if (auto it = values.find("pipeline"); it != values.end()) {
+    if (absl::Status st = ApplyPipelineFile(it->second, values, &f); !st.ok()) return st;
   }
   if (f.model.empty()) return absl::InvalidArgumentError("--model is required");
   if (f.layers.empty()) return absl::InvalidArgumentError("--layers is required");

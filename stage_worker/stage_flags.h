@@ -1,6 +1,7 @@
 // Command line of specline-stage.
 #pragma once
 
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -14,6 +15,7 @@ struct StageFlags {
   std::vector<std::pair<int, int>> layers;  // consecutive [begin, end) ranges
   int stage = 0;                            // index of the first range
   std::string data_listen = "tcp://127.0.0.1:0";
+  std::string data_advertise;               // address peers dial; "" = data_listen's
   std::string next;                         // where the last range sends
   std::string host = "127.0.0.1";           // gRPC and /metrics bind here
   int grpc_port = 0;                        // 0 = pick
@@ -33,11 +35,20 @@ inline constexpr const char* kStageUsage =
     "  [--stage I] [--data-listen tcp://HOST:PORT] [--host H] [--grpc-port N]\n"
     "  [--metrics-port N|-1] [--port-file PATH] [--threads N]\n"
     "  [--kv-capacity-tokens N] [--kv-block-size N] [--log-level LEVEL]\n"
-    "  [--device cpu|cuda|cuda:N] [--dtype bf16|f16] [--cuda-graphs true|false]\n";
+    "  [--device cpu|cuda|cuda:N] [--dtype bf16|f16] [--cuda-graphs true|false]\n"
+    "  [--data-advertise ADDRESS]  address the previous stage / scheduler dials\n"
+    "                              (default: the --data-listen address)\n"
+    "  [--pipeline FILE]  JSON {\"stages\": [{\"layers\", \"next\", \"data_advertise\"}...]}:\n"
+    "                     entry --stage gives the flags not set on the command line\n"
+    "                     (one ConfigMap for every pod of a StatefulSet)\n";
 
 // INVALID_ARGUMENT naming the flag on anything malformed or missing.
 absl::StatusOr<StageFlags> ParseStageFlags(int argc, char** argv);
 // "0:4,4:8" -> {{0,4},{4,8}}; ranges must be non-empty and consecutive.
 absl::StatusOr<std::vector<std::pair<int, int>>> ParseLayerRanges(const std::string& text);
+// Fills from entry `stage` of the --pipeline file the fields whose flags
+// are not in `given`; errors name the file and the entry.
+absl::Status ApplyPipelineFile(const std::string& path, const std::map<std::string, std::string>& given,
+                               StageFlags* f);
 
 }  // namespace specline

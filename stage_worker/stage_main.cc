@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <exception>
 
+#include "common/flag_map.h"
 #include "common/port_file.h"
 #include "common/stop_signals.h"
 #include "spdlog/spdlog.h"
@@ -12,6 +13,10 @@
 #include "stage_worker/stage_process.h"
 
 int main(int argc, char** argv) {
+  if (specline::HelpRequested(argc, argv)) {
+    std::fputs(specline::kStageUsage, stdout);
+    return 0;
+  }
   const sigset_t stop_signals = specline::BlockStopSignals();
 
   auto flags = specline::ParseStageFlags(argc, argv);

@@ -63,7 +63,9 @@ absl::StatusOr<std::unique_ptr<StageProcess>> StageProcess::Start(const StageFla
     if (!inbox.ok()) return inbox.status();
     inboxes.push_back(std::move(*inbox));
   }
-  p->data_address_ = inboxes.front()->address();
+  // Behind a Service or NAT the listen address (0.0.0.0:P) is not what peers
+  // dial; --data-advertise says what is.
+  p->data_address_ = flags.data_advertise.empty() ? inboxes.front()->address() : flags.data_advertise;
 
   if (flags.metrics_port >= 0) {
     p->metrics_ = std::make_unique<StageMetrics>();

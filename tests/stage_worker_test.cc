@@ -12,10 +12,12 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <fstream>
 
 #include "model/formats/random_model.h"
 #include "model/runtime/local_pipeline.h"
 #include "specline/internal/stage.grpc.pb.h"
+#include "stage_worker/stage_flags.h"
 #include "stage_worker/stage_runner.h"
 #include "tests/process_util.h"
 #include "tests/test_util.h"
@@ -397,6 +399,58 @@ TEST(StageWorkerBinary, CudaWithoutADeviceFailsClearly) {
                           log2);
   EXPECT_EQ(q.Wait(milliseconds(30000)), 1);
   EXPECT_NE(testing::ReadFile(log2).find("--device: \"tpu\""), std::string::npos);
+}
+
+// --pipeline: one file for every pod of a StatefulSet; --stage picks the
+// entry, and a flag on the command line wins over the file.
+TEST(StageFlagsPipeline, EntryOfTheStageFillsUnsetFlags) {
+  const std::string file = testing::TempDir() + "/pipeline.json";
+  {
+    std::ofstream out(file);
+    out << R"({"stages": [
+      {"layers": "0:3", "next": "tcp://s1:7100", "data_advertise": "tcp://s0:7100"},
+      {"layers": "3:6", "next": "tcp://sched:7200", "data_advertise": "tcp://s1:7100"}]})";
+  }
+  auto parse = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), "specline-stage");
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    return ParseStageFlags(static_cast<int>(argv.size()), argv.data());
+  };
+  auto second = parse({"--model", "m", "--pipeline", file, "--stage", "1"});
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->layers, (std::vector<std::pair<int, int>>{{3, 6}}));
+  EXPECT_EQ(second->next, "tcp://sched:7200");
+  EXPECT_EQ(second->data_advertise, "tcp://s1:7100");
+
+  auto overridden = parse({"--stage", "0", "--pipeline", file, "--model", "m", "--next", "tcp://x:1"});
+  ASSERT_TRUE(overridden.ok()) << overridden.status();
+  EXPECT_EQ(overridden->next, "tcp://x:1");
+  EXPECT_EQ(overridden->layers, (std::vector<std::pair<int, int>>{{0, 3}}));
+
+  auto missing = parse({"--model", "m", "--pipeline", file, "--stage", "2"});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("no entry for --stage 2"), std::string::npos) << missing.status();
+
+  const std::string bad = testing::TempDir() + "/bad_pipeline.json";
+  std::ofstream(bad) << R"({"stages": [{"layers": "5:2"}]})";
+  auto bad_range = parse({"--model", "m", "--pipeline", bad, "--next", "tcp://a:1"});
+  ASSERT_FALSE(bad_range.ok());
+  EXPECT_NE(bad_range.status().message().find("stages[0]"), std::string::npos) << bad_range.status();
+
+  std::ofstream(bad) << "not json";
+  EXPECT_FALSE(parse({"--model", "m", "--pipeline", bad}).ok());
+  EXPECT_FALSE(parse({"--model", "m", "--pipeline", testing::TempDir() + "/absent.json"}).ok());
+}
+
+// --help prints the usage on stdout and exits 0 for every service binary.
+TEST(StageWorkerBinary, HelpExitsZero) {
+  for (const char* name : {"specline-stage", "specline-scheduler", "specline-gateway"}) {
+    const std::string log = testing::TempDir() + "/help.log";
+    testing::ChildProcess p({std::string(SPECLINE_BINARY_DIR) + "/" + name, "--help"}, log);
+    EXPECT_EQ(p.Wait(milliseconds(30000)), 0) << name;
+    EXPECT_NE(testing::ReadFile(log).find("usage:"), std::string::npos) << name;
+  }
 }
 
 }  // namespace

@@ -1,0 +1,209 @@
+{{/* Names, labels and the pipeline wiring shared by every template. */}}
+
+{{- define "specline.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "specline.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else if contains (include "specline.name" .) .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name (include "specline.name" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Component names: <fullname>-gateway, -scheduler, -stage. */}}
+{{- define "specline.gateway" -}}{{ include "specline.fullname" . | trunc 55 }}-gateway{{- end -}}
+{{- define "specline.scheduler" -}}{{ include "specline.fullname" . | trunc 53 }}-scheduler{{- end -}}
+{{- define "specline.stage" -}}{{ include "specline.fullname" . | trunc 57 }}-stage{{- end -}}
+
+{{- define "specline.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/name: {{ include "specline.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: specline
+{{- end -}}
+
+{{/* Selector labels of one component; call with (dict "ctx" $ "component" "gateway"). */}}
+{{- define "specline.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "specline.name" .ctx }}
+app.kubernetes.io/instance: {{ .ctx.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "specline.componentLabels" -}}
+{{ include "specline.labels" .ctx }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "specline.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "specline.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "specline.image" -}}
+{{- $tag := default .Chart.AppVersion .Values.image.tag -}}
+{{- if and (not .Values.image.tag) (or (eq .Values.stage.device "cuda") (eq .Values.scheduler.device "cuda")) -}}
+{{- $tag = printf "%s-cuda" $tag -}}
+{{- end -}}
+{{- printf "%s:%s" .Values.image.repository $tag -}}
+{{- end -}}
+
+{{/* Cluster DNS names: the scheduler's Service and each stage pod behind the headless Service. */}}
+{{- define "specline.schedulerHost" -}}
+{{ include "specline.scheduler" . }}.{{ .Release.Namespace }}.svc.cluster.local
+{{- end -}}
+{{- define "specline.stageHost" -}}
+{{ include "specline.stage" .ctx }}-{{ .index }}.{{ include "specline.stage" .ctx }}.{{ .ctx.Release.Namespace }}.svc.cluster.local
+{{- end -}}
+
+{{/* The layer ranges, one "A:B" per stage: pipeline.partition, or the even split `specline serve` uses. */}}
+{{- define "specline.partition" -}}
+{{- $p := .Values.pipeline -}}
+{{- $n := int $p.stages -}}
+{{- if lt $n 1 -}}{{- fail "pipeline.stages must be at least 1" -}}{{- end -}}
+{{- if $p.partition -}}
+{{- if ne (len $p.partition) $n -}}
+{{- fail (printf "pipeline.partition has %d ranges for %d stages" (len $p.partition) $n) -}}
+{{- end -}}
+{{- join "," $p.partition -}}
+{{- else -}}
+{{- $layers := int $p.layers -}}
+{{- if gt $n $layers -}}{{- fail (printf "pipeline.stages (%d) exceeds pipeline.layers (%d)" $n $layers) -}}{{- end -}}
+{{- $begin := 0 -}}
+{{- $ranges := list -}}
+{{- range $i := until $n -}}
+{{- $size := div $layers $n -}}
+{{- if lt $i (mod $layers $n) -}}{{- $size = add1 $size -}}{{- end -}}
+{{- $ranges = append $ranges (printf "%d:%d" $begin (add $begin $size)) -}}
+{{- $begin = add $begin $size -}}
+{{- end -}}
+{{- join "," $ranges -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "specline.stageGrpcList" -}}
+{{- $ctx := . -}}
+{{- $addrs := list -}}
+{{- range $i := until (int .Values.pipeline.stages) -}}
+{{- $addrs = append $addrs (printf "%s:%d" (include "specline.stageHost" (dict "ctx" $ctx "index" $i)) (int $ctx.Values.stage.grpcPort)) -}}
+{{- end -}}
+{{- join "," $addrs -}}
+{{- end -}}
+
+{{- define "specline.transport" -}}
+{{- $t := .Values.pipeline.transport -}}
+{{- if not (has $t (list "tcp" "nccl")) -}}{{- fail (printf "pipeline.transport must be tcp or nccl, not %q" $t) -}}{{- end -}}
+{{- $t -}}
+{{- end -}}
+
+{{/* pipeline.json: every stage pod reads its entry (--stage = pod index). */}}
+{{- define "specline.pipelineJson" -}}
+{{- $ctx := . -}}
+{{- $scheme := include "specline.transport" . -}}
+{{- $ranges := splitList "," (include "specline.partition" .) -}}
+{{- $n := int .Values.pipeline.stages -}}
+{{- $stages := list -}}
+{{- range $i := until $n -}}
+{{- $self := printf "%s://%s:%d" $scheme (include "specline.stageHost" (dict "ctx" $ctx "index" $i)) (int $ctx.Values.pipeline.dataPort) -}}
+{{- $next := printf "%s://%s:%d" $scheme (include "specline.schedulerHost" $ctx) (int $ctx.Values.scheduler.dataPort) -}}
+{{- if lt (add1 $i) $n -}}
+{{- $next = printf "%s://%s:%d" $scheme (include "specline.stageHost" (dict "ctx" $ctx "index" (add1 $i))) (int $ctx.Values.pipeline.dataPort) -}}
+{{- end -}}
+{{- $stages = append $stages (dict "layers" (index $ranges $i) "data_advertise" $self "next" $next) -}}
+{{- end -}}
+{{- dict "stages" $stages | toPrettyJson -}}
+{{- end -}}
+
+{{- define "specline.modelPath" -}}
+{{ .Values.modelCache.mountPath }}/{{ required "model.file is required" .Values.model.file }}
+{{- end -}}
+
+{{/* Pod-level pieces every component shares. */}}
+{{- define "specline.podCommon" -}}
+serviceAccountName: {{ include "specline.serviceAccountName" . }}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+securityContext:
+  {{- toYaml .Values.podSecurityContext | nindent 2 }}
+{{- if .Values.model.download.enabled }}
+initContainers:
+  - name: fetch-model
+    image: {{ .Values.model.download.image }}
+    # Downloads next to the target and renames, so pods starting together
+    # never see a half-written file; skips when the file is already cached.
+    command: ["/bin/sh", "-ec"]
+    args:
+      - |
+        dest="{{ include "specline.modelPath" . }}"
+        if [ -s "$dest" ]; then echo "model cached: $dest"; exit 0; fi
+        mkdir -p "$(dirname "$dest")"
+        tmp="$dest.part.$HOSTNAME"
+        curl -fsSL --retry 5 -o "$tmp" "$MODEL_URL"
+        if [ -n "$MODEL_SHA256" ]; then echo "$MODEL_SHA256  $tmp" | sha256sum -c -; fi
+        mv -f "$tmp" "$dest"
+        echo "model fetched: $dest"
+    env:
+      - {name: MODEL_URL, value: {{ required "model.download.url is required when model.download.enabled" .Values.model.download.url | quote }}}
+      - {name: MODEL_SHA256, value: {{ .Values.model.download.sha256 | quote }}}
+    securityContext:
+      {{- toYaml .Values.securityContext | nindent 6 }}
+    volumeMounts:
+      - {name: models, mountPath: {{ .Values.modelCache.mountPath }}}
+      - {name: tmp, mountPath: /tmp}
+{{- end }}
+volumes:
+  - name: models
+    {{- if .Values.modelCache.existingClaim }}
+    persistentVolumeClaim: {claimName: {{ .Values.modelCache.existingClaim }}}
+    {{- else if .Values.modelCache.create }}
+    persistentVolumeClaim: {claimName: {{ include "specline.fullname" . }}-models}
+    {{- else }}
+    emptyDir: {}
+    {{- end }}
+  - name: config
+    configMap: {name: {{ include "specline.fullname" . }}}
+  # The root filesystem is read-only; scratch space for the runtime.
+  - name: tmp
+    emptyDir: {}
+{{- end -}}
+
+{{- define "specline.volumeMounts" -}}
+- {name: models, mountPath: {{ .Values.modelCache.mountPath }}, readOnly: true}
+- {name: config, mountPath: /etc/specline, readOnly: true}
+- {name: tmp, mountPath: /tmp}
+{{- end -}}
+
+{{/* Probes on the gRPC health service; liveness is a TCP check so a scheduler waiting for its stages is not restarted. Call with (dict "ctx" $ "port" N "startup" "grpc"|"tcp"). */}}
+{{- define "specline.probes" -}}
+{{- $p := .ctx.Values.probes -}}
+startupProbe:
+  {{- if eq .startup "grpc" }}
+  grpc: {port: {{ .port }}}
+  {{- else }}
+  tcpSocket: {port: {{ .port }}}
+  {{- end }}
+  periodSeconds: {{ $p.startup.periodSeconds }}
+  failureThreshold: {{ $p.startup.failureThreshold }}
+readinessProbe:
+  grpc: {port: {{ .port }}}
+  periodSeconds: {{ $p.readiness.periodSeconds }}
+  failureThreshold: {{ $p.readiness.failureThreshold }}
+livenessProbe:
+  tcpSocket: {port: {{ .port }}}
+  periodSeconds: {{ $p.liveness.periodSeconds }}
+  failureThreshold: {{ $p.liveness.failureThreshold }}
+{{- end -}}
+
+{{- define "specline.gracePeriod" -}}
+{{- add (div (int .drainMs) 1000) (int .ctx.Values.terminationGraceExtraSeconds) -}}
+{{- end -}}

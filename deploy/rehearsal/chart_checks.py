@@ -1,0 +1,133 @@
+"""Structural checks of the rendered chart against the real binaries: every
+flag a container passes is one its binary documents, every port a Service,
+probe or ServiceMonitor names is one a container declares and is told to
+listen on, every volume, ConfigMap, claim and scale target exists."""
+import os
+import re
+import subprocess
+
+from manifests import containers, matches
+
+
+def binary_usage(bin_dir, command):
+    path = os.path.join(bin_dir, command)
+    if not os.access(path, os.X_OK):
+        return None
+    r = subprocess.run([path, "--help"], capture_output=True, text=True, timeout=30)
+    return r.stdout + r.stderr if r.returncode == 0 else None
+
+
+def flag_name(arg):
+    return arg[2:].split("=", 1)[0]
+
+
+def check(m, bin_dir, rule_jobs, existing_claims=()):
+    """existing_claims: PersistentVolumeClaims the cluster already has."""
+    errors = []
+    err = errors.append
+    configmaps = {d["metadata"]["name"]: d for d in m.of_kind("ConfigMap")}
+    claims = {d["metadata"]["name"] for d in m.of_kind("PersistentVolumeClaim")}
+    usages = {}
+    for w in m.workloads():
+        wname = f'{w["kind"]}/{w["metadata"]["name"]}'
+        pod = w["spec"]["template"]["spec"]
+        if not matches(w["spec"]["selector"], w["spec"]["template"]["metadata"]["labels"]):
+            err(f"{wname}: selector does not match its pod template")
+        volumes = {v["name"]: v for v in pod.get("volumes", [])}
+        for v in volumes.values():
+            if "configMap" in v and v["configMap"]["name"] not in configmaps:
+                err(f"{wname}: volume {v['name']} names ConfigMap {v['configMap']['name']}, not rendered")
+            pvc = v.get("persistentVolumeClaim")
+            if pvc and pvc["claimName"] not in claims and pvc["claimName"] not in existing_claims:
+                err(f"{wname}: volume {v['name']} names claim {pvc['claimName']}, not rendered")
+        sc = pod.get("securityContext", {})
+        if not sc.get("runAsNonRoot") or int(sc.get("runAsUser", 0)) == 0:
+            err(f"{wname}: pods must run as a non-root user")
+        inits, mains = containers(w)
+        for c in inits + mains:
+            cname = f"{wname} container {c['name']}"
+            for vm in c.get("volumeMounts", []):
+                if vm["name"] not in volumes:
+                    err(f"{cname}: mounts undeclared volume {vm['name']}")
+            for vm in c.get("volumeMounts", []):
+                if vm["mountPath"] == "/etc/specline":
+                    cm = configmaps[volumes[vm["name"]]["configMap"]["name"]]
+                    for a in c.get("args", []):
+                        if a.startswith("--") and "=/etc/specline/" in a:
+                            key = a.split("=/etc/specline/", 1)[1]
+                            if key not in cm.get("data", {}):
+                                err(f"{cname}: {a} names a file the ConfigMap lacks")
+        for c in mains:
+            cname = f"{wname} container {c['name']}"
+            cmd = c.get("command", [])
+            if len(cmd) != 1:
+                err(f"{cname}: expected the binary as the only command word, got {cmd}")
+                continue
+            if cmd[0] not in usages:
+                usages[cmd[0]] = binary_usage(bin_dir, cmd[0])
+            usage = usages[cmd[0]]
+            if usage is None:
+                err(f"{cname}: {cmd[0]} is not a binary in {bin_dir} that answers --help")
+                continue
+            args = c.get("args", [])
+            for a in args:
+                if not a.startswith("--"):
+                    err(f"{cname}: argument {a!r} is not --flag=value")
+                elif not re.search(r"--" + re.escape(flag_name(a)) + r"(?![\w-])", usage):
+                    err(f"{cname}: {cmd[0]} does not know --{flag_name(a)}")
+            ports = {p["name"]: p["containerPort"] for p in c.get("ports", [])}
+            joined = " ".join(args)
+            for name, number in ports.items():
+                # The process is told to listen on each declared port.
+                if not re.search(rf"(=|:){number}(?!\d)", joined):
+                    err(f"{cname}: port {name}={number} is declared but no flag listens on it")
+            for probe_kind in ("startupProbe", "readinessProbe", "livenessProbe"):
+                probe = c.get(probe_kind)
+                if not probe:
+                    err(f"{cname}: no {probe_kind}")
+                    continue
+                handler = probe.get("grpc") or probe.get("tcpSocket") or probe.get("httpGet")
+                port = handler.get("port") if handler else None
+                if port not in ports.values() and port not in ports:
+                    err(f"{cname}: {probe_kind} port {port} is not a container port")
+            drain = [int(flag.split("=", 1)[1]) for flag in args if flag.startswith("--drain-timeout-ms=")]
+            grace = int(pod.get("terminationGracePeriodSeconds", 30))
+            if drain and grace * 1000 < drain[0]:
+                err(f"{cname}: terminationGracePeriodSeconds {grace} is shorter than the drain timeout")
+    jobs = set()
+    for s in m.of_kind("Service"):
+        sname = f'Service/{s["metadata"]["name"]}'
+        selected = m.pods_selected_by(s["spec"]["selector"])
+        if not selected:
+            err(f"{sname}: selects no workload")
+        for p in s["spec"]["ports"]:
+            for w in selected:
+                cports = {cp["name"]: cp["containerPort"] for c in containers(w)[1] for cp in c.get("ports", [])}
+                if p["targetPort"] not in cports:
+                    err(f"{sname}: targetPort {p['targetPort']} is not a port of {w['metadata']['name']}")
+                elif cports[p["targetPort"]] != p["port"]:
+                    err(f"{sname}: port {p['port']} maps to {cports[p['targetPort']]}; keep them equal")
+    for sm in m.of_kind("ServiceMonitor"):
+        svcs = [s for s in m.of_kind("Service") if matches(sm["spec"]["selector"], s["metadata"]["labels"])]
+        label = sm["spec"].get("jobLabel")
+        for s in svcs:
+            for ep in sm["spec"]["endpoints"]:
+                if ep["port"] not in {p["name"] for p in s["spec"]["ports"]}:
+                    err(f"ServiceMonitor: Service {s['metadata']['name']} has no port {ep['port']}")
+            jobs.add(s["metadata"]["labels"].get(label))
+        if jobs != set(rule_jobs):
+            err(f"ServiceMonitor job names {sorted(map(str, jobs))} differ from the rules' {sorted(rule_jobs)}")
+    for pdb in m.of_kind("PodDisruptionBudget"):
+        if not m.pods_selected_by(pdb["spec"]["selector"]):
+            err(f"PodDisruptionBudget/{pdb['metadata']['name']}: selects no workload")
+    for hpa in m.of_kind("HorizontalPodAutoscaler"):
+        ref = hpa["spec"]["scaleTargetRef"]
+        if not m.get(ref["kind"], ref["name"]):
+            err(f"HorizontalPodAutoscaler/{hpa['metadata']['name']}: no {ref['kind']}/{ref['name']}")
+    return errors
+
+
+def rule_job_names(rules_file):
+    """The job="..." names the Prometheus rules select on."""
+    with open(rules_file) as f:
+        return sorted(set(re.findall(r'job="(specline-[a-z]+)"', f.read())))

@@ -1,0 +1,247 @@
+"""A one-machine stand-in for the kubelet: each pod of the rendered chart
+runs in its own network namespace (own IP on a bridge, like a pod network)
+and mount namespace (the pod's volumes at the chart's mount paths, a hosts
+file resolving the Services' cluster DNS names), as the pod's user, with the
+container's exact command, args and env ($(VAR) expanded as the kubelet
+does). Probes are run from the host the way the kubelet runs them."""
+import os
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import time
+
+from manifests import containers, replicas
+
+
+def sh(*cmd):
+    subprocess.run(cmd, check=True, capture_output=True)
+
+
+def can_run():
+    """Network and mount namespaces need root (CAP_SYS_ADMIN, CAP_NET_ADMIN)."""
+    try:
+        subprocess.run(["unshare", "--net", "--mount", "true"], check=True, capture_output=True)
+        return os.geteuid() == 0
+    except (OSError, subprocess.CalledProcessError):
+        return False
+
+
+class Pod:
+    def __init__(self, name, workload, ordinal, ip, netns):
+        self.name, self.workload, self.ordinal, self.ip, self.netns = name, workload, ordinal, ip, netns
+        self.spec = workload["spec"]["template"]["spec"]
+        self.labels = dict(workload["spec"]["template"]["metadata"].get("labels", {}))
+        if workload["kind"] == "StatefulSet":
+            self.labels["apps.kubernetes.io/pod-index"] = str(ordinal)
+        self.process = None
+        self.log = None
+        self.started = False
+        self.ready = False
+
+
+def expand(text, env):
+    """The kubelet's $(VAR) expansion: $$ escapes, unknown names stay as is."""
+    return re.sub(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)",
+                  lambda m: "$" if m.group(0) == "$$" else env.get(m.group(1), m.group(0)), text)
+
+
+class Cluster:
+    def __init__(self, manifests, namespace, work, volume_dirs, bin_dir, subnet="10.231.7"):
+        self.m, self.ns, self.work = manifests, namespace, work
+        self.volume_dirs = volume_dirs  # volume name -> host dir (PVC, emptyDir, ConfigMap files)
+        self.bin_dir = bin_dir
+        self.subnet = subnet
+        self.tag = f"{os.getpid() % 10000:04d}"
+        self.bridge = f"slbr{self.tag}"
+        self.pods = []
+        self.created_dirs = []
+        self.hosts_file = os.path.join(work, "hosts")
+        self.resolv_file = os.path.join(work, "resolv.conf")
+
+    # -- network -------------------------------------------------------------
+    def up(self):
+        sh("ip", "link", "add", self.bridge, "type", "bridge")
+        sh("ip", "addr", "add", f"{self.subnet}.1/24", "dev", self.bridge)
+        sh("ip", "link", "set", self.bridge, "up")
+        k = 0
+        for w in self.m.workloads():
+            base = w["metadata"]["name"]
+            for i in range(replicas(w)):
+                name = f"{base}-{i}" if w["kind"] == "StatefulSet" else f"{base}-rehearsal-{i}"
+                pod = Pod(name, w, i, f"{self.subnet}.{10 + k}", f"sl{self.tag}-{k}")
+                veth = f"slv{self.tag}{k}"
+                sh("ip", "netns", "add", pod.netns)
+                sh("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", pod.netns)
+                sh("ip", "link", "set", veth, "master", self.bridge, "up")
+                for cmd in (["ip", "addr", "add", f"{pod.ip}/24", "dev", "eth0"],
+                            ["ip", "link", "set", "eth0", "up"], ["ip", "link", "set", "lo", "up"],
+                            ["ip", "route", "add", "default", "via", f"{self.subnet}.1"]):
+                    sh("ip", "netns", "exec", pod.netns, *cmd)
+                self.pods.append(pod)
+                k += 1
+        self._write_hosts()
+
+    def _write_hosts(self):
+        """What cluster DNS answers: Service names (ClusterIP: the first
+        selected pod, there is no kube-proxy here) and, for headless
+        Services, one name per pod."""
+        lines = ["127.0.0.1 localhost"]
+        for pod in self.pods:
+            lines.append(f"{pod.ip} {pod.name}")
+        for s in self.m.of_kind("Service"):
+            svc = s["metadata"]["name"]
+            pods = [p for p in self.pods if all(p.labels.get(k) == v for k, v in s["spec"]["selector"].items())]
+            if not pods:
+                continue
+            suffixes = [f"{svc}.{self.ns}.svc.cluster.local", f"{svc}.{self.ns}.svc", f"{svc}.{self.ns}", svc]
+            if s["spec"].get("clusterIP") == "None":
+                for p in pods:
+                    lines.append(f"{p.ip} " + " ".join(f"{p.name}.{x}" for x in suffixes))
+            lines.append(f"{pods[0].ip} " + " ".join(suffixes))
+        with open(self.hosts_file, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        # No DNS server inside the pod network: queries must fail at once
+        # (port 53 on the pod's loopback refuses) rather than time out
+        # against the host's resolver, which the pods cannot reach.
+        with open(self.resolv_file, "w") as f:
+            f.write(f"nameserver 127.0.0.1\nsearch {self.ns}.svc.cluster.local svc.cluster.local cluster.local\n")
+
+    def service_address(self, name, port_name):
+        s = self.m.get("Service", name)
+        port = next(p["port"] for p in s["spec"]["ports"] if p["name"] == port_name)
+        pod = next(p for p in self.pods if all(p.labels.get(k) == v for k, v in s["spec"]["selector"].items()))
+        return f"{pod.ip}:{port}"
+
+    # -- pods ----------------------------------------------------------------
+    def _mount_target(self, path):
+        if not os.path.isdir(path):
+            os.makedirs(path)
+            self.created_dirs.append(path)
+
+    def _env(self, pod, c):
+        env = {"PATH": f"{self.bin_dir}:/usr/local/bin:/usr/bin:/bin", "HOSTNAME": pod.name, "HOME": "/tmp"}
+        for e in c.get("env", []):
+            if "value" in e:
+                env[e["name"]] = expand(str(e["value"]), env)
+                continue
+            field = e["valueFrom"]["fieldRef"]["fieldPath"]
+            m = re.fullmatch(r"metadata\.labels\['(.+)'\]", field)
+            if m:
+                env[e["name"]] = pod.labels.get(m.group(1), "")
+            elif field == "metadata.name":
+                env[e["name"]] = pod.name
+            elif field == "metadata.namespace":
+                env[e["name"]] = self.ns
+            elif field == "status.podIP":
+                env[e["name"]] = pod.ip
+            else:
+                raise ValueError(f"fieldRef {field} is not emulated")
+        return env
+
+    def _command_line(self, pod, c):
+        """ip netns exec -> unshare (private mounts) -> sh (bind mounts) ->
+        setpriv (the pod's uid/gid) -> env -i -> the container's argv."""
+        env = self._env(pod, c)
+        argv = [expand(a, env) for a in c.get("command", []) + c.get("args", [])]
+        sc = pod.spec.get("securityContext", {})
+        uid, gid = int(sc.get("runAsUser", 0)), int(sc.get("runAsGroup", sc.get("runAsUser", 0)))
+        binds = [f"mount --bind {shlex.quote(self.hosts_file)} /etc/hosts",
+                 f"mount --bind {shlex.quote(self.resolv_file)} /etc/resolv.conf"]
+        for vm in c.get("volumeMounts", []):
+            self._mount_target(vm["mountPath"])
+            src = self.volume_dirs[(pod.name, vm["name"])]
+            binds.append(f"mount --bind {shlex.quote(src)} {shlex.quote(vm['mountPath'])}")
+            if vm.get("readOnly"):
+                binds.append(f"mount -o remount,bind,ro {shlex.quote(vm['mountPath'])}")
+        run = ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--no-new-privs",
+               "env", "-i"] + [f"{k}={v}" for k, v in env.items()] + argv
+        script = " && ".join(binds) + " && exec " + " ".join(shlex.quote(a) for a in run)
+        return ["ip", "netns", "exec", pod.netns, "unshare", "--mount", "--propagation", "private",
+                "/bin/sh", "-c", script]
+
+    def start(self, pod):
+        """Init containers in turn (each must exit 0), then the container."""
+        inits, mains = containers(pod.workload)
+        assert len(mains) == 1, "one container per pod"
+        pod.log = os.path.join(self.work, f"{pod.name}.log")
+        log = open(pod.log, "ab")
+        for c in inits:
+            r = subprocess.run(self._command_line(pod, c), stdout=log, stderr=subprocess.STDOUT, timeout=300)
+            if r.returncode != 0:
+                raise RuntimeError(f"{pod.name}: init container {c['name']} exited {r.returncode}")
+        pod.process = subprocess.Popen(self._command_line(pod, mains[0]), stdout=log, stderr=subprocess.STDOUT)
+
+    def probe(self, pod, probe):
+        port = (probe.get("grpc") or probe.get("tcpSocket"))["port"]
+        if "grpc" in probe:
+            r = subprocess.run([os.path.join(self.bin_dir, "specline"), "health", "--addr", f"{pod.ip}:{port}",
+                                "--timeout-ms", "1000"], capture_output=True)
+            return r.returncode == 0
+        try:
+            with socket.create_connection((pod.ip, port), timeout=1):
+                return True
+        except OSError:
+            return False
+
+    def wait_ready(self, timeout_s):
+        """Startup probe until it passes (within its failureThreshold x
+        period), then readiness; fails on a pod that exits or never gets
+        ready. Periods are shortened to 0.5 s to keep the rehearsal fast."""
+        deadline = time.time() + timeout_s
+        while time.time() < deadline:
+            for pod in self.pods:
+                if pod.process.poll() is not None:
+                    raise RuntimeError(f"{pod.name} exited {pod.process.returncode}:\n{tail(pod.log)}")
+                c = containers(pod.workload)[1][0]
+                if not pod.started:
+                    pod.started = self.probe(pod, c["startupProbe"])
+                if pod.started and not pod.ready:
+                    pod.ready = self.probe(pod, c["readinessProbe"])
+            if all(p.ready for p in self.pods):
+                return
+            time.sleep(0.5)
+        raise RuntimeError("not ready: " + ", ".join(p.name for p in self.pods if not p.ready))
+
+    def liveness_all(self):
+        return {p.name: self.probe(p, containers(p.workload)[1][0]["livenessProbe"]) for p in self.pods}
+
+    def terminate(self):
+        """What `helm uninstall` does to the pods: SIGTERM, then SIGKILL
+        after terminationGracePeriodSeconds. Returns each pod's exit code."""
+        codes = {}
+        for pod in self.pods:
+            if pod.process and pod.process.poll() is None:
+                pod.process.send_signal(signal.SIGTERM)
+        for pod in self.pods:
+            if not pod.process:
+                continue
+            grace = int(pod.spec.get("terminationGracePeriodSeconds", 30))
+            try:
+                codes[pod.name] = pod.process.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                pod.process.kill()
+                codes[pod.name] = f"killed after {grace}s"
+        return codes
+
+    def down(self):
+        for pod in self.pods:
+            if pod.process and pod.process.poll() is None:
+                pod.process.kill()
+                pod.process.wait()
+            subprocess.run(["ip", "netns", "del", pod.netns], capture_output=True)
+        subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
+        for d in reversed(self.created_dirs):
+            try:
+                os.rmdir(d)
+            except OSError:
+                pass
+
+
+def tail(path, n=30):
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(f.readlines()[-n:])
+    except OSError:
+        return ""

@@ -1,0 +1,283 @@
+#!/usr/bin/env python3
+"""Deploy rehearsal: the Helm chart's pods on one machine.
+
+Renders deploy/helm/specline with helm-render, checks the manifests against
+the real binaries (chart_checks), then runs every pod with exactly the
+chart's command, args, env, volumes and user, each in its own network and
+mount namespace (cluster.py); waits for the probes; scrapes them with
+Prometheus (Debian's package) the way the ServiceMonitor would, with the
+project's recording and alert rules loaded; drives the gateway Service with
+specline-loadtest (JSON + HTML report); checks the load tester's counts
+against Prometheus; optionally screenshots the report in headless Chromium;
+ends with SIGTERM like `helm uninstall` and checks every pod exits 0.
+
+Needs root (namespaces, a bridge). Usage: deploy/README.md, docs/deploy.md.
+"""
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import chart_checks  # noqa: E402
+import cluster as cluster_mod  # noqa: E402
+import manifests as manifests_mod  # noqa: E402
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+CHART = os.path.join(REPO, "deploy", "helm", "specline")
+RULES = os.path.join(REPO, "deploy", "prometheus", "specline-rules.yaml")
+POD_UID = 10001  # the chart's runAsUser / fsGroup
+
+
+def log(msg):
+    print(f"[rehearsal] {msg}", flush=True)
+
+
+def model_layers(specline, model):
+    out = subprocess.run([specline, "info", "--model", model], check=True, capture_output=True, text=True).stdout
+    return int(out.split("layers ")[1].split(",")[0])
+
+
+def install_image_tree(build_dir, prefix):
+    """The image's /opt/specline: what `cmake --install` puts there."""
+    r = subprocess.run(["cmake", "--install", build_dir, "--prefix", prefix, "--component", "runtime"],
+                       capture_output=True, text=True)
+    if r.returncode != 0 or not os.path.isdir(os.path.join(prefix, "bin")):
+        raise RuntimeError(f"cmake --install {build_dir} failed:\n{r.stdout}{r.stderr}")
+    return os.path.join(prefix, "bin")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def prepare_volumes(m, c, work):
+    """Host directories behind each pod's volumes: one directory per
+    PersistentVolumeClaim (ReadWriteMany: shared by all pods), one per pod
+    for an emptyDir, the ConfigMap's files. Owned by the pod's fsGroup."""
+    dirs = {}
+    for pod in c.pods:
+        for v in pod.spec.get("volumes", []):
+            if "persistentVolumeClaim" in v:
+                d = os.path.join(work, "pv", v["persistentVolumeClaim"]["claimName"])
+            elif "emptyDir" in v:
+                d = os.path.join(work, "pods", pod.name, v["name"])
+            elif "configMap" in v:
+                d = os.path.join(work, "configmaps", v["configMap"]["name"])
+                os.makedirs(d, exist_ok=True)
+                for key, text in m.get("ConfigMap", v["configMap"]["name"])["data"].items():
+                    with open(os.path.join(d, key), "w") as f:
+                        f.write(text)
+            else:
+                raise RuntimeError(f"volume {v['name']}: kind not emulated")
+            os.makedirs(d, exist_ok=True)
+            os.chown(d, POD_UID, POD_UID)
+            dirs[(pod.name, v["name"])] = d
+    return dirs
+
+
+def start_prometheus(m, c, work):
+    """Scrape jobs as the Prometheus Operator builds them from the
+    ServiceMonitor: one job per Service, named by its jobLabel label, with
+    the selected pods' metrics ports as targets."""
+    port = free_port()
+    monitors = m.of_kind("ServiceMonitor")
+    jobs = []
+    for s in m.of_kind("Service"):
+        sm = next((x for x in monitors if manifests_mod.matches(x["spec"]["selector"], s["metadata"]["labels"])), None)
+        if sm is None:
+            continue
+        job = s["metadata"]["labels"][sm["spec"]["jobLabel"]]
+        metrics_port = next(p["port"] for p in s["spec"]["ports"] if p["name"] == sm["spec"]["endpoints"][0]["port"])
+        targets = [f"{p.ip}:{metrics_port}" for p in c.pods
+                   if all(p.labels.get(k) == v for k, v in s["spec"]["selector"].items())]
+        jobs.append({"job_name": job, "metrics_path": sm["spec"]["endpoints"][0].get("path", "/metrics"),
+                     "static_configs": [{"targets": targets}]})
+    config = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+              "rule_files": [RULES], "scrape_configs": jobs}
+    path = os.path.join(work, "prometheus.yml")
+    with open(path, "w") as f:
+        json.dump(config, f, indent=1)  # JSON is YAML
+    logf = open(os.path.join(work, "prometheus.log"), "wb")
+    p = subprocess.Popen(["prometheus", f"--config.file={path}", f"--storage.tsdb.path={work}/tsdb",
+                          f"--web.listen-address=127.0.0.1:{port}"], stdout=logf, stderr=subprocess.STDOUT)
+    return p, f"http://127.0.0.1:{port}", [j["job_name"] for j in jobs]
+
+
+def prom_query(base, query):
+    url = f"{base}/api/v1/query?" + urllib.parse.urlencode({"query": query})
+    with urllib.request.urlopen(url, timeout=5) as r:
+        return json.load(r)["data"]["result"]
+
+
+def wait_for(what, fn, timeout_s):
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        try:
+            v = fn()
+            if v:
+                return v
+        except OSError:
+            pass
+        time.sleep(0.5)
+    raise RuntimeError(f"timed out waiting for {what}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build-dir", default=os.path.join(REPO, "build"))
+    ap.add_argument("--helm-render", help="default: BUILD_DIR/deploy/helm-render")
+    ap.add_argument("--model", default=os.path.expanduser("~/.cache/specline/models/SmolLM2-135M-Instruct.Q4_1.gguf"))
+    ap.add_argument("--stages", type=int, default=2)
+    ap.add_argument("--gateways", type=int, default=2)
+    ap.add_argument("--values", action="append", default=[], help="extra values file")
+    ap.add_argument("--set", action="append", default=[], help="extra --set")
+    ap.add_argument("--rates", default="2,4,8", help="load-test sweep (requests/s)")
+    ap.add_argument("--duration", type=float, default=20, help="seconds per rate")
+    ap.add_argument("--input-len", type=int, default=32)
+    ap.add_argument("--output-len", type=int, default=64)
+    ap.add_argument("--out", default=os.path.join(REPO, "build", "rehearsal"), help="report, JSON, screenshot")
+    ap.add_argument("--screenshot", action="store_true", help="report screenshot with headless Chromium")
+    ap.add_argument("--no-prometheus", action="store_true")
+    ap.add_argument("--keep-work", action="store_true")
+    args = ap.parse_args()
+
+    if not cluster_mod.can_run():
+        log("needs root and network/mount namespaces (unshare --net --mount): cannot rehearse here")
+        return 77
+    if not os.path.isfile(args.model):
+        log(f"model {args.model} not found: cannot rehearse")
+        return 77
+    if not args.no_prometheus and not shutil.which("prometheus"):
+        log("prometheus not installed (Debian package prometheus): rehearsing without it")
+        args.no_prometheus = True
+    helm_render = args.helm_render or os.path.join(args.build_dir, "deploy", "helm-render")
+    os.makedirs(args.out, exist_ok=True)
+    # Not under /tmp: each pod gets its own /tmp, which would hide this.
+    work = tempfile.mkdtemp(prefix="specline-rehearsal-", dir="/var/tmp")
+    os.chmod(work, 0o755)
+    log(f"work dir {work}")
+    bin_dir = install_image_tree(args.build_dir, os.path.join(work, "opt", "specline"))
+    specline = os.path.join(bin_dir, "specline")
+
+    # The model arrives through the chart's download init container (curl,
+    # file:// URL standing in for the model hub), checksum included.
+    src = os.path.join(work, "origin", os.path.basename(args.model))
+    os.makedirs(os.path.dirname(src))
+    shutil.copy(args.model, src)
+    os.chmod(os.path.dirname(src), 0o755)
+    sha = hashlib.sha256(open(src, "rb").read()).hexdigest()
+    sets = [f"model.file={os.path.basename(args.model)}", "model.download.enabled=true",
+            f"model.download.url=file://{src}", f"model.download.sha256={sha}",
+            f"pipeline.stages={args.stages}", f"pipeline.layers={model_layers(specline, src)}",
+            f"gateway.replicas={args.gateways}", "serviceMonitor.enabled=true",
+            "gateway.drainTimeoutMs=5000", "scheduler.drainTimeoutMs=5000", "stage.threads=1"] + args.set
+    m = manifests_mod.render(helm_render, CHART, args.values, sets, api_versions=["monitoring.coreos.com/v1", "monitoring.coreos.com/v1/ServiceMonitor"])
+    log(f"rendered {len(m.docs)} manifests: " + ", ".join(sorted({d['kind'] for d in m.docs})))
+
+    errors = chart_checks.check(m, bin_dir, chart_checks.rule_job_names(RULES))
+    if errors:
+        for e in errors:
+            log(f"CHECK FAILED: {e}")
+        return 1
+    log("structural checks passed")
+
+    c = cluster_mod.Cluster(m, "default", work, {}, bin_dir)
+    prom = None
+    result = {"ok": False}
+    try:
+        c.up()
+        c.volume_dirs = prepare_volumes(m, c, work)
+        for pod in c.pods:
+            c.start(pod)
+            log(f"started {pod.name} at {pod.ip}")
+        t0 = time.time()
+        c.wait_ready(timeout_s=180)
+        log(f"all {len(c.pods)} pods ready in {time.time() - t0:.1f} s")
+        gateway = c.service_address(next(s["metadata"]["name"] for s in m.of_kind("Service")
+                                         if s["metadata"]["labels"].get("specline.io/job") == "specline-gateway"),
+                                    "grpc")
+        r = subprocess.run([specline, "client", "--addr", gateway, "--prompt", "Once upon a time",
+                            "--max-tokens", "24"], capture_output=True, text=True, timeout=120)
+        if r.returncode != 0:
+            raise RuntimeError(f"specline client failed: {r.stderr}")
+        log(f"streamed through the gateway Service: {r.stdout.strip()!r}")
+
+        if not args.no_prometheus:
+            prom, prom_url, jobs = start_prometheus(m, c, work)
+            wait_for("Prometheus to scrape every target",
+                     lambda: len([x for x in prom_query(prom_url, 'up{job=~"specline-.*"} == 1')]) == len(c.pods), 60)
+            log(f"Prometheus scrapes {len(c.pods)} targets in jobs {jobs}")
+
+        report_json = os.path.join(args.out, "loadtest.json")
+        report_html = os.path.join(args.out, "loadtest.html")
+        lt = [os.path.join(bin_dir, "specline-loadtest"), "--addr", gateway, "--sweep", args.rates,
+              "--duration", str(args.duration), "--input-len", str(args.input_len),
+              "--output-len", str(args.output_len), "--json", report_json, "--html", report_html]
+        log("load test: " + " ".join(lt[1:]))
+        subprocess.run(lt, check=True, timeout=600)
+        report = json.load(open(report_json))
+        completed = sum(run["summary"]["completed"] for run in report["runs"]) + 1  # + the client stream
+
+        if prom:
+            time.sleep(3)  # a few scrapes after the last request
+            served = wait_for("gateway counters", lambda: prom_query(
+                prom_url, 'sum(specline_request_success_total{job="specline-gateway"})'), 30)
+            served = int(float(served[0]["value"][1]))
+            log(f"load tester completed {completed} (with the client), gateways counted {served}")
+            if served != completed:
+                raise RuntimeError(f"Prometheus counts {served} successful requests, the load tester {completed}")
+            rec = prom_query(prom_url, "specline:time_to_first_token_seconds:p50_5m")
+            result["prometheus_ttft_p50_5m_ms"] = float(rec[0]["value"][1]) * 1e3 if rec else None
+            alerts = prom_query(prom_url, 'ALERTS{alertstate="firing"}')
+            result["firing_alerts"] = sorted({a["metric"]["alertname"] for a in alerts})
+
+        live = c.liveness_all()
+        if not all(live.values()):
+            raise RuntimeError(f"liveness failed: {live}")
+        codes = c.terminate()
+        log(f"SIGTERM exit codes: {codes}")
+        if any(code != 0 for code in codes.values()):
+            raise RuntimeError(f"pods did not exit cleanly: {codes}")
+        result.update(ok=True, pods=len(c.pods), completed=completed,
+                      runs=[{"rate": run["offered_rate"], "completed": run["summary"]["completed"],
+                             "ttft_p50_ms": run["summary"]["ttft_ms"]["p50"],
+                             "tpot_p50_ms": run["summary"]["tpot_ms"]["p50"]} for run in report["runs"]])
+    except Exception as e:  # report with the pods' logs, then clean up
+        log(f"FAILED: {e}")
+        for pod in c.pods:
+            log(f"--- {pod.name} log tail ---\n{cluster_mod.tail(pod.log)}")
+        result["error"] = str(e)
+    finally:
+        if prom:
+            prom.terminate()
+            prom.wait()
+        c.down()
+        if not args.keep_work:
+            shutil.rmtree(work, ignore_errors=True)
+
+    if result["ok"] and args.screenshot:
+        png = os.path.join(args.out, "loadtest-report.png")
+        subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                        "--window-size=1280,2600", f"--screenshot={png}", f"file://{report_html}"],
+                       check=True, capture_output=True, timeout=120)
+        log(f"screenshot: {png}")
+        result["screenshot"] = png
+    with open(os.path.join(args.out, "rehearsal.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    log("PASSED" if result["ok"] else "FAILED")
+    return 0 if result["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
