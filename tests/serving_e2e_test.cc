@@ -6,6 +6,8 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <map>
+#include <mutex>
 #include <future>
 #include <random>
 
@@ -19,30 +21,23 @@ namespace {
 std::string Stories260K() { return SharedModelPath("stories260K/stories260K.bin"); }
 
 // A small random model (no tokenizer: token-id prompts), so the path is
-// tested without ../shared too.
-std::string RandomModel() {
-  static const std::string path = [] {
-    const ModelConfig c = LlamaShape(64, 128, 4, 4, 2, 256, 256);
-    const std::string p = TempDir() + "/random.bin";
-    WriteRandomModel(c, ModelFormat::kLlama2c, p, /*seed=*/7);
-    return p;
-  }();
-  return path;
+// tested without ../shared too; written once per context length.
+std::string RandomModelWithContext(int context) {
+  static std::mutex mu;
+  static std::map<int, std::string> paths;
+  std::lock_guard<std::mutex> lock(mu);
+  auto [it, fresh] = paths.emplace(context, TempDir() + "/random_" + std::to_string(context) + ".bin");
+  if (fresh) WriteRandomModel(LlamaShape(64, 128, 4, 4, 2, 256, context), ModelFormat::kLlama2c, it->second, 7);
+  return it->second;
 }
 
-// The random model with a 2048-token context: streams that must still be
-// running when the test cancels or aborts them are made long enough (2000
-// tokens, hundreds of ms even on a fast machine) that they cannot finish
-// first. With 200 tokens a fast CI machine did finish inside the deadline.
-std::string LongContextRandomModel() {
-  static const std::string path = [] {
-    const ModelConfig c = LlamaShape(64, 128, 4, 4, 2, 256, 2048);
-    const std::string p = TempDir() + "/random_long.bin";
-    WriteRandomModel(c, ModelFormat::kLlama2c, p, /*seed=*/7);
-    return p;
-  }();
-  return path;
-}
+std::string RandomModel() { return RandomModelWithContext(256); }
+
+// Streams that must still be running when the test cancels, aborts or
+// kills them run 2000 tokens (hundreds of ms even on a fast machine), so
+// they cannot finish first. With 200 tokens a fast CI machine did finish
+// inside the deadline.
+std::string LongContextRandomModel() { return RandomModelWithContext(2048); }
 
 v1::GenerateRequest TextRequest(const std::string& text, int max_tokens) {
   v1::GenerateRequest r;
