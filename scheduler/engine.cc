@@ -265,7 +265,9 @@ void Engine::FinishLocked(Sequence& seq, FinishReason reason, absl::Status error
   // Drafts still in flight are never shown; their slots run out harmlessly
   // and the release below frees their KV.
   seq.spec.stats.discarded_tokens += static_cast<int64_t>(seq.spec.drafts.size());
-  metrics_->spec_discarded_tokens->Increment(static_cast<double>(seq.spec.drafts.size()));
+  if (!seq.spec.drafts.empty()) {
+    SpecMetrics(seq).discarded_tokens->Increment(static_cast<double>(seq.spec.drafts.size()));
+  }
   seq.spec.drafts.clear();
   seq.spec.taps.clear();
   if (seq.drafter) drafter_releases_.emplace_back(seq.drafter, seq.id);

@@ -172,6 +172,8 @@ class Engine {
   void SendNotices(std::vector<Notice> notices);
   void ReleaseDrafterState();
   void RecordSpecFinishLocked(const Sequence& s);
+  // The speculation counters of the sequence's policy (label policy=...).
+  SchedulerMetrics::Spec& SpecMetrics(const Sequence& s);
   // engine_health.cc
   void HealthLoop();
   bool BringUp(const std::vector<internal::StageInfo>& infos);

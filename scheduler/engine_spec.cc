@@ -117,12 +117,12 @@ void Engine::ApplyDraftsLocked(std::vector<DraftJob>& jobs) {
     s.spec.taps.erase(s.spec.taps.begin(), s.spec.taps.lower_bound(s.spec.fed));
     if (s.spec.drafts.empty()) {
       ++s.spec.stats.drafts;
-      metrics_->spec_drafts->Increment();
+      SpecMetrics(s).drafts->Increment();
     }
     s.spec.drafts.push_back(std::move(j.draft));
     s.spec.tokens_since_draft = 0;
     ++s.spec.stats.draft_tokens;
-    metrics_->spec_draft_tokens->Increment();
+    SpecMetrics(s).draft_tokens->Increment();
   }
 }
 
@@ -198,12 +198,12 @@ void Engine::DecideTokenLocked(Sequence& s, std::span<const float> logits,
       sp.stats.accepted_per_pos.resize(index + 1);
     }
     ++sp.stats.accepted_per_pos[index];
-    metrics_->spec_accepted_tokens->Increment();
-    metrics_->AcceptedAtPosition(index)->Increment();
+    SpecMetrics(s).accepted_tokens->Increment();
+    SpecMetrics(s).AcceptedAtPosition(index)->Increment();
   } else {
     ++sp.stats.rejected_tokens;
     sp.stats.cycles += n;  // the replacement starts down the pipeline now
-    metrics_->spec_flushes->Increment();
+    SpecMetrics(s).flushes->Increment();
     FlushLocked(s);
   }
   if (sp.drafts.empty()) sp.chain_index = 0;
@@ -217,7 +217,7 @@ void Engine::DecideTokenLocked(Sequence& s, std::span<const float> logits,
 void Engine::FlushLocked(Sequence& s) {
   SpecState& sp = s.spec;
   sp.stats.discarded_tokens += static_cast<int64_t>(sp.drafts.size());
-  metrics_->spec_discarded_tokens->Increment(static_cast<double>(sp.drafts.size()));
+  SpecMetrics(s).discarded_tokens->Increment(static_cast<double>(sp.drafts.size()));
   sp.drafts.clear();
   sp.chain_index = 0;
   const int32_t verified = static_cast<int32_t>(s.tokens.size());
@@ -253,10 +253,14 @@ void Engine::ReleaseDrafterState() {
   for (auto& [drafter, seq] : releases) drafter->Release(seq);
 }
 
+SchedulerMetrics::Spec& Engine::SpecMetrics(const Sequence& s) {
+  return metrics_->ForPolicy(SpecModeName(s.mode));
+}
+
 void Engine::RecordSpecFinishLocked(const Sequence& s) {
   const SpecStats& st = s.spec.stats;
   if (s.mode == SpecMode::kAutoregressive || st.cycles == 0) return;
-  metrics_->spec_equivalent_acceptance_length->Observe(
+  SpecMetrics(s).equivalent_acceptance_length->Observe(
       static_cast<double>(n_stages()) * s.generated() / static_cast<double>(st.cycles));
 }
 

@@ -76,34 +76,51 @@ SchedulerMetrics::SchedulerMetrics(std::shared_ptr<prometheus::Registry> reg)
                            .Register(r)
                            .Add({});
   auto counter = [&](const char* name, const char* help) {
-    return &BuildCounter().Name(name).Help(help).Register(r).Add({});
+    return &BuildCounter().Name(name).Help(help).Register(r);
   };
-  spec_drafts = counter("specline_spec_decode_num_drafts_total",
-                        "Chains of draft tokens started (one per speculation after a verified token)");
-  spec_draft_tokens =
-      counter("specline_spec_decode_num_draft_tokens_total", "Draft tokens sent down the pipeline");
-  spec_accepted_tokens =
-      counter("specline_spec_decode_num_accepted_tokens_total", "Draft tokens verified and kept");
-  spec_flushes = counter("specline_spec_decode_num_flushes_total",
-                         "Rejected drafts: pipeline flushes with KV rollback");
-  spec_discarded_tokens =
-      counter("specline_spec_decode_num_discarded_tokens_total",
-              "Draft tokens voided before verification (by a flush or the end of the request)");
-  spec_equivalent_acceptance_length =
-      &BuildHistogram()
-           .Name("specline_spec_decode_equivalent_acceptance_length")
-           .Help("Per request: L'acc = n * N / K (n stages, N tokens, K pipeline cycles)")
-           .Register(r)
-           .Add({}, prometheus::Histogram::BucketBoundaries{1, 1.25, 1.5, 1.75, 2, 2.5, 3, 3.5, 4,
-                                                            5, 6, 8, 12, 16});
+  spec_counters_[0] = counter("specline_spec_decode_num_drafts_total",
+                              "Chains of draft tokens started (one per speculation after a verified token)");
+  spec_counters_[1] = counter("specline_spec_decode_num_draft_tokens_total", "Draft tokens sent down the pipeline");
+  spec_counters_[2] = counter("specline_spec_decode_num_accepted_tokens_total", "Draft tokens verified and kept");
+  spec_counters_[3] =
+      counter("specline_spec_decode_num_flushes_total", "Rejected drafts: pipeline flushes with KV rollback");
+  spec_counters_[4] = counter("specline_spec_decode_num_discarded_tokens_total",
+                              "Draft tokens voided before verification (by a flush or the end of the request)");
+  spec_length_ = &BuildHistogram()
+                      .Name("specline_spec_decode_equivalent_acceptance_length")
+                      .Help("Per request: L'acc = n * N / K (n stages, N tokens, K pipeline cycles)")
+                      .Register(r);
   accepted_per_pos_ = &BuildCounter()
                            .Name("specline_spec_decode_num_accepted_tokens_per_pos_total")
                            .Help("Accepted draft tokens by position in their chain")
                            .Register(r);
+  // Series exist from the start for the built-in speculative policies, so
+  // rate() over them is 0 rather than absent before the first draft.
+  ForPolicy("ppsd");
+  ForPolicy("spd");
 }
 
-prometheus::Counter* SchedulerMetrics::AcceptedAtPosition(int position) {
-  return &accepted_per_pos_->Add({{"position", std::to_string(position)}});
+SchedulerMetrics::Spec& SchedulerMetrics::ForPolicy(const std::string& policy) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_ptr<Spec>& spec = spec_[policy];
+  if (!spec) {
+    const std::map<std::string, std::string> label = {{"policy", policy}};
+    spec = std::make_unique<Spec>();
+    spec->drafts = &spec_counters_[0]->Add(label);
+    spec->draft_tokens = &spec_counters_[1]->Add(label);
+    spec->accepted_tokens = &spec_counters_[2]->Add(label);
+    spec->flushes = &spec_counters_[3]->Add(label);
+    spec->discarded_tokens = &spec_counters_[4]->Add(label);
+    spec->equivalent_acceptance_length = &spec_length_->Add(
+        label, prometheus::Histogram::BucketBoundaries{1, 1.25, 1.5, 1.75, 2, 2.5, 3, 3.5, 4, 5, 6, 8, 12, 16});
+    spec->policy = policy;
+    spec->accepted_per_pos = accepted_per_pos_;
+  }
+  return *spec;
+}
+
+prometheus::Counter* SchedulerMetrics::Spec::AcceptedAtPosition(int position) {
+  return &accepted_per_pos->Add({{"policy", policy}, {"position", std::to_string(position)}});
 }
 
 }  // namespace specline::scheduler

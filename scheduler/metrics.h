@@ -3,7 +3,10 @@
 // updates them; main() exposes the registry on /metrics.
 #pragma once
 
+#include <map>
 #include <memory>
+#include <mutex>
+#include <string>
 
 #include <prometheus/counter.h>
 #include <prometheus/gauge.h>
@@ -28,18 +31,30 @@ struct SchedulerMetrics {
   prometheus::Counter* pipeline_failures;
 
   // Speculative decoding (vLLM's spec_decode counters, plus the pipeline's
-  // own: flushes, discarded drafts, L'acc per request).
-  prometheus::Counter* spec_drafts;            // chains of drafts started
-  prometheus::Counter* spec_draft_tokens;      // drafts sent down the pipeline
-  prometheus::Counter* spec_accepted_tokens;
-  prometheus::Counter* spec_flushes;           // rejections
-  prometheus::Counter* spec_discarded_tokens;  // drafts voided unverified
-  prometheus::Histogram* spec_equivalent_acceptance_length;  // n * N / K per request
-  // Accepted drafts by position in their chain (0 = the first draft).
-  prometheus::Counter* AcceptedAtPosition(int position);
+  // own: flushes, discarded drafts, L'acc per request), one set per
+  // decoding policy (label policy="ppsd" | "spd") so dashboards compare them.
+  struct Spec {
+    prometheus::Counter* drafts;            // chains of drafts started
+    prometheus::Counter* draft_tokens;      // drafts sent down the pipeline
+    prometheus::Counter* accepted_tokens;
+    prometheus::Counter* flushes;           // rejections
+    prometheus::Counter* discarded_tokens;  // drafts voided unverified
+    prometheus::Histogram* equivalent_acceptance_length;  // n * N / K per request
+    // Accepted drafts by position in their chain (0 = the first draft).
+    prometheus::Counter* AcceptedAtPosition(int position);
+
+    std::string policy;
+    prometheus::Family<prometheus::Counter>* accepted_per_pos;
+  };
+  // The policy's set, created on first use; `policy` is its label value.
+  Spec& ForPolicy(const std::string& policy);
 
  private:
+  std::mutex mu_;
+  std::map<std::string, std::unique_ptr<Spec>> spec_;
   prometheus::Family<prometheus::Counter>* accepted_per_pos_;
+  prometheus::Family<prometheus::Counter>* spec_counters_[5];
+  prometheus::Family<prometheus::Histogram>* spec_length_;
 };
 
 }  // namespace specline::scheduler

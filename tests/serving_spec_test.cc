@@ -126,8 +126,14 @@ void ExpectLosslessAcrossProcesses(int n) {
   EXPECT_GT(drafted, 0);
   const std::string metrics =
       ScrapeMetrics(stack->ports["scheduler"]["metrics"].get<int>());
-  EXPECT_GT(MetricValue(metrics, "specline_spec_decode_num_draft_tokens_total"), 0) << metrics;
-  EXPECT_GT(MetricValue(metrics, "specline_spec_decode_num_flushes_total"), 0);
+  // Both policies ran: each has its own series (label policy).
+  for (const char* policy : {"ppsd", "spd"}) {
+    const std::string label = std::string("{policy=\"") + policy + "\"}";
+    EXPECT_GT(MetricValue(metrics, "specline_spec_decode_num_draft_tokens_total", label), 0) << metrics;
+  }
+  EXPECT_GT(MetricValue(metrics, "specline_spec_decode_num_flushes_total", "{policy=\"ppsd\"}") +
+                MetricValue(metrics, "specline_spec_decode_num_flushes_total", "{policy=\"spd\"}"),
+            0);
   // Every reservation came back (the stages' own caches are checked by
   // the in-process tests, which can look inside them).
   const internal::SchedulerStats s = SchedulerStats(*stack);

@@ -48,11 +48,11 @@ def expand(text, env):
 
 
 class Cluster:
-    def __init__(self, manifests, namespace, work, volume_dirs, bin_dir, subnet="10.231.7"):
+    def __init__(self, manifests, namespace, work, volume_dirs, bin_dir, subnet=None):
         self.m, self.ns, self.work = manifests, namespace, work
         self.volume_dirs = volume_dirs  # volume name -> host dir (PVC, emptyDir, ConfigMap files)
         self.bin_dir = bin_dir
-        self.subnet = subnet
+        self.subnet = subnet or free_subnet()
         self.tag = f"{os.getpid() % 10000:04d}"
         self.bridge = f"slbr{self.tag}"
         self.pods = []
@@ -237,6 +237,16 @@ class Cluster:
                 os.rmdir(d)
             except OSError:
                 pass
+
+
+def free_subnet():
+    """A 10.231.X.0/24 no interface uses yet, so rehearsals can run side by side."""
+    used = subprocess.run(["ip", "-o", "-4", "addr"], capture_output=True, text=True).stdout
+    for k in range(250):
+        x = (os.getpid() + k) % 250 + 1
+        if f" 10.231.{x}." not in used:
+            return f"10.231.{x}"
+    raise RuntimeError("no free 10.231.X.0/24 subnet")
 
 
 def tail(path, n=30):
