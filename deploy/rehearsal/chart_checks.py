@@ -70,6 +70,14 @@ def check(m, bin_dir, rule_jobs, existing_claims=()):
                 err(f"{cname}: {cmd[0]} is not a binary in {bin_dir} that answers --help")
                 continue
             args = c.get("args", [])
+            env = {e["name"]: e for e in c.get("env", [])}
+            for var in re.findall(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", " ".join(args)):
+                if var not in env:  # the kubelet would pass "$(VAR)" through literally
+                    err(f"{cname}: args use $({var}), which the container's env does not define")
+            for e in env.values():
+                ref = e.get("valueFrom", {}).get("configMapKeyRef")
+                if ref and ref["key"] not in configmaps.get(ref["name"], {}).get("data", {}):
+                    err(f"{cname}: env {e['name']} names key {ref['key']} of ConfigMap {ref['name']}, which lacks it")
             for a in args:
                 if not a.startswith("--"):
                     err(f"{cname}: argument {a!r} is not --flag=value")

@@ -98,9 +98,12 @@ def main(helm_render, bin_dir):
     for sets, api, needle in [
         (["pipeline.stages=3", "pipeline.partition={0:10,10:30}"], (), "pipeline.partition has 2 ranges for 3 stages"),
         (["pipeline.stages=40"], (), "exceeds pipeline.layers"),
-        (["pipeline.transport=rdma"], (), "pipeline.transport must be tcp or nccl"),
+        (["pipeline.transport=rdma"], (), "pipeline.transport"),
         (["serviceMonitor.enabled=true"], (), "Prometheus Operator CRDs"),
         (["model.download.enabled=true"], (), "model.download.url is required"),
+        (["stage.device=tpu"], (), "stage.device"),  # values.schema.json
+        (["scheduler.defaultPolicy=fast"], (), "scheduler.defaultPolicy"),
+        (["pipeline.stages=0"], (), "pipeline.stages"),
     ]:
         try:
             render(sets=sets, api=api)

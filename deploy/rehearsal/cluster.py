@@ -126,6 +126,10 @@ class Cluster:
             if "value" in e:
                 env[e["name"]] = expand(str(e["value"]), env)
                 continue
+            ref = e["valueFrom"].get("configMapKeyRef")
+            if ref:
+                env[e["name"]] = self.m.get("ConfigMap", ref["name"])["data"][ref["key"]]
+                continue
             field = e["valueFrom"]["fieldRef"]["fieldPath"]
             m = re.fullmatch(r"metadata\.labels\['(.+)'\]", field)
             if m:

@@ -177,6 +177,16 @@ volumes:
     emptyDir: {}
 {{- end -}}
 
+{{/* Environment from the ConfigMap; call with (dict "ctx" $ "keys" (list "model" ...)). */}}
+{{- define "specline.configEnv" -}}
+{{- $ctx := .ctx -}}
+{{- range .keys }}
+- name: SPECLINE_{{ . | upper | replace "-" "_" }}
+  valueFrom:
+    configMapKeyRef: {name: {{ include "specline.fullname" $ctx }}, key: {{ . }}}
+{{- end }}
+{{- end -}}
+
 {{- define "specline.volumeMounts" -}}
 - {name: models, mountPath: {{ .Values.modelCache.mountPath }}, readOnly: true}
 - {name: config, mountPath: /etc/specline, readOnly: true}
