@@ -21,9 +21,14 @@ def sh(*cmd):
 
 def can_run():
     """Network and mount namespaces need root (CAP_SYS_ADMIN, CAP_NET_ADMIN)."""
+    if os.geteuid() != 0:
+        return False
+    probe = f"slprobe{os.getpid() % 100000}"
     try:
         subprocess.run(["unshare", "--net", "--mount", "true"], check=True, capture_output=True)
-        return os.geteuid() == 0
+        subprocess.run(["ip", "link", "add", probe, "type", "bridge"], check=True, capture_output=True)
+        subprocess.run(["ip", "link", "del", probe], check=True, capture_output=True)
+        return True
     except (OSError, subprocess.CalledProcessError):
         return False
 

@@ -146,6 +146,8 @@ def main():
     ap.add_argument("--duration", type=float, default=20, help="seconds per rate")
     ap.add_argument("--input-len", type=int, default=32)
     ap.add_argument("--output-len", type=int, default=64)
+    ap.add_argument("--slo-ttft-ms", type=float, default=1000, help="goodput SLO")
+    ap.add_argument("--slo-tpot-ms", type=float, default=200, help="goodput SLO")
     ap.add_argument("--out", default=os.path.join(REPO, "build", "rehearsal"), help="report, JSON, screenshot")
     ap.add_argument("--screenshot", action="store_true", help="report screenshot with headless Chromium")
     ap.add_argument("--no-prometheus", action="store_true")
@@ -223,9 +225,11 @@ def main():
         report_html = os.path.join(args.out, "loadtest.html")
         lt = [os.path.join(bin_dir, "specline-loadtest"), "--addr", gateway, "--sweep", args.rates,
               "--duration", str(args.duration), "--input-len", str(args.input_len),
-              "--output-len", str(args.output_len), "--json", report_json, "--html", report_html]
+              "--output-len", str(args.output_len), "--timeout-s", "120",
+              "--slo-ttft-ms", str(args.slo_ttft_ms), "--slo-tpot-ms", str(args.slo_tpot_ms),
+              "--json", report_json, "--html", report_html]
         log("load test: " + " ".join(lt[1:]))
-        subprocess.run(lt, check=True, timeout=600)
+        subprocess.run(lt, check=True, timeout=900)
         report = json.load(open(report_json))
         completed = sum(run["summary"]["completed"] for run in report["runs"]) + 1  # + the client stream
 
@@ -252,6 +256,9 @@ def main():
         result.update(ok=True, pods=len(c.pods), completed=completed,
                       runs=[{"rate": run["offered_rate"], "completed": run["summary"]["completed"],
                              "ttft_p50_ms": run["summary"]["ttft_ms"]["p50"],
+                             "ttft_p99_ms": run["summary"]["ttft_ms"]["p99"],
+                             "goodput_fraction": run["summary"]["goodput_fraction"],
+                             "throughput_rps": run["summary"]["request_throughput"],
                              "tpot_p50_ms": run["summary"]["tpot_ms"]["p50"]} for run in report["runs"]])
     except Exception as e:  # report with the pods' logs, then clean up
         log(f"FAILED: {e}")
