@@ -54,7 +54,24 @@ PY
   rm -rf "$tmp"
 fi
 
-# 3. Build.
+# 3. The Kubernetes API types the chart checks validate against: the model
+#    files of the official Python client (PyPI `kubernetes`; parsed, not
+#    imported, so no dependencies). Skipped offline: the checks then say so.
+K8S_TYPES="$HOME/.cache/specline/kubernetes-python"
+if [ ! -d "$K8S_TYPES/kubernetes/client/models" ]; then
+  tmp=$(mktemp -d)
+  if python3 -m pip download -q --no-deps kubernetes==31.0.0 -d "$tmp" 2>/dev/null; then
+    mkdir -p "$K8S_TYPES"
+    python3 -c "import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); \
+z.extractall(sys.argv[2], [n for n in z.namelist() if n.startswith('kubernetes/client/models/')])" \
+      "$tmp"/kubernetes-*.whl "$K8S_TYPES"
+  else
+    echo "setup: could not fetch the kubernetes client; chart schema checks will be skipped"
+  fi
+  rm -rf "$tmp"
+fi
+
+# 4. Build.
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$BUILD_DIR" -j"$(nproc)"
 echo "setup: built $BUILD_DIR/specline"

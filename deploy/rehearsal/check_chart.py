@@ -12,7 +12,10 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import copy  # noqa: E402
+
 import chart_checks  # noqa: E402
+import k8s_schema  # noqa: E402
 import manifests  # noqa: E402
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -53,6 +56,24 @@ def main(helm_render, bin_dir):
         for e in chart_checks.check(m, bin_dir, jobs if m.of_kind("ServiceMonitor") else [],
                                     existing_claims=["shared-models"]):
             failures.append(f"{name}: {e}")
+
+    # Every built-in object against the Kubernetes API types.
+    if k8s_schema.models_dir():
+        schema = k8s_schema.Schema(k8s_schema.models_dir())
+        for name, m in cases.items():
+            for doc in m.docs:
+                for e in schema.validate(doc) or []:
+                    failures.append(f"{name}: {doc['metadata']['name']}: {e}")
+        # The validator must see these (so a pass above means something).
+        broken = copy.deepcopy(container(cases["defaults"], "StatefulSet", "-stage")[0])
+        broken["spec"]["podManagmentPolicy"] = "Parallel"
+        broken["spec"]["replicas"] = "2"
+        del broken["spec"]["template"]["spec"]["containers"][0]["name"]
+        found = " ".join(schema.validate(broken))
+        for needle in ("podManagmentPolicy", "expected an integer", "missing required field 'name'"):
+            expect(needle in found, f"schema validator missed {needle!r}: {found}")
+    else:
+        print("note: Kubernetes API types not fetched (scripts/setup.sh does); schema validation skipped")
 
     d = cases["defaults"]
     sts, stage = container(d, "StatefulSet", "-stage")
