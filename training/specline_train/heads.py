@@ -219,20 +219,42 @@ def load_head(dir: str, base: Optional[LlamaConfig] = None):
     tensor}); checks the format, the tensor list against head.json and the
     method's expected shapes, and the base fingerprint when `base` is given
     (floats to 1e-6 relative, as the C++ loader)."""
-    from safetensors.torch import load_file
     with open(os.path.join(dir, "head.json")) as f:
         j = json.load(f)
     if j.get("format") != FORMAT:
         raise ValueError(f"{dir}/head.json: format is {j.get('format')!r}, expected {FORMAT!r}")
     if base is not None:
-        want = base.fingerprint()
-        for k, v in want.items():
-            got = j["base"].get(k)
-            ok = (abs(got - v) <= 1e-6 * max(abs(v), 1e-30)) if isinstance(v, float) and got is not None \
-                else got == v
-            if not ok:
-                raise ValueError(f"{dir}/head.json: base.{k} is {got!r}, the model has {v!r}")
+        check_base_fingerprint(dir, j, base.fingerprint())
     expected = expected_tensors(j["method"], j["base"], j.get("exit_layer"), j.get("spd"))
+    t = load_head_tensors(dir, j, expected)
+    return j, {k: v.float() for k, v in t.items()}
+
+
+def read_head_json(dir: str, method: str) -> dict:
+    """head.json of a head directory that must be of `method`."""
+    with open(os.path.join(dir, "head.json")) as f:
+        j = json.load(f)
+    if j.get("format") != FORMAT or j.get("method") != method:
+        raise ValueError(f"{dir}/head.json: format/method {j.get('format')!r}/{j.get('method')!r}, "
+                         f"expected {FORMAT!r}/{method!r}")
+    return j
+
+
+def check_base_fingerprint(dir: str, j: dict, want: dict) -> None:
+    """head.json's "base" must equal the model's fingerprint (floats to 1e-6
+    relative), as the C++ loader checks."""
+    for k, v in want.items():
+        got = j["base"].get(k)
+        ok = (abs(got - v) <= 1e-6 * max(abs(v), 1e-30)) if isinstance(v, float) and got is not None \
+            else got == v
+        if not ok:
+            raise ValueError(f"{dir}/head.json: base.{k} is {got!r}, the model has {v!r}")
+
+
+def load_head_tensors(dir: str, j: dict, expected) -> dict:
+    """head.safetensors, checked against the expected (name, shape) list and
+    head.json's "tensors"."""
+    from safetensors.torch import load_file
     if {n: s for n, s in expected} != j["tensors"]:
         raise ValueError(f"{dir}/head.json: 'tensors' differs from the expected list")
     t = load_file(os.path.join(dir, "head.safetensors"))
@@ -241,7 +263,7 @@ def load_head(dir: str, base: Optional[LlamaConfig] = None):
     for n, s in expected:
         if list(t[n].shape) != s:
             raise ValueError(f"{dir}/head.safetensors: {n} has shape {list(t[n].shape)}, expected {s}")
-    return j, {k: v.float() for k, v in t.items()}
+    return t
 
 
 def head_from_dir(dir: str, base: Llama) -> nn.Module:
