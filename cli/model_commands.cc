@@ -107,6 +107,9 @@ int InfoCommand(int argc, char** argv) {
                 << SpdFeatureLayoutName(s.spd_layout) << ", taps [";
       for (size_t i = 0; i < s.spd_taps.size(); ++i) std::cout << (i ? ", " : "") << s.spd_taps[i];
       std::cout << "]";
+    } else if (s.method == DraftMethod::kPtp) {
+      std::cout << ", n_aux " << s.ptp_n_aux << ", lora_rank " << s.ptp_lora_rank << ", lora_alpha "
+                << s.ptp_lora_alpha;
     } else {
       std::cout << ", exit_layer " << s.exit_layer;
     }

@@ -52,6 +52,15 @@ DraftHeadSpec SpdSpec(SpdFeatureLayout layout) {
   return s;
 }
 
+DraftHeadSpec PtpSpec() {
+  DraftHeadSpec s;
+  s.method = DraftMethod::kPtp;
+  s.ptp_n_aux = 4;
+  s.ptp_lora_rank = 2;
+  s.ptp_lora_alpha = 4.0;
+  return s;
+}
+
 std::string NewDir(const std::string& name) {
   static int counter = 0;
   return testing::TempDir() + "/" + name + std::to_string(counter++);
@@ -85,7 +94,7 @@ void WriteText(const std::string& path, const std::string& text) {
 TEST(HeadFile, RoundTripEveryMethod) {
   const ModelConfig base = Base();
   for (const DraftHeadSpec& spec : {NormSpec(), LayerSpec(), SpdSpec(SpdFeatureLayout::kV10),
-                                    SpdSpec(SpdFeatureLayout::kV11)}) {
+                                    SpdSpec(SpdFeatureLayout::kV11), PtpSpec()}) {
     SCOPED_TRACE(DraftMethodName(spec.method));
     const auto expected = ExpectedDraftHeadTensors(spec, base);
     std::vector<std::pair<std::string, std::vector<float>>> tensors;
@@ -107,6 +116,9 @@ TEST(HeadFile, RoundTripEveryMethod) {
     EXPECT_EQ(head->spec().spd_taps, spec.spd_taps);
     EXPECT_EQ(head->spec().spd_layers, spec.spd_layers);
     EXPECT_EQ(head->spec().spd_layout, spec.spd_layout);
+    EXPECT_EQ(head->spec().ptp_n_aux, spec.ptp_n_aux);
+    EXPECT_EQ(head->spec().ptp_lora_rank, spec.ptp_lora_rank);
+    EXPECT_EQ(head->spec().ptp_lora_alpha, spec.ptp_lora_alpha);
     EXPECT_EQ(json::parse(head->spec().metadata_json), json::parse(spec.metadata_json));
     for (const auto& [name, values] : tensors) {
       const TensorInfo* t = head->FileTensor(name);
@@ -295,6 +307,52 @@ TEST_F(HeadValidation, BadSpdFields) {
     EXPECT_THAT(e, HasSubstr(dir + "/head."));
     EXPECT_THAT(e, HasSubstr(field));
   }
+}
+
+TEST_F(HeadValidation, BadPtpFields) {
+  const std::string dir = NewDir("ptp");
+  WriteRandomDraftHead(dir, PtpSpec(), Base(), 1);
+  ASSERT_NO_THROW(LoadDraftHead(dir, Base()));
+  const std::string path = dir + "/head.json";
+  const std::string good = testing::ReadFile(path);
+  const std::vector<std::pair<std::function<void(json&)>, std::string>> cases = {
+      {[](json& j) { j["ptp"]["u_embed"] = "sinusoidal"; }, "ptp.u_embed"},
+      {[](json& j) { j["ptp"]["variant"] = "categorical"; }, "ptp.variant"},
+      {[](json& j) { j["ptp"]["lora_scale"] = 3.0; }, "ptp.lora_scale"},
+      {[](json& j) { j["ptp"]["lora_targets"] = {"self_attn.q_proj"}; }, "ptp.lora_targets"},
+      {[](json& j) { j["ptp"]["lora_layers"] = {0, 1}; }, "ptp.lora_layers"},
+      {[](json& j) { j["ptp"]["n_aux"] = 0; }, "ptp.n_aux"},
+      {[](json& j) { j.erase("ptp"); }, "'ptp'"},
+      // Consistent JSON, but the file holds rank-2 LoRA.
+      {[](json& j) {
+         j["ptp"]["lora_rank"] = 4;
+         j["ptp"]["lora_scale"] = 1.0;
+       },
+       "lora_A"},
+  };
+  for (const auto& [edit, field] : cases) {
+    SCOPED_TRACE(field);
+    json j = json::parse(good);
+    edit(j);
+    WriteText(path, j.dump());
+    const std::string e = LoadError(dir, Base());
+    EXPECT_THAT(e, HasSubstr(dir + "/head."));
+    EXPECT_THAT(e, HasSubstr(field));
+  }
+}
+
+// The adapter the Python recipe trained (training/heads/stories260K/ptp)
+// loads against stories260K with the parameters it was trained with.
+TEST(PtpHead, TrainedAdapterLoads) {
+  const std::string model = testing::SharedModelPath("stories260K/stories260K.bin");
+  if (model.empty()) GTEST_SKIP() << "../shared/models/stories260K absent";
+  const ModelConfig base = OpenModel(model)->config();
+  auto head = LoadDraftHead(testing::SourcePath("training/heads/stories260K/ptp"), base);
+  EXPECT_EQ(head->spec().method, DraftMethod::kPtp);
+  EXPECT_EQ(head->spec().ptp_n_aux, 8);
+  EXPECT_EQ(head->spec().ptp_lora_rank, 16);
+  EXPECT_EQ(head->source().Tensors().size(), 1u + 7u * 2u * base.n_layers);
+  EXPECT_NE(head->source().Find("model.layers.4.mlp.down_proj.lora_B"), nullptr);
 }
 
 TEST_F(HeadValidation, MissingFiles) {

@@ -129,6 +129,37 @@ T Field(const json& obj, const std::string& key, const std::string& file,
   return v.get<T>();
 }
 
+// The "ptp" object: the parameters the runtime needs, and the choices this
+// runtime implements (anything else is refused, not guessed at).
+void ReadPtpParameters(const json& j, const std::string& jpath, const ModelConfig& base,
+                       DraftHeadSpec* s) {
+  if (!j.contains("ptp") || !j["ptp"].is_object()) Fail(jpath, "missing object 'ptp'");
+  const json& p = j["ptp"];
+  s->ptp_n_aux = Field<int>(p, "n_aux", jpath, "ptp.");
+  s->ptp_lora_rank = Field<int>(p, "lora_rank", jpath, "ptp.");
+  s->ptp_lora_alpha = Field<double>(p, "lora_alpha", jpath, "ptp.");
+  const double scale = Field<double>(p, "lora_scale", jpath, "ptp.");
+  if (s->ptp_lora_rank > 0 && std::fabs(scale - s->ptp_lora_alpha / s->ptp_lora_rank) > 1e-9 * std::fabs(scale)) {
+    Fail(jpath, "field 'ptp.lora_scale' is not lora_alpha / lora_rank");
+  }
+  auto expect_string = [&](const char* key, const char* want) {
+    const std::string got = Field<std::string>(p, key, jpath, "ptp.");
+    if (got != want) Fail(jpath, std::string("field 'ptp.") + key + "' is \"" + got + "\", expected \"" + want + "\"");
+  };
+  expect_string("u_embed", "piecewise_linear_3");
+  expect_string("variant", "one-hot");
+  expect_string("u_generator", "splitmix64");
+  const std::vector<std::string> targets(std::begin(kPtpLoraTargets), std::end(kPtpLoraTargets));
+  if (!p.contains("lora_targets") || p["lora_targets"] != json(targets)) {
+    Fail(jpath, "field 'ptp.lora_targets' must be " + json(targets).dump());
+  }
+  std::vector<int> layers(base.n_layers);
+  for (int i = 0; i < base.n_layers; ++i) layers[i] = i;
+  if (!p.contains("lora_layers") || p["lora_layers"] != json(layers)) {
+    Fail(jpath, "field 'ptp.lora_layers' must list every layer 0.." + std::to_string(base.n_layers - 1));
+  }
+}
+
 }  // namespace
 
 const char* DraftMethodName(DraftMethod m) {
@@ -136,6 +167,7 @@ const char* DraftMethodName(DraftMethod m) {
     case DraftMethod::kPpsdNorm: return "ppsd-norm";
     case DraftMethod::kPpsdLayer: return "ppsd-layer";
     case DraftMethod::kSpd: return "spd";
+    case DraftMethod::kPtp: return "ptp";
   }
   return "?";
 }
@@ -202,6 +234,26 @@ TensorList ExpectedDraftHeadTensors(const DraftHeadSpec& s, const ModelConfig& c
       out.push_back({"lm_head.weight", {c.vocab_size, dim}});
       break;
     }
+    case DraftMethod::kPtp: {
+      if (s.ptp_n_aux < 1) bad("ptp.n_aux must be at least 1");
+      if (s.ptp_lora_rank < 1) bad("ptp.lora_rank must be at least 1");
+      const int64_t q = int64_t{c.n_heads} * c.head_dim, kv = int64_t{c.n_kv_heads} * c.head_dim;
+      const std::map<std::string, std::pair<int64_t, int64_t>> in_out = {
+          {"self_attn.q_proj", {dim, q}},     {"self_attn.k_proj", {dim, kv}},
+          {"self_attn.v_proj", {dim, kv}},    {"self_attn.o_proj", {q, dim}},
+          {"mlp.gate_proj", {dim, c.hidden_dim}}, {"mlp.up_proj", {dim, c.hidden_dim}},
+          {"mlp.down_proj", {c.hidden_dim, dim}}};
+      out.push_back({"u_embed.weight", {3, dim}});
+      for (int j = 0; j < c.n_layers; ++j) {
+        for (const char* target : kPtpLoraTargets) {
+          const auto [d_in, d_out] = in_out.at(target);
+          const std::string prefix = "layers." + std::to_string(j) + "." + target;
+          out.push_back({prefix + ".lora_A", {s.ptp_lora_rank, d_in}});
+          out.push_back({prefix + ".lora_B", {d_out, s.ptp_lora_rank}});
+        }
+      }
+      break;
+    }
   }
   return out;
 }
@@ -239,7 +291,8 @@ std::unique_ptr<DraftHead> LoadDraftHead(const std::string& dir, const ModelConf
   if (method == "ppsd-norm") s.method = DraftMethod::kPpsdNorm;
   else if (method == "ppsd-layer") s.method = DraftMethod::kPpsdLayer;
   else if (method == "spd") s.method = DraftMethod::kSpd;
-  else Fail(jpath, "field 'method' is \"" + method + "\", expected ppsd-norm, ppsd-layer or spd");
+  else if (method == "ptp") s.method = DraftMethod::kPtp;
+  else Fail(jpath, "field 'method' is \"" + method + "\", expected ppsd-norm, ppsd-layer, spd or ptp");
 
   // Base fingerprint: every number must match the model the head runs with.
   if (!j.contains("base") || !j["base"].is_object()) Fail(jpath, "missing object 'base'");
@@ -278,6 +331,9 @@ std::unique_ptr<DraftHead> LoadDraftHead(const std::string& dir, const ModelConf
       s.spd_taps.push_back(t.get<int>());
     }
     n_head_layers = s.spd_layers;
+  } else if (s.method == DraftMethod::kPtp) {
+    ReadPtpParameters(j, jpath, base, &s);
+    n_head_layers = base.n_layers;  // LoRA tensors for every base layer
   } else {
     s.exit_layer = Field<int>(j, "exit_layer", jpath, "");
     first_layer = s.exit_layer;
@@ -396,7 +452,18 @@ void WriteDraftHead(const std::string& dir, const DraftHeadSpec& spec, const Mod
   j["format"] = kFormat;
   j["method"] = DraftMethodName(spec.method);
   j["base"] = BaseFingerprint(base);
-  if (spec.method == DraftMethod::kSpd) {
+  if (spec.method == DraftMethod::kPtp) {
+    std::vector<std::string> targets(std::begin(kPtpLoraTargets), std::end(kPtpLoraTargets));
+    std::vector<int> layers(base.n_layers);
+    for (int i = 0; i < base.n_layers; ++i) layers[i] = i;
+    j["ptp"] = {{"n_aux", spec.ptp_n_aux}, {"lora_rank", spec.ptp_lora_rank},
+                {"lora_alpha", spec.ptp_lora_alpha},
+                {"lora_scale", spec.ptp_lora_alpha / spec.ptp_lora_rank},
+                {"lora_targets", targets}, {"lora_layers", layers},
+                {"u_embed", "piecewise_linear_3"}, {"u_embed_knots", {0.0, 0.5, 1.0}},
+                {"variant", "one-hot"}, {"u_generator", "splitmix64"},
+                {"layout", "verify rows then auxiliary rows"}};
+  } else if (spec.method == DraftMethod::kSpd) {
     j["spd"] = {{"n_stages", spec.spd_stages},
                 {"taps", spec.spd_taps},
                 {"n_layers", spec.spd_layers},

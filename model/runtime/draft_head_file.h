@@ -22,10 +22,12 @@ namespace specline {
 
 class SafetensorsFile;
 
-enum class DraftMethod { kPpsdNorm, kPpsdLayer, kSpd };
+// kPtp: a PTP adapter (docs/ptp.md): u_embed + gated LoRA over the base's
+// own layers; the base model is the drafter.
+enum class DraftMethod { kPpsdNorm, kPpsdLayer, kSpd, kPtp };
 enum class SpdFeatureLayout { kV10, kV11 };
 
-// "ppsd-norm", "ppsd-layer", "spd"; "v10", "v11".
+// "ppsd-norm", "ppsd-layer", "spd", "ptp"; "v10", "v11".
 const char* DraftMethodName(DraftMethod m);
 const char* SpdFeatureLayoutName(SpdFeatureLayout l);
 
@@ -40,10 +42,21 @@ struct DraftHeadSpec {
   std::vector<int> spd_taps;
   int spd_layers = 0;
   SpdFeatureLayout spd_layout = SpdFeatureLayout::kV11;
+  // PTP: auxiliary rows per call N, LoRA rank r and the factor applied to
+  // its product (alpha / r). The LoRA covers kPtpLoraTargets of every layer
+  // and u_embed is piecewise linear through 3 vectors at u = 0, 0.5, 1.
+  int ptp_n_aux = 0;
+  int ptp_lora_rank = 0;
+  double ptp_lora_alpha = 0.0;
   // Free-form provenance (recipe, data, steps, created, ...), a JSON object
   // serialised as text; "{}" when there is none.
   std::string metadata_json = "{}";
 };
+
+// The projections PTP's LoRA adapts, in file order (docs/ptp.md).
+inline constexpr const char* kPtpLoraTargets[] = {
+    "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+    "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
 
 // Every tensor a head of `spec` for `base` must hold, in file order, with its
 // shape (PyTorch order). Throws std::invalid_argument for an inconsistent
