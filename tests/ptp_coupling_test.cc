@@ -6,7 +6,10 @@
 
 #include <fstream>
 
+#include "model/formats/model_source.h"
+#include "model/runtime/draft_head_file.h"
 #include "model/runtime/ptp_coupling.h"
+#include "model/runtime/ptp_u_embed.h"
 #include "nlohmann/json.hpp"
 #include "tests/test_util.h"
 
@@ -80,6 +83,29 @@ TEST(PtpCoupling, AcceptRuleMatchesEveryTracedCall) {
       EXPECT_EQ(v.tokens, call["committed_tokens"].get<std::vector<int32_t>>()) << mode << " call " << call["call"];
     }
   }
+}
+
+// The auxiliary rows' inputs: u_embed(u) from the trained adapter's
+// weights equals the reference's (rounded to 6 decimals in the golden).
+TEST(PtpCoupling, AuxiliaryInputsMatchTheReference) {
+  const std::string model = testing::SharedModelPath("stories260K/stories260K.bin");
+  if (model.empty()) GTEST_SKIP() << "../shared/models/stories260K absent";
+  const ModelConfig base = OpenModel(model)->config();
+  auto head = LoadDraftHead(testing::SourcePath(Golden()["head"].get<std::string>()), base);
+  const TensorInfo& w = *head->FileTensor("u_embed.weight");
+  ASSERT_EQ(w.dtype, DType::kF32);
+  const std::span<const float> weight(reinterpret_cast<const float*>(w.data), w.numel());
+  const auto& call = Golden()["traces"]["t1"]["calls"][0];
+  std::vector<float> row(base.dim);
+  for (size_t j = 0; j < call["aux_u"].size(); ++j) {
+    PtpUEmbed(call["aux_u"][j].get<double>(), weight, row);
+    const auto want = call["aux_input_embeds"][j].get<std::vector<float>>();
+    ASSERT_EQ(want.size(), row.size());
+    for (size_t i = 0; i < row.size(); ++i) EXPECT_NEAR(row[i], want[i], 1e-5) << "row " << j << " [" << i << "]";
+  }
+  // The knots give the learned vectors themselves.
+  PtpUEmbed(0.5, weight, row);
+  for (int i = 0; i < base.dim; ++i) EXPECT_EQ(row[i], weight[base.dim + i]);
 }
 
 TEST(PtpCoupling, DistributionsFollowTheWarpRules) {
