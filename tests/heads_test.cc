@@ -91,6 +91,24 @@ void WriteText(const std::string& path, const std::string& text) {
   std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
 }
 
+// Each edit of the head's good head.json must make the load fail with a
+// message naming the file and `field`.
+void ExpectEachEditFails(const std::string& dir,
+                         const std::vector<std::pair<std::function<void(json&)>, std::string>>& cases) {
+  const std::string path = dir + "/head.json";
+  const std::string good = testing::ReadFile(path);
+  for (const auto& [edit, field] : cases) {
+    SCOPED_TRACE(field);
+    json j = json::parse(good);
+    edit(j);
+    WriteText(path, j.dump());
+    const std::string e = LoadError(dir, Base());
+    EXPECT_THAT(e, HasSubstr(dir + "/head."));
+    EXPECT_THAT(e, HasSubstr(field));
+  }
+  WriteText(path, good);
+}
+
 TEST(HeadFile, RoundTripEveryMethod) {
   const ModelConfig base = Base();
   for (const DraftHeadSpec& spec : {NormSpec(), LayerSpec(), SpdSpec(SpdFeatureLayout::kV10),
@@ -283,8 +301,6 @@ TEST_F(HeadValidation, BadFields) {
 TEST_F(HeadValidation, BadSpdFields) {
   const std::string dir = NewDir("spd");
   WriteRandomDraftHead(dir, SpdSpec(SpdFeatureLayout::kV11), Base(), 1);
-  const std::string path = dir + "/head.json";
-  const std::string good = testing::ReadFile(path);
   const std::vector<std::pair<std::function<void(json&)>, std::string>> cases = {
       {[](json& j) { j["spd"]["feature_layout"] = "v12"; }, "spd.feature_layout"},
       {[](json& j) { j["spd"]["taps"] = {0, 3, 2}; }, "spd.taps"},
@@ -298,23 +314,13 @@ TEST_F(HeadValidation, BadSpdFields) {
        },
        "fc.2.weight"},
   };
-  for (const auto& [edit, field] : cases) {
-    SCOPED_TRACE(field);
-    json j = json::parse(good);
-    edit(j);
-    WriteText(path, j.dump());
-    const std::string e = LoadError(dir, Base());
-    EXPECT_THAT(e, HasSubstr(dir + "/head."));
-    EXPECT_THAT(e, HasSubstr(field));
-  }
+  ExpectEachEditFails(dir, cases);
 }
 
 TEST_F(HeadValidation, BadPtpFields) {
   const std::string dir = NewDir("ptp");
   WriteRandomDraftHead(dir, PtpSpec(), Base(), 1);
   ASSERT_NO_THROW(LoadDraftHead(dir, Base()));
-  const std::string path = dir + "/head.json";
-  const std::string good = testing::ReadFile(path);
   const std::vector<std::pair<std::function<void(json&)>, std::string>> cases = {
       {[](json& j) { j["ptp"]["u_embed"] = "sinusoidal"; }, "ptp.u_embed"},
       {[](json& j) { j["ptp"]["variant"] = "categorical"; }, "ptp.variant"},
@@ -330,15 +336,7 @@ TEST_F(HeadValidation, BadPtpFields) {
        },
        "lora_A"},
   };
-  for (const auto& [edit, field] : cases) {
-    SCOPED_TRACE(field);
-    json j = json::parse(good);
-    edit(j);
-    WriteText(path, j.dump());
-    const std::string e = LoadError(dir, Base());
-    EXPECT_THAT(e, HasSubstr(dir + "/head."));
-    EXPECT_THAT(e, HasSubstr(field));
-  }
+  ExpectEachEditFails(dir, cases);
 }
 
 // The adapter the Python recipe trained (training/heads/stories260K/ptp)
