@@ -175,17 +175,31 @@ def export_head(dir: str, method: str, exit_layer: Optional[int], base_config, t
     name -> tensor, exactly the names and shapes of expected_tensors();
     metadata: free-form provenance (JSON-serialisable); "created" is added
     when absent. Returns dir."""
-    from safetensors.torch import save_file
     fp = _fingerprint(base_config)
     expected = expected_tensors(method, fp, exit_layer, spd)
+    if method == "spd":
+        params = {"spd": {"n_stages": spd["n_stages"], "taps": list(spd["taps"]),
+                          "n_layers": spd["n_layers"], "feature_layout": spd.get("feature_layout", "v11")}}
+    else:
+        params = {"exit_layer": exit_layer}
+    return write_head_dir(dir, method, fp, params, expected, tensors, metadata, dtype)
+
+
+def write_head_dir(dir: str, method: str, fp: dict, params: dict, expected, tensors: dict,
+                   metadata: Optional[dict] = None, dtype: str = "F32") -> str:
+    """The writer every method shares: checks `tensors` against the expected
+    (name, shape) list, writes head.safetensors in `dtype` and head.json
+    (format, method, base fingerprint, the method's `params`, dtype, tensor
+    shapes, metadata with "created" added when absent). Returns dir."""
+    from safetensors.torch import save_file
     names = [n for n, _ in expected]
     missing = [n for n in names if n not in tensors]
     extra = sorted(set(tensors) - set(names))
     if missing or extra:
-        raise ValueError(f"head tensors: missing {missing}, unexpected {extra}")
+        raise ValueError(f"{method} tensors: missing {missing}, unexpected {extra}")
     for n, shape in expected:
         if list(tensors[n].shape) != shape:
-            raise ValueError(f"head tensor {n}: shape {list(tensors[n].shape)}, expected {shape}")
+            raise ValueError(f"{method} tensor {n}: shape {list(tensors[n].shape)}, expected {shape}")
     if dtype not in _DTYPES:
         raise ValueError(f"dtype must be one of {list(_DTYPES)}")
     os.makedirs(dir, exist_ok=True)
@@ -193,15 +207,8 @@ def export_head(dir: str, method: str, exit_layer: Optional[int], base_config, t
     save_file(out, os.path.join(dir, "head.safetensors"), metadata={"format": FORMAT})
     meta = dict(metadata or {})
     meta.setdefault("created", datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
-    j = {"format": FORMAT, "method": method, "base": fp}
-    if method == "spd":
-        j["spd"] = {"n_stages": spd["n_stages"], "taps": list(spd["taps"]),
-                    "n_layers": spd["n_layers"], "feature_layout": spd.get("feature_layout", "v11")}
-    else:
-        j["exit_layer"] = exit_layer
-    j["dtype"] = dtype
-    j["tensors"] = {n: s for n, s in expected}
-    j["metadata"] = meta
+    j = {"format": FORMAT, "method": method, "base": fp, **params, "dtype": dtype,
+         "tensors": {n: s for n, s in expected}, "metadata": meta}
     with open(os.path.join(dir, "head.json"), "w") as f:
         json.dump(j, f, indent=2)
         f.write("\n")

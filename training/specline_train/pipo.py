@@ -30,8 +30,6 @@ since silu(s) - silu(-s) = s*sigmoid(s) + s*(1 - sigmoid(s)) = s.
 from __future__ import annotations
 
 import copy
-import datetime
-import json
 import os
 import sys
 from typing import Optional
@@ -40,8 +38,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .heads import (FORMAT, _DTYPES, _fingerprint, check_base_fingerprint, layer_tensor_shapes,
-                    load_head_tensors, read_head_json)
+from .heads import (_fingerprint, check_base_fingerprint, layer_tensor_shapes, load_head_tensors,
+                    read_head_json, write_head_dir)
 from .model import DecoderLayer, Llama, LlamaConfig, RMSNorm, file_sha256, load_llama2c, sample_next
 
 METHOD = "pipo"
@@ -439,44 +437,23 @@ def export_pipo(dir: str, model: PipoModel, metadata: Optional[dict] = None, dty
                 base_path: Optional[str] = None) -> str:
     """dir/head.json + dir/head.safetensors (specline.head.v1, method
     "pipo") + dir/backbone.bin (the fine-tuned backbone, llama2.c). docs/pipo.md."""
-    from safetensors.torch import save_file
     fp = _fingerprint(model.cfg)
-    expected = expected_pipo_tensors(fp)
-    sd = model.head_state_dict()
-    names = [n for n, _ in expected]
-    if set(sd) != set(names):
-        raise ValueError(f"pipo tensors: missing {sorted(set(names) - set(sd))}, "
-                         f"unexpected {sorted(set(sd) - set(names))}")
-    for n, s in expected:
-        if list(sd[n].shape) != s:
-            raise ValueError(f"pipo tensor {n}: shape {list(sd[n].shape)}, expected {s}")
-    if dtype not in _DTYPES:
-        raise ValueError(f"dtype must be one of {list(_DTYPES)}")
     os.makedirs(dir, exist_ok=True)
-    save_file({n: sd[n].detach().to("cpu", _DTYPES[dtype]).contiguous() for n in names},
-              os.path.join(dir, "head.safetensors"), metadata={"format": FORMAT})
     backbone = _write_backbone(dir, model.backbone)
     if base_path:
         backbone["base_sha256"] = file_sha256(base_path)
-    meta = dict(metadata or {})
-    meta.setdefault("created", datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
     H = model.cfg.dim
-    j = {"format": FORMAT, "method": METHOD, "base": fp,
-         "pipo": {"pad_id": model.pad_id, "tau_default": model.tau_default,
-                  "pair_size": 2,
-                  "compressor": {"in": 2 * H, "hidden": 2 * H, "out": H, "activation": "silu",
-                                 "bias": True},
-                  "mtp": {"n_layers": 1, "fc_input": ["norm_e(embed(token1))", "norm_h(h_b)"],
-                          "lm_head": "base (shared, frozen)", "attention": "full, causal, own KV cache, "
-                          "RoPE at the pair position"},
-                  "confidence": {"in": 2 * H, "hidden": H, "activation": "silu", "bias": False,
-                                 "input": ["h_b", "h_d"], "output": "sigmoid"},
-                  "backbone": backbone},
-         "dtype": dtype, "tensors": {n: s for n, s in expected}, "metadata": meta}
-    with open(os.path.join(dir, "head.json"), "w") as f:
-        json.dump(j, f, indent=2)
-        f.write("\n")
-    return dir
+    params = {"pipo": {
+        "pad_id": model.pad_id, "tau_default": model.tau_default, "pair_size": 2,
+        "compressor": {"in": 2 * H, "hidden": 2 * H, "out": H, "activation": "silu", "bias": True},
+        "mtp": {"n_layers": 1, "fc_input": ["norm_e(embed(token1))", "norm_h(h_b)"],
+                "lm_head": "base (shared, frozen)",
+                "attention": "full, causal, own KV cache, RoPE at the pair position"},
+        "confidence": {"in": 2 * H, "hidden": H, "activation": "silu", "bias": False,
+                       "input": ["h_b", "h_d"], "output": "sigmoid"},
+        "backbone": backbone}}
+    return write_head_dir(dir, METHOD, fp, params, expected_pipo_tensors(fp), model.head_state_dict(),
+                          metadata, dtype)
 
 
 def load_pipo(dir: str, base: Llama) -> PipoModel:

@@ -44,17 +44,15 @@ of a generator seeded with `seed`, top 53 bits / 2^53 (u_value()).
 """
 from __future__ import annotations
 
-import datetime
-import json
 import math
-import os
 from typing import Optional
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .heads import _DTYPES, FORMAT, _fingerprint, check_base_fingerprint, read_head_json, load_head_tensors
+from .heads import (_fingerprint, check_base_fingerprint, load_head_tensors, read_head_json,
+                    write_head_dir)
 from .model import Llama, LlamaConfig, rope_inv_freq, rotate_half
 
 METHOD = "ptp"
@@ -497,26 +495,10 @@ def export_ptp(model: PtpModel, out_dir: str, metadata: Optional[dict] = None, d
     """Writes out_dir/head.json + head.safetensors (specline.head.v1, method
     "ptp", docs/ptp.md). Uses heads.py's FORMAT, fingerprint and dtypes; the
     tensor list is ptp_expected_tensors()."""
-    from safetensors.torch import save_file
-    if dtype not in _DTYPES:
-        raise ValueError(f"dtype must be one of {list(_DTYPES)}")
     fp = _fingerprint(model.cfg)
     expected = ptp_expected_tensors(fp, model.n_aux, model.lora_rank)
-    tensors = model.adapter_tensors()
-    for n, s in expected:
-        if list(tensors[n].shape) != s:
-            raise ValueError(f"ptp tensor {n}: shape {list(tensors[n].shape)}, expected {s}")
-    os.makedirs(out_dir, exist_ok=True)
-    save_file({n: tensors[n].detach().to("cpu", _DTYPES[dtype]).contiguous() for n, _ in expected},
-              os.path.join(out_dir, "head.safetensors"), metadata={"format": FORMAT})
-    meta = dict(metadata or {})
-    meta.setdefault("created", datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
-    j = {"format": FORMAT, "method": METHOD, "base": fp, "ptp": ptp_spec(model), "dtype": dtype,
-         "tensors": {n: s for n, s in expected}, "metadata": meta}
-    with open(os.path.join(out_dir, "head.json"), "w") as f:
-        json.dump(j, f, indent=2)
-        f.write("\n")
-    return out_dir
+    return write_head_dir(out_dir, METHOD, fp, {"ptp": ptp_spec(model)}, expected, model.adapter_tensors(),
+                          metadata, dtype)
 
 
 def load_ptp(dir: str, base: Llama) -> PtpModel:
