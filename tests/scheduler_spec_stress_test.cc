@@ -179,6 +179,7 @@ void RunRound(InprocPipeline& p, int round, bool sampled = false) {
   for (auto& t : readers) t.join();
 
   int64_t drafts = 0, rejected = 0, discarded = 0;
+  int cancels_landed = 0, cancels_missed = 0;
   for (size_t i = 0; i < jobs.size(); ++i) {
     const Job& j = jobs[i];
     const Outcome& o = outcomes[i];
@@ -196,8 +197,16 @@ void RunRound(InprocPipeline& p, int round, bool sampled = false) {
           static_cast<long long>(st.draft_tokens), static_cast<long long>(st.accepted_tokens),
           static_cast<long long>(st.rejected_tokens), static_cast<long long>(st.discarded_tokens));
     }
+    if (j.cancel_after != 0 && !o.cancel_accepted) {
+      // The request finished before its reader thread got to cancel it (a
+      // starved reader on a loaded machine: CI saw it once). A cancel after
+      // the end is a no-op; the output must then be the whole reference.
+      ++cancels_missed;
+      EXPECT_EQ(o.tokens, j.expected);
+      continue;
+    }
     if (j.cancel_after != 0) {
-      EXPECT_TRUE(o.cancel_accepted) << "the request ended before it was cancelled";
+      ++cancels_landed;
       EXPECT_EQ(o.last.finish, FinishReason::kAbort);
       EXPECT_GE(static_cast<int>(o.tokens.size()), std::max(j.cancel_after, 0));
       EXPECT_LT(o.tokens.size(), j.expected.size());
@@ -223,8 +232,10 @@ void RunRound(InprocPipeline& p, int round, bool sampled = false) {
     }
     EXPECT_EQ(st.accepted_tokens + st.rejected_tokens + st.discarded_tokens, st.draft_tokens);
   }
-  // The point of the stress: many flushes happened.
+  // The point of the stress: many flushes happened, and cancels hit running
+  // requests (cancel-at-once is issued right after Submit, so at least it).
   EXPECT_GT(rejected, 20) << "too few rejections to stress rollback";
+  EXPECT_GT(cancels_landed, 0) << cancels_missed << " cancels came after their request ended";
 
   // Everything is released: stage caches, sequences and the engine's budget.
   EXPECT_TRUE(Eventually([&] { return p.StagesEmpty(); })) << "round " << round;
