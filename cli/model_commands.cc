@@ -110,6 +110,9 @@ int InfoCommand(int argc, char** argv) {
     } else if (s.method == DraftMethod::kPtp) {
       std::cout << ", n_aux " << s.ptp_n_aux << ", lora_rank " << s.ptp_lora_rank << ", lora_alpha "
                 << s.ptp_lora_alpha;
+    } else if (s.method == DraftMethod::kPipo) {
+      std::cout << ", pad_id " << s.pipo_pad_id << ", tau_default " << s.pipo_tau_default << ", backbone "
+                << s.pipo_backbone_file;
     } else {
       std::cout << ", exit_layer " << s.exit_layer;
     }

@@ -93,7 +93,7 @@ void WriteText(const std::string& path, const std::string& text) {
 
 // Each edit of the head's good head.json must make the load fail with a
 // message naming the file and `field`.
-void ExpectEachEditFails(const std::string& dir,
+void ExpectEachEditFails(const std::string& dir, const ModelConfig& base,
                          const std::vector<std::pair<std::function<void(json&)>, std::string>>& cases) {
   const std::string path = dir + "/head.json";
   const std::string good = testing::ReadFile(path);
@@ -102,8 +102,8 @@ void ExpectEachEditFails(const std::string& dir,
     json j = json::parse(good);
     edit(j);
     WriteText(path, j.dump());
-    const std::string e = LoadError(dir, Base());
-    EXPECT_THAT(e, HasSubstr(dir + "/head."));
+    const std::string e = LoadError(dir, base);
+    EXPECT_THAT(e, HasSubstr(dir + "/"));
     EXPECT_THAT(e, HasSubstr(field));
   }
   WriteText(path, good);
@@ -314,7 +314,7 @@ TEST_F(HeadValidation, BadSpdFields) {
        },
        "fc.2.weight"},
   };
-  ExpectEachEditFails(dir, cases);
+  ExpectEachEditFails(dir, Base(), cases);
 }
 
 TEST_F(HeadValidation, BadPtpFields) {
@@ -336,7 +336,7 @@ TEST_F(HeadValidation, BadPtpFields) {
        },
        "lora_A"},
   };
-  ExpectEachEditFails(dir, cases);
+  ExpectEachEditFails(dir, Base(), cases);
 }
 
 // The adapter the Python recipe trained (training/heads/stories260K/ptp)
@@ -351,6 +351,38 @@ TEST(PtpHead, TrainedAdapterLoads) {
   EXPECT_EQ(head->spec().ptp_lora_rank, 16);
   EXPECT_EQ(head->source().Tensors().size(), 1u + 7u * 2u * base.n_layers);
   EXPECT_NE(head->source().Find("model.layers.4.mlp.down_proj.lora_B"), nullptr);
+}
+
+// The PIPO head the Python recipe trained (training/heads/stories260K/pipo):
+// loads with its parameters and backbone; broken fields, a missing or
+// mis-shaped backbone are refused with the file and field named.
+TEST(PipoHead, TrainedHeadLoadsAndBadFieldsFail) {
+  const std::string model = testing::SharedModelPath("stories260K/stories260K.bin");
+  if (model.empty()) GTEST_SKIP() << "../shared/models/stories260K absent";
+  const ModelConfig base = OpenModel(model)->config();
+  const std::string trained = testing::SourcePath("training/heads/stories260K/pipo");
+  auto head = LoadDraftHead(trained, base);
+  EXPECT_EQ(head->spec().method, DraftMethod::kPipo);
+  EXPECT_EQ(head->spec().pipo_pad_id, 0);
+  EXPECT_DOUBLE_EQ(head->spec().pipo_tau_default, 0.95);
+  EXPECT_EQ(head->spec().pipo_backbone_file, "backbone.bin");
+  EXPECT_NE(head->FileTensor("mtp.layers.0.self_attn.q_proj.weight"), nullptr);
+
+  const std::string dir = NewDir("pipo");
+  fs::create_directories(dir);
+  for (const char* f : {"head.json", "head.safetensors", "backbone.bin"}) {
+    fs::copy_file(trained + "/" + f, dir + "/" + f);
+  }
+  ExpectEachEditFails(dir, base, {
+      {[](json& j) { j["pipo"]["pad_id"] = 512; }, "pipo.pad_id"},
+      {[](json& j) { j["pipo"]["pair_size"] = 3; }, "pipo.pair_size"},
+      {[](json& j) { j["pipo"]["tau_default"] = -1; }, "pipo.tau_default"},
+      {[](json& j) { j["pipo"]["backbone"]["file"] = "absent.bin"; }, "pipo.backbone.file"},
+      {[](json& j) { j["tensors"].erase("mtp.fc.weight"); }, "mtp.fc.weight"},
+  });
+  // A backbone of another shape.
+  WriteRandomModel(LlamaShape(32, 64, 2, 4, 2, 512, 64), ModelFormat::kLlama2c, dir + "/backbone.bin", 1);
+  EXPECT_THAT(LoadError(dir, base), HasSubstr("backbone.bin"));
 }
 
 TEST_F(HeadValidation, MissingFiles) {

@@ -160,6 +160,26 @@ void ReadPtpParameters(const json& j, const std::string& jpath, const ModelConfi
   }
 }
 
+// The "pipo" object. The backbone must exist and be the base's shape (its
+// sha256 is checked by the Python loader; this runtime has no hash yet).
+void ReadPipoParameters(const json& j, const std::string& jpath, const std::string& dir,
+                        const ModelConfig& base, DraftHeadSpec* s) {
+  if (!j.contains("pipo") || !j["pipo"].is_object()) Fail(jpath, "missing object 'pipo'");
+  const json& p = j["pipo"];
+  s->pipo_pad_id = Field<int>(p, "pad_id", jpath, "pipo.");
+  s->pipo_tau_default = Field<double>(p, "tau_default", jpath, "pipo.");
+  if (!(s->pipo_tau_default >= 0.0)) Fail(jpath, "field 'pipo.tau_default' must be >= 0");
+  if (Field<int>(p, "pair_size", jpath, "pipo.") != 2) Fail(jpath, "field 'pipo.pair_size' must be 2");
+  if (!p.contains("backbone") || !p["backbone"].is_object()) Fail(jpath, "missing object 'pipo.backbone'");
+  s->pipo_backbone_file = Field<std::string>(p["backbone"], "file", jpath, "pipo.backbone.");
+  const std::string path = (fs::path(dir) / s->pipo_backbone_file).string();
+  if (!fs::exists(path)) Fail(jpath, "field 'pipo.backbone.file': " + path + " does not exist");
+  const ModelConfig bc = OpenModel(path)->config();  // throws ModelFormatError naming the file
+  if (BaseFingerprint(bc) != BaseFingerprint(base)) {
+    Fail(path, "the backbone's shape " + BaseFingerprint(bc).dump() + " differs from the base's");
+  }
+}
+
 }  // namespace
 
 const char* DraftMethodName(DraftMethod m) {
@@ -168,6 +188,7 @@ const char* DraftMethodName(DraftMethod m) {
     case DraftMethod::kPpsdLayer: return "ppsd-layer";
     case DraftMethod::kSpd: return "spd";
     case DraftMethod::kPtp: return "ptp";
+    case DraftMethod::kPipo: return "pipo";
   }
   return "?";
 }
@@ -254,6 +275,24 @@ TensorList ExpectedDraftHeadTensors(const DraftHeadSpec& s, const ModelConfig& c
       }
       break;
     }
+    case DraftMethod::kPipo: {
+      if (s.pipo_pad_id < 0 || s.pipo_pad_id >= c.vocab_size) {
+        bad("pipo.pad_id " + std::to_string(s.pipo_pad_id) + " is not a token id");
+      }
+      out.push_back({"compressor.fc1.weight", {2 * dim, 2 * dim}});
+      out.push_back({"compressor.fc1.bias", {2 * dim}});
+      out.push_back({"compressor.fc2.weight", {dim, 2 * dim}});
+      out.push_back({"compressor.fc2.bias", {dim}});
+      out.push_back({"mtp.norm_e.weight", {dim}});
+      out.push_back({"mtp.norm_h.weight", {dim}});
+      out.push_back({"mtp.fc.weight", {dim, 2 * dim}});
+      AddLayerTensors(c, "mtp.layers.0.", &out);
+      out.push_back({"mtp.norm.weight", {dim}});
+      out.push_back({"confidence.norm.weight", {2 * dim}});
+      out.push_back({"confidence.fc1.weight", {dim, 2 * dim}});
+      out.push_back({"confidence.fc2.weight", {1, dim}});
+      break;
+    }
   }
   return out;
 }
@@ -292,7 +331,8 @@ std::unique_ptr<DraftHead> LoadDraftHead(const std::string& dir, const ModelConf
   else if (method == "ppsd-layer") s.method = DraftMethod::kPpsdLayer;
   else if (method == "spd") s.method = DraftMethod::kSpd;
   else if (method == "ptp") s.method = DraftMethod::kPtp;
-  else Fail(jpath, "field 'method' is \"" + method + "\", expected ppsd-norm, ppsd-layer, spd or ptp");
+  else if (method == "pipo") s.method = DraftMethod::kPipo;
+  else Fail(jpath, "field 'method' is \"" + method + "\", expected ppsd-norm, ppsd-layer, spd, ptp or pipo");
 
   // Base fingerprint: every number must match the model the head runs with.
   if (!j.contains("base") || !j["base"].is_object()) Fail(jpath, "missing object 'base'");
@@ -334,6 +374,8 @@ std::unique_ptr<DraftHead> LoadDraftHead(const std::string& dir, const ModelConf
   } else if (s.method == DraftMethod::kPtp) {
     ReadPtpParameters(j, jpath, base, &s);
     n_head_layers = base.n_layers;  // LoRA tensors for every base layer
+  } else if (s.method == DraftMethod::kPipo) {
+    ReadPipoParameters(j, jpath, dir, base, &s);
   } else {
     s.exit_layer = Field<int>(j, "exit_layer", jpath, "");
     first_layer = s.exit_layer;
@@ -452,6 +494,9 @@ void WriteDraftHead(const std::string& dir, const DraftHeadSpec& spec, const Mod
   j["format"] = kFormat;
   j["method"] = DraftMethodName(spec.method);
   j["base"] = BaseFingerprint(base);
+  if (spec.method == DraftMethod::kPipo) {
+    throw std::invalid_argument("WriteDraftHead: pipo heads are written by training/train_pipo.py");
+  }
   if (spec.method == DraftMethod::kPtp) {
     std::vector<std::string> targets(std::begin(kPtpLoraTargets), std::end(kPtpLoraTargets));
     std::vector<int> layers(base.n_layers);

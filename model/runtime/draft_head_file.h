@@ -23,11 +23,12 @@ namespace specline {
 class SafetensorsFile;
 
 // kPtp: a PTP adapter (docs/ptp.md): u_embed + gated LoRA over the base's
-// own layers; the base model is the drafter.
-enum class DraftMethod { kPpsdNorm, kPpsdLayer, kSpd, kPtp };
+// own layers; the base model is the drafter. kPipo: PIPO's compressor, MTP
+// and confidence heads plus a fine-tuned backbone file (docs/pipo.md).
+enum class DraftMethod { kPpsdNorm, kPpsdLayer, kSpd, kPtp, kPipo };
 enum class SpdFeatureLayout { kV10, kV11 };
 
-// "ppsd-norm", "ppsd-layer", "spd", "ptp"; "v10", "v11".
+// "ppsd-norm", "ppsd-layer", "spd", "ptp", "pipo"; "v10", "v11".
 const char* DraftMethodName(DraftMethod m);
 const char* SpdFeatureLayoutName(SpdFeatureLayout l);
 
@@ -48,6 +49,12 @@ struct DraftHeadSpec {
   int ptp_n_aux = 0;
   int ptp_lora_rank = 0;
   double ptp_lora_alpha = 0.0;
+  // PIPO: the PAD id (fills a pair's second slot, never emitted), the
+  // default confidence threshold, and the fine-tuned backbone the stages
+  // run instead of the base (path relative to the head directory).
+  int pipo_pad_id = 0;
+  double pipo_tau_default = 0.95;
+  std::string pipo_backbone_file;
   // Free-form provenance (recipe, data, steps, created, ...), a JSON object
   // serialised as text; "{}" when there is none.
   std::string metadata_json = "{}";
