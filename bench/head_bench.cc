@@ -1,5 +1,5 @@
 // Pipeline speculation with trained draft heads: wall-clock decode speedup
-// of PPSD / SPD over autoregressive decoding on the same multi-process
+// of PPSD / SPD / PTP over autoregressive decoding on the same multi-process
 // deployment, next to the speedup the measured acceptance predicts.
 //
 //   build/bench/head_bench [--model PATH] [--head DIR]... [--stages N]
@@ -10,9 +10,11 @@
 // Defaults: stories260K from ../shared/models and every head in
 // training/heads/stories260K (run from the repository root). For each head,
 // one deployment (bench/spec_deployment.h) with the head loaded by the
-// scheduler (--ppsd-head / --spd-head, no oracle): N stages = the SPD
-// module's n, or ceil(n_layers / E) for a PPSD head at exit E (as
-// training/eval_heads.py). Request i's prompt is BOS followed by
+// scheduler (--ppsd-head / --spd-head, no oracle; a PTP adapter by every
+// stage and the scheduler, --ptp-head): N stages = the SPD module's n, or
+// ceil(n_layers / E) for a PPSD head at exit E (as training/eval_heads.py),
+// or 1 for PTP (the paper's setting: one model, several tokens per call).
+// PIPO heads are skipped (not lossless; bench/pipo_bench). Request i's prompt is BOS followed by
 // --prefix-tokens tokens the deployment samples from the base model at T=1
 // (seed i): the start of the distribution the heads were trained and
 // evaluated on, and different for every request (greedy from BOS alone is
@@ -22,10 +24,14 @@
 // Columns: decode tok/s (median over requests; (tokens - 1) / (e2e - TTFT)
 // at the client), speedup = median of the per-request spec / AR ratios,
 // acceptance = accepted / (accepted + flushes) summed over the requests
-// (the rate of the drafts that were verified), L'acc (median), theory =
-// n / (alpha + (1 - alpha) n) at the measured acceptance (what a pipeline
-// whose stages dominate every other cost would gain), speedup / theory,
-// and at T = 0 mismatches against the plain run (greedy is lossless: 0).
+// (the rate of the drafts that were verified), L'acc (median), tok/call =
+// tokens per verification (1 + accepted / chains; for PTP tokens per
+// call, the paper's Table 3 metric), theory = n / (alpha + (1 - alpha) n)
+// at the measured acceptance (what a pipeline whose stages dominate every
+// other cost would gain; for PTP tokens per call, what a call that costs
+// one token step would gain), speedup / theory, and at T = 0 mismatches
+// against the plain run (greedy is lossless: 0; PTP samples with coupled
+// u, so only greedy is compared).
 // Exits 1 on a mismatch.
 #include <algorithm>
 #include <cmath>
@@ -71,9 +77,10 @@ const char* kUsage =
     "  [--stage-threads N] [--json PATH]\n";
 
 struct Head {
-  std::string dir, name, method;  // method: spd / ppsd-norm / ppsd-layer
+  std::string dir, name, method;  // method: spd / ppsd-norm / ppsd-layer / ptp
   int stages = 0;
   v1::DecodingPolicy policy() const {
+    if (method == "ptp") return v1::DECODING_POLICY_PTP;
     return method == "spd" ? v1::DECODING_POLICY_SPD : v1::DECODING_POLICY_PPSD;
   }
 };
@@ -91,6 +98,8 @@ Head ReadHead(const std::string& dir, int stages_override) {
     h.stages = stages_override;
   } else if (h.method == "spd") {
     h.stages = j.at("spd").at("n_stages").get<int>();
+  } else if (h.method == "ptp") {
+    h.stages = 1;
   } else {
     const int layers = j.at("base").at("n_layers").get<int>();
     const int e = j.at("exit_layer").get<int>();
@@ -104,12 +113,16 @@ struct Row {
   int stages = 0;
   double temperature = 0;
   std::vector<double> ar, spec, ratio, lacc;
-  int64_t accepted = 0, flushes = 0, draft_tokens = 0;
+  int64_t accepted = 0, flushes = 0, draft_tokens = 0, chains = 0;
+  bool ptp = false;
   int mismatches = 0;
   double acceptance() const {
     return accepted + flushes > 0 ? double(accepted) / double(accepted + flushes) : 0;
   }
-  double theory() const { return specline::bench::Theory(acceptance(), stages); }
+  double tokens_per_call() const { return chains > 0 ? 1.0 + double(accepted) / double(chains) : 1; }
+  double theory() const {
+    return ptp ? tokens_per_call() : specline::bench::Theory(acceptance(), stages);
+  }
 };
 
 Row Measure(specline::bench::Deployment& d, const Options& o, const Head& h, double t) {
@@ -117,6 +130,7 @@ Row Measure(specline::bench::Deployment& d, const Options& o, const Head& h, dou
   row.head = h.name;
   row.stages = h.stages;
   row.temperature = t;
+  row.ptp = h.method == "ptp";
   for (int r = 1; r <= o.requests; ++r) {
     specline::bench::BenchRequest q;
     q.prompt = {1};  // BOS
@@ -141,14 +155,15 @@ Row Measure(specline::bench::Deployment& d, const Options& o, const Head& h, dou
     row.accepted += sp.spec.num_accepted_tokens();
     row.flushes += sp.spec.num_flushes();
     row.draft_tokens += sp.spec.num_draft_tokens();
+    row.chains += sp.spec.num_drafts();
   }
   return row;
 }
 
 void PrintRow(const Row& r) {
-  std::printf("%-14s %3d %4.1f %9.1f %9.1f %8.3f %7.3f %6.2f %7.3f %8.3f %7lld %4d\n",
+  std::printf("%-14s %3d %4.1f %9.1f %9.1f %8.3f %7.3f %6.2f %8.3f %7.3f %8.3f %7lld %4d\n",
               r.head.c_str(), r.stages, r.temperature, Median(r.ar), Median(r.spec),
-              Median(r.ratio), r.acceptance(), Median(r.lacc), r.theory(),
+              Median(r.ratio), r.acceptance(), Median(r.lacc), r.tokens_per_call(), r.theory(),
               Median(r.ratio) / r.theory(), static_cast<long long>(r.draft_tokens),
               r.mismatches);
   std::fflush(stdout);
@@ -159,7 +174,8 @@ nlohmann::json ToJson(const Row& r) {
           {"ar_decode_tok_s", Median(r.ar)}, {"spec_decode_tok_s", Median(r.spec)},
           {"speedup", Median(r.ratio)}, {"acceptance", r.acceptance()},
           {"accepted", r.accepted}, {"flushes", r.flushes}, {"draft_tokens", r.draft_tokens},
-          {"equivalent_acceptance_length", Median(r.lacc)}, {"theory", r.theory()},
+          {"equivalent_acceptance_length", Median(r.lacc)}, {"chains", r.chains},
+          {"tokens_per_call", r.tokens_per_call()}, {"theory", r.theory()},
           {"fraction_of_theory", Median(r.ratio) / r.theory()}, {"mismatches", r.mismatches},
           {"ar_rounds", r.ar}, {"spec_rounds", r.spec}, {"ratio_rounds", r.ratio}};
 }
@@ -169,7 +185,10 @@ std::vector<std::string> DefaultHeads() {
   const fs::path root = "training/heads/stories260K";
   if (!fs::is_directory(root)) return heads;
   for (const auto& e : fs::directory_iterator(root)) {
-    if (fs::exists(e.path() / "head.json")) heads.push_back(e.path().string());
+    if (!fs::exists(e.path() / "head.json")) continue;
+    std::ifstream in(e.path() / "head.json");
+    if (nlohmann::json::parse(in).value("method", "") == "pipo") continue;  // not lossless
+    heads.push_back(e.path().string());
   }
   std::sort(heads.begin(), heads.end());
   return heads;
@@ -211,9 +230,9 @@ int main(int argc, char** argv) try {
               "AR and spec back to back; --spec-policy %s; %u cores\n",
               o.model.c_str(), o.requests, o.max_tokens, o.prefix_tokens, o.spec_policy.c_str(),
               std::thread::hardware_concurrency());
-  std::printf("%-14s %3s %4s %9s %9s %8s %7s %6s %7s %8s %7s %4s\n", "head", "n", "T",
-              "AR tok/s", "sp tok/s", "speedup", "accept", "L'acc", "theory", "/theory",
-              "drafts", "mism");
+  std::printf("%-14s %3s %4s %9s %9s %8s %7s %6s %8s %7s %8s %7s %4s\n", "head", "n", "T",
+              "AR tok/s", "sp tok/s", "speedup", "accept", "L'acc", "tok/call", "theory",
+              "/theory", "drafts", "mism");
   int mismatches = 0;
   for (const std::string& dir : o.heads) {
     const Head h = ReadHead(dir, o.stages);
@@ -223,7 +242,12 @@ int main(int argc, char** argv) try {
     d.stage_threads = o.stage_threads;
     d.kv_tokens = std::max(1024, o.max_tokens + 32);
     d.spec_policy = o.spec_policy;
-    d.scheduler_args = {h.method == "spd" ? "--spd-head" : "--ppsd-head", h.dir};
+    if (h.method == "ptp") {
+      d.scheduler_args = {"--ptp-head", h.dir};
+      d.stage_args = {"--ptp-head", h.dir};
+    } else {
+      d.scheduler_args = {h.method == "spd" ? "--spd-head" : "--ppsd-head", h.dir};
+    }
     specline::bench::Deployment deployment(d);
     for (int w = 0; w < 4; ++w) {  // warm-up: pages in the weights, starts the connections
       specline::bench::BenchRequest q;

@@ -163,6 +163,7 @@ Run Deployment::Submit(const BenchRequest& q) {
   req.mutable_sampling()->set_seed(q.seed ? q.seed : seq_);
   req.set_max_tokens(q.max_tokens);  // no stop ids: ignore EOS
   req.set_policy(q.policy);
+  if (q.pipo_tau >= 0) req.set_pipo_tau(q.pipo_tau);
   if (q.oracle_alpha >= 0) {
     req.mutable_oracle()->set_alpha(q.oracle_alpha);
     if (q.reference) {

@@ -68,6 +68,7 @@ struct BenchRequest {
   uint64_t seed = 0;
   double oracle_alpha = -1;                        // >= 0: the oracle drafter
   const std::vector<int32_t>* reference = nullptr;  // the oracle's true tokens
+  float pipo_tau = -1;                             // >= 0: PIPO's threshold
 };
 
 // The processes, killed on destruction; their logs go to a file in a

@@ -121,6 +121,8 @@ void Launcher::Start(std::chrono::seconds timeout) {
     if (config_.kv_capacity_tokens > 0)
       c.argv.insert(c.argv.end(), {"--kv-capacity-tokens", std::to_string(config_.kv_capacity_tokens)});
     AddDeviceFlags(c.argv);
+    if (!config_.ptp_head.empty()) c.argv.insert(c.argv.end(), {"--ptp-head", config_.ptp_head});
+    if (!config_.pipo_head.empty()) c.argv.insert(c.argv.end(), {"--pipo-head", config_.pipo_head});
     stage_grpc += (i ? "," : "") + Loopback(c.grpc_port);
   }
   scheduler_.argv = {sched_bin, "--model", config_.model,
@@ -137,6 +139,12 @@ void Launcher::Start(std::chrono::seconds timeout) {
                            {"--kv-capacity-tokens", std::to_string(config_.kv_capacity_tokens)});
   scheduler_.argv.insert(scheduler_.argv.end(), config_.scheduler_spec_args.begin(),
                          config_.scheduler_spec_args.end());
+  if (!config_.ptp_head.empty()) {
+    scheduler_.argv.insert(scheduler_.argv.end(), {"--ptp-head", config_.ptp_head});
+  }
+  if (!config_.pipo_head.empty()) {
+    scheduler_.argv.insert(scheduler_.argv.end(), {"--pipo-head", config_.pipo_head});
+  }
   AddDeviceFlags(scheduler_.argv);  // the output head runs there too
   gateway_.argv = {gw_bin, "--model", config_.model,
                    "--scheduler", Loopback(scheduler_.grpc_port),

@@ -34,6 +34,9 @@ struct LaunchConfig {
   std::string dtype;       // GPU element type; "" = bf16
   // Speculation options for the scheduler ("--ppsd-head", DIR, ...), as is.
   std::vector<std::string> scheduler_spec_args;
+  // Heads every stage and the scheduler load ("" = none): a PTP adapter, a
+  // PIPO head (its backbone on the stages, its other heads on the scheduler).
+  std::string ptp_head, pipo_head;
 };
 
 class Launcher {

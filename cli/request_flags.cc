@@ -3,11 +3,13 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "proto/policy_names.h"
+
 namespace specline::cli {
 
 const std::vector<std::string> kRequestOptions = {
     "system", "prompt-ids", "max-tokens", "temperature", "top-k", "top-p", "min-p",
-    "repetition-penalty", "seed", "stop", "stop-token-ids", "request-id", "policy"};
+    "repetition-penalty", "seed", "stop", "stop-token-ids", "request-id", "policy", "pipo-tau"};
 const std::vector<std::string> kRequestFlags = {"chat", "ignore-eos"};
 
 const char kRequestUsage[] = R"(  --chat                 send the prompt as a chat message (model's chat template)
@@ -16,7 +18,8 @@ const char kRequestUsage[] = R"(  --chat                 send the prompt as a ch
   --max-tokens N         tokens to generate (default: the server's)
   --temperature T        0 = greedy (default 0)
   --top-k K  --top-p P  --min-p P  --repetition-penalty R  --seed S
-  --policy P             ar, ppsd or spd (default: the server's)
+  --policy P             ar, ppsd, spd, pipo or ptp (default: the server's)
+  --pipo-tau X           PIPO's confidence threshold (0 = always two tokens, > 1 = one)
   --stop TEXT            a stop string (excluded from the output)
   --stop-token-ids 1,2   extra stop token ids
   --ignore-eos           keep going past the model's stop tokens
@@ -72,16 +75,10 @@ v1::GenerateRequest RequestFromArgs(const Args& args, const std::string& prompt_
       req.add_stop_token_ids(id);
   }
   req.set_ignore_eos(args.Has("ignore-eos"));
-  const std::string policy = args.Str("policy");
-  if (policy == "ar") {
-    req.set_policy(v1::DECODING_POLICY_AUTOREGRESSIVE);
-  } else if (policy == "ppsd") {
-    req.set_policy(v1::DECODING_POLICY_PPSD);
-  } else if (policy == "spd") {
-    req.set_policy(v1::DECODING_POLICY_SPD);
-  } else if (!policy.empty()) {
-    throw std::invalid_argument("--policy: \"" + policy + "\" is not ar, ppsd or spd");
-  }
+  const absl::StatusOr<v1::DecodingPolicy> policy = PolicyFromName(args.Str("policy"));
+  if (!policy.ok()) throw std::invalid_argument(std::string(policy.status().message()));
+  req.set_policy(*policy);
+  if (args.Has("pipo-tau")) req.set_pipo_tau(static_cast<float>(args.Float("pipo-tau", 0)));
   return req;
 }
 

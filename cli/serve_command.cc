@@ -45,7 +45,13 @@ const char kServeUsage[] = R"(usage: specline serve [options]
   --startup-timeout-s N    how long start-up may take (default 300)
   --ppsd-head DIR          enable DECODING_POLICY_PPSD with this early-exit head
   --spd-head DIR           enable DECODING_POLICY_SPD with this speculation module
-  --default-policy P       ar, ppsd or spd: for requests that do not choose
+  --ptp-head DIR           enable DECODING_POLICY_PTP with this adapter (every stage
+                           and the scheduler load it; CPU stages)
+  --ptp-n-aux N            PTP auxiliary rows per call (default: the adapter's)
+  --pipo-head DIR          enable DECODING_POLICY_PIPO (not lossless) with this head:
+                           the stages run its backbone, the scheduler its heads
+  --pipo-tau X             PIPO's default confidence threshold (default: the head's)
+  --default-policy P       ar, ppsd, spd, ptp or pipo: for requests that do not choose
   --spec-policy P          auto (default), always or never: when to draft
   --spec-max-drafts N      drafts in flight per request (default stages - 1)
   --allow-oracle true      accept oracle drafting on the scheduler's internal API
@@ -69,7 +75,8 @@ int ServeCommand(int argc, char** argv) {
                   "default-max-tokens", "drain-timeout-ms", "auth-token-file", "tls-cert",
                   "tls-key", "port-file", "startup-timeout-s", "demo-prompt", "log-level",
                   "ppsd-head", "spd-head", "default-policy", "spec-policy", "spec-max-drafts",
-                  "allow-oracle", "device", "dtype"});
+                  "allow-oracle", "device", "dtype", "ptp-head", "ptp-n-aux", "pipo-head",
+                  "pipo-tau"});
   std::vector<std::string> flags = kRequestFlags;
   flags.push_back("help");
   Args args(argc, argv, 2, options, flags);
@@ -101,9 +108,11 @@ int ServeCommand(int argc, char** argv) {
   c.port_file = args.Str("port-file");
   c.device = args.Str("device");
   c.dtype = args.Str("dtype");
+  c.ptp_head = args.Str("ptp-head");
+  c.pipo_head = args.Str("pipo-head");
   for (const char* name :
        {"ppsd-head", "spd-head", "default-policy", "spec-policy", "spec-max-drafts",
-        "allow-oracle"}) {
+        "allow-oracle", "ptp-n-aux", "pipo-tau"}) {
     if (args.Has(name)) {
       c.scheduler_spec_args.insert(c.scheduler_spec_args.end(),
                                    {std::string("--") + name, args.Str(name)});

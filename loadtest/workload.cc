@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "proto/policy_names.h"
+
 namespace specline::loadtest {
 
 std::vector<WorkItem> LoadPrompts(const std::string& path, int default_max_tokens) {
@@ -64,11 +66,9 @@ std::vector<WorkItem> SyntheticPrompts(int count, const SyntheticOptions& o) {
 }
 
 v1::DecodingPolicy ParsePolicy(const std::string& name) {
-  if (name.empty()) return v1::DECODING_POLICY_UNSPECIFIED;
-  if (name == "ar") return v1::DECODING_POLICY_AUTOREGRESSIVE;
-  if (name == "ppsd") return v1::DECODING_POLICY_PPSD;
-  if (name == "spd") return v1::DECODING_POLICY_SPD;
-  throw std::invalid_argument("--policy must be ar, ppsd or spd");
+  const absl::StatusOr<v1::DecodingPolicy> policy = PolicyFromName(name);
+  if (!policy.ok()) throw std::invalid_argument(std::string(policy.status().message()));
+  return *policy;
 }
 
 v1::GenerateRequest BuildRequest(const WorkItem& item, const RequestOptions& o,

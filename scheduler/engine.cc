@@ -59,12 +59,14 @@ void Engine::LoadDrafters() {
     spd_ = MakeSpdDrafter(head, model_, pool_, o.draft_kv_capacity_tokens);
   }
   if (o.allow_oracle) oracle_spd_ = MakeOracleDrafter(0);
+  if (!o.ptp_head.empty()) LoadPtpAdapter();
+  if (!o.pipo_head.empty()) LoadPipoHead();
   // The PPSD oracle without a head exits where the first stage ends; that
   // is known once the stages answer (BringUp).
   const std::vector<SpecMode> m = modes();
   if (std::find(m.begin(), m.end(), o.default_mode) == m.end()) {
     throw std::invalid_argument(absl::StrCat("the default policy ", SpecModeName(o.default_mode),
-                                             " needs its head (--ppsd-head / --spd-head)"));
+                                             " needs its head (--ppsd-head / --spd-head / --ptp-head / --pipo-head)"));
   }
 }
 
@@ -135,8 +137,8 @@ absl::Status Engine::ValidateSpeculation(const RequestSpec& spec) const {
           "oracle: oracle drafting is for tests and benchmarks (start the scheduler with "
           "--allow-oracle)");
     }
-    if (spec.mode == SpecMode::kAutoregressive) {
-      return absl::InvalidArgumentError("oracle: needs a speculative policy (PPSD or SPD)");
+    if (spec.mode != SpecMode::kPpsd && spec.mode != SpecMode::kSpd) {
+      return absl::InvalidArgumentError("oracle: needs a drafting policy (PPSD or SPD)");
     }
     if (!(o.alpha >= 0 && o.alpha <= 1)) {
       return absl::InvalidArgumentError(absl::StrCat("oracle.alpha: ", o.alpha,
@@ -158,11 +160,27 @@ absl::Status Engine::ValidateSpeculation(const RequestSpec& spec) const {
     return absl::FailedPreconditionError(
         "policy SPD is not available on this deployment (the scheduler has no --spd-head)");
   }
+  if (spec.mode == SpecMode::kPtp && !ptp_head_) {
+    return absl::FailedPreconditionError(
+        "policy PTP is not available on this deployment (the scheduler has no --ptp-head)");
+  }
+  if (spec.mode == SpecMode::kPipo && !pipo_) {
+    return absl::FailedPreconditionError(
+        "policy PIPO is not available on this deployment (the scheduler has no --pipo-head)");
+  }
+  if (spec.pipo_tau >= 0 && spec.mode != SpecMode::kPipo) {
+    return absl::InvalidArgumentError("pipo_tau: applies to policy PIPO only");
+  }
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(RequestSpec spec) {
   if (absl::Status st = Validate(spec); !st.ok()) return st;
+  // PIPO's padded prompt and its compressor rows, before taking the lock.
+  PipoState pipo;
+  if (spec.mode == SpecMode::kPipo) {
+    if (absl::Status st = PreparePipo(spec, &pipo); !st.ok()) return st;
+  }
   std::shared_ptr<RequestStream> stream;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -171,8 +189,10 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(RequestSpec spec) 
       return absl::UnavailableError(
           "the pipeline is down: not every stage answers (retry when it is back)");
     }
-    const int64_t need =
-        budget_.WorstCaseBlocks(spec.prompt.size(), spec.max_tokens, config().max_seq_len);
+    // A PIPO request holds one position per pair (at least one token each).
+    const int64_t need = budget_.WorstCaseBlocks(
+        pipo.active ? pipo.prompt_pairs : static_cast<int>(spec.prompt.size()), spec.max_tokens,
+        config().max_seq_len);
     if (need * budget_.block_size() > budget_.capacity_tokens()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "max_tokens: prompt + max_tokens needs ", need * budget_.block_size(),
@@ -182,11 +202,20 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(RequestSpec spec) 
       return absl::ResourceExhaustedError(absl::StrCat(
           "the waiting queue is full (", options_.max_waiting, " requests); retry later"));
     }
+    if (spec.mode == SpecMode::kPtp) {
+      if (absl::Status st = PtpAvailableLocked(); !st.ok()) return st;
+    }
+    if (spec.mode == SpecMode::kPipo && !pipo_unavailable_.empty()) {
+      return absl::FailedPreconditionError(pipo_unavailable_);
+    }
     const bool oracle = spec.oracle.enabled;
     auto seq = std::make_shared<Sequence>(next_seq_id_++, std::move(spec));
     seq->kv_blocks = need;
     seq->drafter = DrafterFor(seq->mode, oracle);
-    if (seq->mode != SpecMode::kAutoregressive && !seq->drafter) {
+    seq->limit = std::min<int32_t>(seq->prompt_len + seq->max_tokens, config().max_seq_len);
+    if (seq->mode == SpecMode::kPtp) seq->ptp.n_aux = ptp_n_aux_;
+    seq->pipo = std::move(pipo);
+    if (seq->drafter == nullptr && (seq->mode == SpecMode::kPpsd || seq->mode == SpecMode::kSpd)) {
       return absl::FailedPreconditionError(absl::StrCat(
           "policy ", SpecModeName(seq->mode), " is not available on this deployment yet"));
     }
@@ -271,6 +300,10 @@ void Engine::FinishLocked(Sequence& seq, FinishReason reason, absl::Status error
   seq.spec.drafts.clear();
   seq.spec.taps.clear();
   if (seq.drafter) drafter_releases_.emplace_back(seq.drafter, seq.id);
+  if (seq.pipo.active) {
+    std::lock_guard<std::mutex> lock(pipo_mu_);
+    pipo_->Release(seq.id);
+  }
   RecordSpecFinishLocked(seq);
   if (was_running) {
     budget_.Return(seq.kv_blocks);

@@ -28,6 +28,7 @@
 #include "model/formats/model_source.h"
 #include "model/runtime/device_spec.h"
 #include "model/runtime/output_head.h"
+#include "model/runtime/pipo_model.h"
 #include "scheduler/batch_builder.h"
 #include "scheduler/drafter.h"
 #include "scheduler/kv_budget.h"
@@ -58,6 +59,14 @@ struct SpecOptions {
   SpecMode default_mode = SpecMode::kAutoregressive;  // for requests that do not choose
   std::string ppsd_head;  // head directory enabling PPSD ("" = none)
   std::string spd_head;   // head directory enabling SPD ("" = none)
+  // PTP adapter directory enabling PTP ("" = none); every stage must run
+  // the same adapter (specline-stage --ptp-head).
+  std::string ptp_head;
+  int ptp_n_aux = 0;  // auxiliary rows per PTP call; 0 = the adapter's N
+  // PIPO head directory enabling PIPO ("" = none; not lossless, opt-in per
+  // request); every stage must run its backbone (specline-stage --pipo-head).
+  std::string pipo_head;
+  double pipo_tau = -1;  // server default threshold; < 0 = the head's tau_default
   bool allow_oracle = false;  // accept OracleSpec (tests, benchmarks)
   double min_acceptance = 0.3;
   int probe_interval = 16;
@@ -169,6 +178,26 @@ class Engine {
   // greedy request without penalty just its argmax (greedy_token >= 0).
   void DecideTokenLocked(Sequence& s, std::span<const float> logits, int32_t greedy_token = -1);
   void FlushLocked(Sequence& s);
+  // engine_ptp.cc: one PTP call came back. `verify_greedy` (greedy requests
+  // without penalty) or `verify_logits` (vocab logits per row) are the
+  // teacher rows; `aux` the auxiliary rows' argmax proposals.
+  void DecidePtpCallLocked(Sequence& s, std::span<const int32_t> verify_greedy,
+                           std::span<const float> verify_logits, std::span<const int32_t> aux);
+  // The teacher's token after the committed tokens and `accepted` (this
+  // call's proposals accepted so far) from its logits, under the request's
+  // coupled sampling at the u of its generated index.
+  int32_t PtpTeacherToken(const Sequence& s, std::span<const int32_t> accepted,
+                          std::span<const float> logits) const;
+  absl::Status PtpAvailableLocked() const;
+  void LoadPtpAdapter();
+  // engine_pipo.cc: a PIPO run came back with its pairs' h_b (the last
+  // stage's output). Fills the MTP layer for prompt pairs and, when the run
+  // ends at the newest pair, takes a step: t1, the MTP and confidence heads,
+  // t2 or PAD, the next pair.
+  void DecidePipoLocked(Sequence& s, const SlotRun& run, std::span<const float> h_b);
+  // Pads and compresses the prompt of a PIPO request (no engine lock).
+  absl::Status PreparePipo(const RequestSpec& spec, PipoState* out);
+  void LoadPipoHead();
   void SendNotices(std::vector<Notice> notices);
   void ReleaseDrafterState();
   void RecordSpecFinishLocked(const Sequence& s);
@@ -213,6 +242,19 @@ class Engine {
   // Speculation: drafters (shared by their sequences; used by the driver
   // thread only), drafter state to free, epoch notices to send.
   std::unique_ptr<Drafter> ppsd_, spd_, oracle_ppsd_, oracle_spd_;
+  // PTP: the adapter (for N and its fingerprint, which every stage must
+  // report), and why the current pipeline cannot serve it ("" = it can).
+  std::shared_ptr<const DraftHead> ptp_head_;
+  uint64_t ptp_fingerprint_ = 0;
+  int ptp_n_aux_ = 0;
+  std::string ptp_unavailable_ = "the pipeline is not up";
+  // PIPO: the compressor / MTP / confidence heads (scheduler side), guarded
+  // by pipo_mu_ (taken after mu_ when both are held); the stages' check.
+  std::unique_ptr<PipoModel> pipo_;
+  std::mutex pipo_mu_;
+  uint64_t pipo_fingerprint_ = 0;
+  float pipo_tau_ = 0;
+  std::string pipo_unavailable_ = "the pipeline is not up";
   int max_drafts_ = 1;
   std::vector<std::pair<Drafter*, uint64_t>> drafter_releases_;
   std::vector<Notice> notices_;

@@ -149,6 +149,26 @@ bool Engine::BringUp(const std::vector<internal::StageInfo>& infos) {
     std::lock_guard<std::mutex> lock(mu_);
     if (stop_) return false;
     budget_ = KvBudget(capacity, options_.kv_block_size);
+    ptp_unavailable_.clear();
+    pipo_unavailable_.clear();
+    for (size_t i = 0; pipo_ && i < infos.size(); ++i) {
+      if (infos[i].pipo_fingerprint() == pipo_fingerprint_) continue;
+      pipo_unavailable_ = absl::StrCat(
+          "policy PIPO is not available: ", StageName(i),
+          infos[i].pipo_fingerprint() == 0 ? " has no PIPO backbone" : " runs a different PIPO head",
+          " (start every stage with --pipo-head ", options_.spec.pipo_head, ")");
+      spdlog::error("{}", pipo_unavailable_);
+      break;
+    }
+    for (size_t i = 0; ptp_head_ && i < infos.size(); ++i) {
+      if (infos[i].ptp_fingerprint() == ptp_fingerprint_) continue;
+      ptp_unavailable_ = absl::StrCat(
+          "policy PTP is not available: ", StageName(i),
+          infos[i].ptp_fingerprint() == 0 ? " has no PTP adapter" : " runs a different PTP adapter",
+          " (start every stage with --ptp-head ", options_.spec.ptp_head, ")");
+      spdlog::error("{}", ptp_unavailable_);
+      break;
+    }
     // The PPSD oracle without a head exits where the first stage ends.
     if (options_.spec.allow_oracle && !oracle_ppsd_ && !infos.empty()) {
       oracle_ppsd_ = MakeOracleDrafter(infos.front().layer_end());

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "model/runtime/ptp_coupling.h"
 #include "scheduler/engine.h"
 #include "spdlog/spdlog.h"
 
@@ -46,23 +47,45 @@ void Engine::DriverLoop() {
       if (runs.empty() && releases_.empty()) continue;
       const auto now = Clock::now();
       batch.set_batch_id(next_batch_id_++);
+      const bool any_aux =
+          std::any_of(runs.begin(), runs.end(), [](const SlotRun& r) { return r.aux > 0; });
+      const bool any_pipo =
+          std::any_of(runs.begin(), runs.end(), [](const SlotRun& r) { return r.seq->pipo.active; });
+      std::string pipo_rows;  // stage 0's input of PIPO slots, in slot order
       for (SlotRun& r : runs) {
         Sequence& s = *r.seq;
+        if (s.pipo.active) {
+          // Pairs go as compressor rows (z of [cached, ...)), sent once.
+          const size_t bytes = static_cast<size_t>(r.count) * config().dim * sizeof(float);
+          pipo_rows.append(reinterpret_cast<const char*>(s.pipo.z.data()), bytes);
+          s.pipo.z.erase(s.pipo.z.begin(), s.pipo.z.begin() + bytes / sizeof(float));
+        }
         for (int32_t i = 0; i < r.count; ++i) {
+          const int32_t pos = r.first_pos + i;
           batch.add_seq_ids(s.id);
-          batch.add_positions(r.first_pos + i);
+          batch.add_positions(pos);
           batch.add_epochs(s.epoch);
-          batch.add_tokens(s.chain_token(r.first_pos + i));
+          const bool aux = i >= r.verify_rows();
+          // An auxiliary row's token is a placeholder: stage 0 embeds its u.
+          batch.add_tokens(aux || s.pipo.active ? 0
+                           : r.ptp_call         ? s.ptp_token(pos)
+                                                : s.chain_token(pos));
+          if (any_aux) {
+            batch.add_aux_u(aux ? static_cast<float>(PtpUniform(s.sampling.seed, pos - s.prompt_len))
+                                : -1.0f);
+          }
+          if (any_pipo) batch.add_pipo(s.pipo.active);
         }
         if (!s.sent_any) {
           s.sent_any = true;
           s.first_scheduled = now;
           metrics_->queue_time->Observe(Seconds(now - s.arrival));
         }
-        if (s.state == SeqState::kPrefill) metrics_->prompt_tokens->Increment(r.count);
+        if (s.state == SeqState::kPrefill) metrics_->prompt_tokens->Increment(r.count - r.aux);
         ++s.in_flight;
         s.cached += r.count;
       }
+      if (any_pipo) batch.set_hidden(std::move(pipo_rows));
       for (int layer : TapLayersFor(runs)) batch.add_tap_layers(layer);
       for (uint64_t id : releases_) batch.add_release(id);
       releases_.clear();
@@ -139,11 +162,19 @@ void Engine::HandleResult(internal::MicroBatch batch) {
   }
   if (batch.kind() != internal::MicroBatch::BATCH) return;
   std::vector<SlotRun> runs;
-  // Each run's newest row goes to the output head: for its logits, or only
-  // its greedy token when the request needs no more (greedy, no penalty).
-  std::vector<float> rows, greedy_rows;
-  std::vector<int64_t> logit_row;  // per run: its row in `rows`, or -1
-  std::vector<int64_t> greedy_row;  // per run: its row in `greedy_rows`, or -1
+  // Rows that go to the output head. A plain run's newest row: its logits,
+  // or only its greedy token when the request needs no more (greedy, no
+  // penalty). A PTP call's rows: the verify rows likewise, the auxiliary
+  // rows their argmax (the proposals).
+  struct RunRows {
+    int64_t logits = -1;  // first row in `rows`
+    int64_t greedy = -1;  // first row in `greedy_rows`
+    int64_t aux = -1;     // first auxiliary row in `greedy_rows`
+    int64_t pipo = -1;    // a PIPO run: its first row in `pipo_rows` (h_b of every pair)
+    int32_t verify = 0, n_aux = 0;
+  };
+  std::vector<float> rows, greedy_rows, pipo_rows;
+  std::vector<RunRows> plan;
   const int dim = config().dim;
   uint64_t generation = 0;
   {
@@ -184,30 +215,50 @@ void Engine::HandleResult(internal::MicroBatch batch) {
       return;
     }
     StoreTapsLocked(batch);
-    // Only each sequence's newest row yields a token; skip the rest, and
-    // sequences that ended or were flushed while the batch was out.
+    // Skip the rows that yield no token, and sequences that ended or were
+    // flushed while the batch was out.
     const float* hidden = reinterpret_cast<const float*>(batch.hidden().data());
+    auto take = [&](std::vector<float>& into, int row, int32_t n) {
+      const int64_t first = static_cast<int64_t>(into.size()) / dim;
+      into.insert(into.end(), hidden + int64_t(row) * dim, hidden + int64_t(row + n) * dim);
+      return first;
+    };
     int row = 0;
     for (SlotRun& r : f.runs) {
-      logit_row.push_back(-1);
-      greedy_row.push_back(-1);
-      const int32_t last = r.first_pos + r.count - 1;
-      // Rows keep the order they were sent in; a run's last row is found
-      // by skipping what lies before it (runs of dropped slots are gone).
+      RunRows& p = plan.emplace_back();
+      // A PTP call uses its teacher and auxiliary rows, a PIPO run all its
+      // pairs (the MTP layer reads each one's h_b), a plain run its last.
+      const bool pipo = r.seq->pipo.active;
+      const int32_t used = r.ptp_call ? r.teacher + r.aux : pipo ? r.count : 1;
+      const int32_t first = r.ptp_call ? r.first_pos + r.verify_rows() - r.teacher
+                            : pipo     ? r.first_pos
+                                       : r.first_pos + r.count - 1;
+      // Rows keep the order they were sent in; a run's rows are found by
+      // skipping what lies before them (runs of dropped slots are gone).
       int found = row;
       while (found < slots &&
-             !(batch.seq_ids(found) == r.seq->id && batch.positions(found) == last)) {
+             !(batch.seq_ids(found) == r.seq->id && batch.positions(found) == first)) {
         ++found;
       }
-      if (found == slots) continue;  // dropped by a stage as stale
-      row = found;
-      if (r.needs_logits && !r.seq->finished() && r.epoch == r.seq->epoch) {
-        const SamplingParams& sp = r.seq->sampling;
-        const bool greedy_only = sp.greedy() && sp.repetition_penalty == 1.0f;
-        std::vector<float>& into = greedy_only ? greedy_rows : rows;
-        (greedy_only ? greedy_row : logit_row).back() = static_cast<int64_t>(into.size()) / dim;
-        into.insert(into.end(), hidden + int64_t(row) * dim, hidden + int64_t(row + 1) * dim);
+      if (found + used > slots) continue;  // dropped by a stage as stale
+      bool whole = true;
+      for (int32_t k = 1; k < used; ++k) {
+        whole = whole && batch.seq_ids(found + k) == r.seq->id &&
+                batch.positions(found + k) == first + k;
       }
+      if (!whole) continue;
+      row = found;
+      if (pipo) {
+        if (!r.seq->finished()) p.pipo = take(pipo_rows, row, used);
+        continue;
+      }
+      if (!r.needs_logits || r.seq->finished() || r.epoch != r.seq->epoch) continue;
+      const SamplingParams& sp = r.seq->sampling;
+      const bool greedy_only = sp.greedy() && sp.repetition_penalty == 1.0f;
+      p.verify = used - r.aux;  // 1 for a plain run
+      p.n_aux = r.aux;
+      (greedy_only ? p.greedy : p.logits) = take(greedy_only ? greedy_rows : rows, row, p.verify);
+      if (r.aux > 0) p.aux = take(greedy_rows, row + p.verify, r.aux);
     }
     runs = std::move(f.runs);
   }
@@ -223,16 +274,38 @@ void Engine::HandleResult(internal::MicroBatch batch) {
     if (generation != generation_) return;  // the pipeline failed meanwhile
     for (size_t i = 0; i < runs.size(); ++i) {
       Sequence& s = *runs[i].seq;
+      const RunRows& p = plan[i];
+      if (p.pipo >= 0) {
+        if (!s.finished() && runs[i].first_pos + runs[i].count <= s.pipo.pairs()) {
+          DecidePipoLocked(s, runs[i],
+                           std::span(pipo_rows).subspan(p.pipo * dim, int64_t{runs[i].count} * dim));
+        }
+        continue;
+      }
       // Skipped: cancelled, or flushed while the logits were computed, or
       // (defensively) not the newest verified token.
-      if ((logit_row[i] < 0 && greedy_row[i] < 0) || s.finished() || runs[i].epoch != s.epoch) {
+      if ((p.logits < 0 && p.greedy < 0) || s.finished() || runs[i].epoch != s.epoch) continue;
+      const std::span<const int32_t> greedy_span =
+          p.greedy < 0 ? std::span<const int32_t>() : std::span(greedy).subspan(p.greedy, p.verify);
+      const std::span<const float> logit_span =
+          p.logits < 0 ? std::span<const float>()
+                       : std::span(logits).subspan(p.logits * vocab, int64_t{p.verify} * vocab);
+      if (runs[i].ptp_call) {
+        const int32_t first_teacher = runs[i].first_pos + runs[i].verify_rows() - runs[i].teacher;
+        if (first_teacher + 1 != static_cast<int32_t>(s.tokens.size()) ||
+            p.verify != static_cast<int32_t>(s.ptp.proposals.size()) + 1) {
+          continue;
+        }
+        DecidePtpCallLocked(
+            s, greedy_span, logit_span,
+            p.aux < 0 ? std::span<const int32_t>() : std::span(greedy).subspan(p.aux, p.n_aux));
         continue;
       }
       if (runs[i].first_pos + runs[i].count != static_cast<int32_t>(s.tokens.size())) continue;
-      if (greedy_row[i] >= 0) {
-        DecideTokenLocked(s, {}, greedy[greedy_row[i]]);
+      if (p.greedy >= 0) {
+        DecideTokenLocked(s, {}, greedy_span[0]);
       } else {
-        DecideTokenLocked(s, {logits.data() + logit_row[i] * vocab, static_cast<size_t>(vocab)});
+        DecideTokenLocked(s, logit_span);
       }
     }
     notices.swap(notices_);
@@ -259,7 +332,7 @@ void Engine::EmitTokenLocked(Sequence& s, int32_t token) {
   if (std::find(s.stop_ids.begin(), s.stop_ids.end(), token) != s.stop_ids.end()) {
     reason = FinishReason::kStop;
   } else if (s.generated() >= s.max_tokens ||
-             static_cast<int>(s.tokens.size()) > config().max_seq_len) {
+             (!s.pipo.active && static_cast<int>(s.tokens.size()) > config().max_seq_len)) {
     reason = FinishReason::kLength;
   }
   if (reason == FinishReason::kNone) {

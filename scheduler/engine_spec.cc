@@ -24,6 +24,8 @@ std::vector<SpecMode> Engine::modes() const {
   std::vector<SpecMode> m = {SpecMode::kAutoregressive};
   if (ppsd_) m.push_back(SpecMode::kPpsd);
   if (spd_) m.push_back(SpecMode::kSpd);
+  if (ptp_head_) m.push_back(SpecMode::kPtp);
+  if (pipo_) m.push_back(SpecMode::kPipo);
   return m;
 }
 
@@ -32,6 +34,8 @@ Drafter* Engine::DrafterFor(SpecMode mode, bool oracle) const {
     case SpecMode::kAutoregressive: return nullptr;
     case SpecMode::kPpsd: return oracle ? oracle_ppsd_.get() : ppsd_.get();
     case SpecMode::kSpd: return oracle ? oracle_spd_.get() : spd_.get();
+    case SpecMode::kPtp: return nullptr;  // the stages themselves propose (engine_ptp.cc)
+    case SpecMode::kPipo: return nullptr;  // no drafts: pairs (engine_pipo.cc)
   }
   return nullptr;
 }
@@ -166,9 +170,15 @@ void Engine::DecideTokenLocked(Sequence& s, std::span<const float> logits,
                                int32_t greedy_token) {
   SpecState& sp = s.spec;
   const int n = n_stages();
-  // Greedy (with or without penalty) consumes no randomness.
+  // Greedy (with or without penalty) consumes no randomness. A PTP
+  // sequence samples every token from its counter-based u (its first token
+  // comes from the prompt's last row, before any PTP call).
   auto target = [&] {
-    return greedy_token >= 0 ? greedy_token : Sample(logits, s.sampling, s.tokens, s.rng);
+    if (greedy_token >= 0) return greedy_token;
+    if (s.mode == SpecMode::kPtp) {
+      return PtpTeacherToken(s, {}, logits);
+    }
+    return Sample(logits, s.sampling, s.tokens, s.rng);
   };
   if (sp.drafts.empty()) {
     sp.stats.cycles += n;  // decided by a token that crossed the whole pipeline alone

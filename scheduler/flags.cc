@@ -25,7 +25,9 @@ absl::Status ParseMode(const std::string& text, SpecMode* out) {
   if (text == "ar" || text == "autoregressive") *out = SpecMode::kAutoregressive;
   else if (text == "ppsd") *out = SpecMode::kPpsd;
   else if (text == "spd") *out = SpecMode::kSpd;
-  else return absl::InvalidArgumentError(absl::StrCat("--default-policy: \"", text, "\" is not ar, ppsd or spd"));
+  else if (text == "ptp") *out = SpecMode::kPtp;
+  else if (text == "pipo") *out = SpecMode::kPipo;
+  else return absl::InvalidArgumentError(absl::StrCat("--default-policy: \"", text, "\" is not ar, ppsd, spd, ptp or pipo"));
   return absl::OkStatus();
 }
 
@@ -61,6 +63,10 @@ absl::StatusOr<SchedulerFlags> ParseSchedulerFlags(int argc, char** argv) {
     else if (name == "log-level") f.log_level = value;
     else if (name == "ppsd-head") e.spec.ppsd_head = value;
     else if (name == "spd-head") e.spec.spd_head = value;
+    else if (name == "ptp-head") e.spec.ptp_head = value;
+    else if (name == "ptp-n-aux") st = ParseNumber(name, value, &e.spec.ptp_n_aux);
+    else if (name == "pipo-head") e.spec.pipo_head = value;
+    else if (name == "pipo-tau") st = ParseNumber(name, value, &e.spec.pipo_tau);
     else if (name == "allow-oracle") st = ParseBool(name, value, &e.spec.allow_oracle);
     else if (name == "spec-policy") st = ParseSpecPolicy(value, &e.spec.policy);
     else if (name == "default-policy") st = ParseMode(value, &e.spec.default_mode);

@@ -1,5 +1,6 @@
 #include "scheduler/request_convert.h"
 
+#include <cmath>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -11,6 +12,8 @@ v1::DecodingPolicy ToPolicy(SpecMode mode) {
     case SpecMode::kAutoregressive: return v1::DECODING_POLICY_AUTOREGRESSIVE;
     case SpecMode::kPpsd: return v1::DECODING_POLICY_PPSD;
     case SpecMode::kSpd: return v1::DECODING_POLICY_SPD;
+    case SpecMode::kPtp: return v1::DECODING_POLICY_PTP;
+    case SpecMode::kPipo: return v1::DECODING_POLICY_PIPO;
   }
   return v1::DECODING_POLICY_UNSPECIFIED;
 }
@@ -41,6 +44,8 @@ absl::StatusOr<RequestSpec> ToRequestSpec(const internal::SubmitRequest& req,
     case v1::DECODING_POLICY_AUTOREGRESSIVE: spec.mode = SpecMode::kAutoregressive; break;
     case v1::DECODING_POLICY_PPSD: spec.mode = SpecMode::kPpsd; break;
     case v1::DECODING_POLICY_SPD: spec.mode = SpecMode::kSpd; break;
+    case v1::DECODING_POLICY_PTP: spec.mode = SpecMode::kPtp; break;
+    case v1::DECODING_POLICY_PIPO: spec.mode = SpecMode::kPipo; break;
     default:
       if (!v1::DecodingPolicy_IsValid(req.policy())) {
         return absl::InvalidArgumentError(
@@ -53,6 +58,12 @@ absl::StatusOr<RequestSpec> ToRequestSpec(const internal::SubmitRequest& req,
     spec.oracle.enabled = true;
     spec.oracle.alpha = req.oracle().alpha();
     spec.oracle.reference.assign(req.oracle().reference().begin(), req.oracle().reference().end());
+  }
+  if (req.has_pipo_tau()) {
+    if (!(std::isfinite(req.pipo_tau()) && req.pipo_tau() >= 0.0f)) {
+      return absl::InvalidArgumentError("pipo_tau: must be a finite number >= 0");
+    }
+    spec.pipo_tau = req.pipo_tau();
   }
   spec.request_id = req.request_id();
   spec.prompt.assign(req.prompt().begin(), req.prompt().end());

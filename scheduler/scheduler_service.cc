@@ -30,6 +30,9 @@ grpc::Status SchedulerService::Submit(grpc::ServerContext* ctx,
   absl::StatusOr<RequestSpec> spec = ToRequestSpec(*req, engine_.default_mode());
   if (!spec.ok()) return ToGrpc(spec.status());
   const std::string rid = req->request_id();
+  // Every event names the policy, so the gateway can mark each response
+  // lossless or not (PIPO) as it streams.
+  const v1::DecodingPolicy policy = ToPolicy(spec->mode);
   absl::StatusOr<std::shared_ptr<RequestStream>> stream = engine_.Submit(*std::move(spec));
   if (!stream.ok()) {
     spdlog::info("request {}: rejected: {}", rid, stream.status().ToString());
@@ -49,8 +52,8 @@ grpc::Status SchedulerService::Submit(grpc::ServerContext* ctx,
     out.mutable_tokens()->Add(e->tokens.begin(), e->tokens.end());
     out.set_finish_reason(ToProto(e->finish));
     if (e->queue_seconds >= 0) out.set_queue_seconds(e->queue_seconds);
+    out.set_policy(policy);
     if (e->last()) {
-      out.set_policy(ToPolicy(e->mode));
       ToProto(e->spec, engine_.n_stages(), e->generated, out.mutable_spec_decode());
     }
     // An abort not caused by this client (the engine's Cancel) ends the

@@ -17,6 +17,8 @@ const char* SpecModeName(SpecMode m) {
     case SpecMode::kAutoregressive: return "autoregressive";
     case SpecMode::kPpsd: return "ppsd";
     case SpecMode::kSpd: return "spd";
+    case SpecMode::kPtp: return "ptp";
+    case SpecMode::kPipo: return "pipo";
   }
   return "?";
 }

@@ -52,6 +52,7 @@ struct RequestSpec {
   std::vector<int32_t> stop_ids;  // generation ends after emitting one
   SpecMode mode = SpecMode::kAutoregressive;
   OracleSpec oracle;  // tests and benchmarks: draft with the oracle instead of a head
+  float pipo_tau = -1;  // PIPO's threshold; < 0 = the server's default
 };
 
 struct Sequence {
@@ -82,16 +83,28 @@ struct Sequence {
   OracleSpec oracle_spec;
   std::unique_ptr<OracleDrafter> oracle;  // oracle sequences only
   SpecState spec;
+  PtpState ptp;
+  PipoState pipo;
+  // Tokens past this index are never generated: min(prompt + max_tokens,
+  // the context length). Bounds PTP's auxiliary rows (and so its KV).
+  int32_t limit = 0;
 
   // Seeds the drafter's randomness (and the oracle) from the request seed.
   void SeedSpeculation(uint64_t seed);
 
   int generated() const { return static_cast<int>(tokens.size()) - prompt_len; }
-  // Length of the chain: verified tokens then drafts.
-  int32_t chain_end() const { return static_cast<int32_t>(tokens.size() + spec.drafts.size()); }
+  // Length of the chain: verified tokens then drafts (PIPO: pairs).
+  int32_t chain_end() const {
+    return pipo.active ? pipo.pairs() : static_cast<int32_t>(tokens.size() + spec.drafts.size());
+  }
   int32_t chain_token(int32_t pos) const {
     return pos < static_cast<int32_t>(tokens.size()) ? tokens[pos]
                                                       : spec.drafts[pos - tokens.size()].token;
+  }
+  // The input of PTP verify row `pos`: a token, else a pending proposal.
+  int32_t ptp_token(int32_t pos) const {
+    return pos < static_cast<int32_t>(tokens.size()) ? tokens[pos]
+                                                      : ptp.proposals[pos - tokens.size()];
   }
   // Inputs not yet sent to the stages.
   int32_t pending() const { return chain_end() - cached; }

@@ -14,8 +14,12 @@ namespace specline::scheduler {
 
 // How a sequence decodes. PPSD drafts from an early-exit head once the
 // newest token has passed layer E; SPD drafts from the speculation module
-// at once, on whatever depth each in-flight token has reached.
-enum class SpecMode { kAutoregressive, kPpsd, kSpd };
+// at once, on whatever depth each in-flight token has reached. PTP sends
+// one call at a time that verifies the previous call's proposals and
+// proposes the next ones from auxiliary rows (docs/ptp.md). PIPO (not
+// lossless) decodes a stream of pairs on a fine-tuned backbone, up to two
+// tokens per pass (docs/pipo.md).
+enum class SpecMode { kAutoregressive, kPpsd, kSpd, kPtp, kPipo };
 const char* SpecModeName(SpecMode m);
 
 // Oracle drafter (tests and benchmarks only): instead of a head, propose
@@ -50,6 +54,26 @@ struct SpecStats {
   int64_t cycles = 0;
 
   int64_t flushes() const { return rejected_tokens; }
+};
+
+// PTP's per-sequence state (docs/ptp.md "One call"): the proposals the
+// last call made, verified by the next one.
+struct PtpState {
+  int n_aux = 0;  // auxiliary rows per call; 0: not a PTP sequence
+  std::vector<int32_t> proposals;  // for positions tokens.size() ...
+};
+
+// PIPO's per-sequence state (docs/pipo.md "The pair stream"): positions on
+// the stages and in the MTP layer are pair indices.
+struct PipoState {
+  bool active = false;
+  float tau = 0;                // keep t2 when the confidence is >= tau
+  std::vector<int32_t> stream;  // the padded prompt, then (t1, t2 or PAD) per step
+  int32_t prompt_pairs = 0;
+  // Compressor rows [pairs sent, stream.size() / 2) * dim: what the driver
+  // sends to stage 0 instead of tokens.
+  std::vector<float> z;
+  int32_t pairs() const { return static_cast<int32_t>(stream.size() / 2); }
 };
 
 struct SpecState {

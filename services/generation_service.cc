@@ -189,7 +189,9 @@ grpc::Status GenerationService::Stream(grpc::ServerContext* ctx, const std::stri
     }
     v1::GenerateResponse resp;
     resp.set_request_id(id);
-    resp.set_lossless(true);  // autoregressive decoding is the reference itself
+    // Every policy but PIPO gives exactly what plain decoding gives (greedy)
+    // or its distribution (sampling); PIPO changes the model's output.
+    resp.set_lossless(event.policy() != v1::DECODING_POLICY_PIPO);
     std::string text;
     for (int32_t t : event.tokens()) {
       resp.add_token_ids(t);
@@ -247,7 +249,7 @@ grpc::Status GenerationService::Stream(grpc::ServerContext* ctx, const std::stri
   if (entry->aborted) {
     v1::GenerateResponse resp;
     resp.set_request_id(id);
-    resp.set_lossless(true);
+    resp.set_lossless(event.policy() != v1::DECODING_POLICY_PIPO);
     std::string text = detok ? detok->Flush() : std::string();
     bool stopped = false;
     resp.set_text(stops.Push(text, &stopped) + (stopped ? "" : stops.Flush()));

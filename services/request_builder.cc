@@ -31,11 +31,8 @@ absl::Status ValidateSampling(const v1::SamplingParams& s) {
 absl::Status ValidatePolicy(int policy) {
   if (!v1::DecodingPolicy_IsValid(policy))
     return Invalid("policy", absl::StrCat("unknown value ", policy));
-  // PPSD and SPD depend on the heads the scheduler was started with: it
-  // decides (FAILED_PRECONDITION when it has none).
-  if (policy == v1::DECODING_POLICY_PIPO || policy == v1::DECODING_POLICY_PTP)
-    return Invalid("policy", absl::StrCat(v1::DecodingPolicy_Name(policy),
-                                          " is not available on this deployment"));
+  // PPSD, SPD, PTP and PIPO depend on the heads the scheduler was started
+  // with: it decides (FAILED_PRECONDITION when it has none).
   return absl::OkStatus();
 }
 
@@ -91,6 +88,11 @@ absl::StatusOr<PreparedRequest> PrepareRequest(const v1::GenerateRequest& r,
   // Cheap checks first, so a bad request costs no tokenization.
   if (absl::Status s = ValidateSampling(r.sampling()); !s.ok()) return s;
   if (absl::Status s = ValidatePolicy(r.policy()); !s.ok()) return s;
+  if (r.has_pipo_tau() && !(std::isfinite(r.pipo_tau()) && r.pipo_tau() >= 0.0f))
+    return Invalid("pipo_tau", absl::StrCat("must be a finite number >= 0, got ", r.pipo_tau()));
+  if (r.has_pipo_tau() && r.policy() != v1::DECODING_POLICY_PIPO &&
+      r.policy() != v1::DECODING_POLICY_UNSPECIFIED)
+    return Invalid("pipo_tau", "applies to policy DECODING_POLICY_PIPO only");
   if (r.max_tokens() < 0)
     return Invalid("max_tokens", absl::StrCat("must be >= 0 (0 = server default), got ", r.max_tokens()));
   if (r.stop_size() > kMaxStopStrings)
@@ -144,6 +146,7 @@ absl::StatusOr<PreparedRequest> PrepareRequest(const v1::GenerateRequest& r,
   }
   for (int32_t id : r.stop_token_ids()) s.add_stop_token_ids(id);
   s.set_policy(r.policy());
+  if (r.has_pipo_tau()) s.set_pipo_tau(r.pipo_tau());
   out.stop_strings.assign(r.stop().begin(), r.stop().end());
   out.detok_prev = prompt->back();
   return out;

@@ -96,6 +96,8 @@ absl::StatusOr<StageFlags> ParseStageFlags(int argc, char** argv) {
     else if (name == "device") f.device = value;
     else if (name == "dtype") f.dtype = value;
     else if (name == "cuda-graphs") st = ParseBool(name, value, &f.cuda_graphs);
+    else if (name == "ptp-head") f.ptp_head = value;
+    else if (name == "pipo-head") f.pipo_head = value;
     else return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
     if (!st.ok()) return st;
   }

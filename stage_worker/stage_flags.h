@@ -28,6 +28,8 @@ struct StageFlags {
   std::string device = "cpu";  // cpu | cuda | cuda:N
   std::string dtype = "bf16";  // GPU element type: bf16 | f16
   bool cuda_graphs = true;
+  std::string ptp_head;  // PTP adapter directory (docs/ptp.md); "" = none
+  std::string pipo_head;  // PIPO head directory: its backbone runs PIPO slots; "" = none
 };
 
 inline constexpr const char* kStageUsage =
@@ -36,6 +38,9 @@ inline constexpr const char* kStageUsage =
     "  [--metrics-port N|-1] [--port-file PATH] [--threads N]\n"
     "  [--kv-capacity-tokens N] [--kv-block-size N] [--log-level LEVEL]\n"
     "  [--device cpu|cuda|cuda:N] [--dtype bf16|f16] [--cuda-graphs true|false]\n"
+    "  [--ptp-head DIR]   PTP adapter applied at auxiliary rows (policy PTP; CPU)\n"
+    "  [--pipo-head DIR]  PIPO head whose fine-tuned backbone runs PIPO slots (policy\n"
+    "                     PIPO; its own KV cache of --kv-capacity-tokens positions)\n"
     "  [--data-advertise ADDRESS]  address the previous stage / scheduler dials\n"
     "                              (default: the --data-listen address)\n"
     "  [--pipeline FILE]  JSON {\"stages\": [{\"layers\", \"next\", \"data_advertise\"}...]}:\n"

@@ -16,8 +16,71 @@ double Seconds(std::chrono::steady_clock::time_point since) {
 
 }  // namespace
 
-StageRunner::StageRunner(SliceBackend& slice, int stage, bool is_last)
-    : slice_(slice), stage_(stage), is_last_(is_last) {}
+StageRunner::StageRunner(SliceBackend& slice, int stage, bool is_last, SliceBackend* pipo_slice)
+    : slice_(slice), stage_(stage), is_last_(is_last), pipo_slice_(pipo_slice) {}
+
+// A batch mixing base and PIPO slots: each group runs on its own slice
+// (same layers, its own weights and KV cache), and the outputs go back in
+// slot order. Taps are the base group's (no PIPO consumer reads taps); a
+// PIPO slot's tap rows are zero. `input_` holds the batch's hidden rows.
+absl::Status StageRunner::ForwardSplit(const internal::MicroBatch& batch,
+                                       const std::vector<SlotRef>& slots,
+                                       const std::vector<char>& pipo, std::span<const int> taps,
+                                       SliceOutput* out) {
+  const int n = static_cast<int>(slots.size());
+  const int64_t dim = slice_.config().dim;
+  const bool first = slice_.begin() == 0;
+  struct Group {
+    std::vector<int> index;  // slot indices
+    std::vector<SlotRef> slots;
+    std::vector<int32_t> tokens;
+    std::vector<float> hidden, aux_u;
+    SliceOutput out;
+  } group[2];
+  int pipo_row = 0;  // stage 0: the PIPO rows of `hidden` in slot order
+  for (int i = 0; i < n; ++i) {
+    Group& g = group[pipo[i] ? 1 : 0];
+    g.index.push_back(i);
+    g.slots.push_back(slots[i]);
+    const float* row = nullptr;
+    if (!first) {
+      row = input_.data() + i * dim;
+    } else if (pipo[i]) {
+      row = input_.data() + int64_t{pipo_row++} * dim;
+    } else {
+      g.tokens.push_back(batch.tokens(i));
+    }
+    if (row) g.hidden.insert(g.hidden.end(), row, row + dim);
+    if (!pipo[i] && batch.aux_u_size() == n) g.aux_u.push_back(batch.aux_u(i));
+  }
+  for (int k = 0; k < 2; ++k) {
+    Group& g = group[k];
+    if (g.slots.empty()) continue;
+    SliceInput in{g.slots, g.tokens, g.hidden, g.aux_u};
+    SliceBackend& slice = k == 0 ? slice_ : *pipo_slice_;
+    if (absl::Status st = slice.Forward(in, k == 0 ? taps : std::span<const int>(), &g.out);
+        !st.ok()) {
+      return k == 0 ? st : absl::Status(st.code(), absl::StrCat("PIPO backbone: ", st.message()));
+    }
+  }
+  out->hidden.assign(int64_t{n} * dim, 0.0f);
+  out->taps.assign(taps.size(), Tap{});
+  for (size_t t = 0; t < taps.size(); ++t) {
+    out->taps[t].index = taps[t];
+    out->taps[t].hidden.assign(int64_t{n} * dim, 0.0f);
+  }
+  for (int k = 0; k < 2; ++k) {
+    const Group& g = group[k];
+    for (size_t j = 0; j < g.index.size(); ++j) {
+      std::copy_n(g.out.hidden.data() + j * dim, dim, out->hidden.data() + g.index[j] * dim);
+      for (size_t t = 0; k == 0 && t < g.out.taps.size(); ++t) {
+        std::copy_n(g.out.taps[t].hidden.data() + j * dim, dim,
+                    out->taps[t].hidden.data() + g.index[j] * dim);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
 
 StageRunner::~StageRunner() { Stop(); }
 
@@ -40,21 +103,34 @@ void StageRunner::DropStaleSlots(internal::MicroBatch& batch) {
   stale_slots_ += n - keep.size();
   const bool first = slice_.begin() == 0;
   const size_t row = static_cast<size_t>(slice_.config().dim) * sizeof(float);
-  const bool has_hidden = !first && batch.hidden().size() == n * row;
+  const bool has_pipo = batch.pipo_size() == n;
+  // Stage 0's hidden rows belong to its PIPO slots only.
+  std::vector<int> hidden_row(n, -1);
+  int rows = 0;
+  for (int i = 0; i < n; ++i) {
+    if (!first || (has_pipo && batch.pipo(i))) hidden_row[i] = rows++;
+  }
+  const bool has_hidden = rows > 0 && batch.hidden().size() == rows * row;
   std::string hidden;
   for (size_t j = 0; j < keep.size(); ++j) {
     const int i = keep[j];
+    if (has_pipo) batch.set_pipo(j, batch.pipo(i));
     batch.set_seq_ids(j, batch.seq_ids(i));
     batch.set_positions(j, batch.positions(i));
     batch.set_epochs(j, batch.epochs(i));
     if (first && batch.tokens_size() == n) batch.set_tokens(j, batch.tokens(i));
-    if (has_hidden) hidden.append(batch.hidden().data() + i * row, row);
+    if (batch.aux_u_size() == n) batch.set_aux_u(j, batch.aux_u(i));
+    if (has_hidden && hidden_row[i] >= 0) {
+      hidden.append(batch.hidden().data() + hidden_row[i] * row, row);
+    }
   }
   const int k = static_cast<int>(keep.size());
   batch.mutable_seq_ids()->Truncate(k);
   if (batch.positions_size() == n) batch.mutable_positions()->Truncate(k);
   batch.mutable_epochs()->Truncate(k);
   if (first && batch.tokens_size() == n) batch.mutable_tokens()->Truncate(k);
+  if (batch.aux_u_size() == n) batch.mutable_aux_u()->Truncate(k);
+  if (has_pipo) batch.mutable_pipo()->Truncate(k);
   if (has_hidden) batch.set_hidden(std::move(hidden));
 }
 
@@ -90,6 +166,7 @@ bool StageRunner::Process(internal::MicroBatch& batch) {
   // KV must come back whatever happened to the slots travelling with it.
   for (uint64_t seq : batch.release()) {
     slice_.Release(seq);
+    if (pipo_slice_) pipo_slice_->Release(seq);
     sequences_.erase(seq);
     epochs_.erase(seq);
   }
@@ -114,10 +191,28 @@ bool StageRunner::Process(internal::MicroBatch& batch) {
     fail(absl::StrCat("tokens has ", batch.tokens_size(), " entries for ", n, " slots"));
     return true;
   }
-  const size_t hidden_bytes = static_cast<size_t>(n) * dim * sizeof(float);
-  if (!first && batch.hidden().size() != hidden_bytes) {
+  // PIPO slots (docs/pipo.md) run on the fine-tuned backbone; on stage 0
+  // their input is the compressor's z, carried in `hidden` (their rows
+  // only, in slot order), not a token.
+  std::vector<char> pipo(n, 0);
+  int n_pipo = 0;
+  if (batch.pipo_size() != 0) {
+    if (batch.pipo_size() != n) {
+      fail(absl::StrCat("pipo has ", batch.pipo_size(), " entries for ", n, " slots"));
+      return true;
+    }
+    for (int i = 0; i < n; ++i) n_pipo += pipo[i] = batch.pipo(i) ? 1 : 0;
+    if (n_pipo > 0 && !pipo_slice_) {
+      fail("the batch has PIPO slots but this stage has no PIPO backbone (start every stage "
+           "with --pipo-head)");
+      return true;
+    }
+  }
+  const size_t row_bytes = static_cast<size_t>(dim) * sizeof(float);
+  const size_t hidden_bytes = static_cast<size_t>(first ? n_pipo : n) * row_bytes;
+  if ((!first || n_pipo > 0) && batch.hidden().size() != hidden_bytes) {
     fail(absl::StrCat("hidden has ", batch.hidden().size(), " bytes, expected ", hidden_bytes,
-                      " (", n, " slots x dim ", dim, " fp32)"));
+                      " (", first ? n_pipo : n, " rows x dim ", dim, " fp32)"));
     return true;
   }
 
@@ -134,17 +229,27 @@ bool StageRunner::Process(internal::MicroBatch& batch) {
     return true;
   }
 
-  SliceInput in{slots, {}, {}};
-  if (first) {
-    in.tokens = std::span<const int32_t>(batch.tokens().data(), n);
-  } else {
-    // Copied out of the protobuf string: its bytes carry no float alignment.
-    input_.resize(static_cast<size_t>(n) * dim);
-    std::memcpy(input_.data(), batch.hidden().data(), hidden_bytes);
-    in.hidden = input_;
+  if (batch.aux_u_size() != 0 && batch.aux_u_size() != n) {
+    fail(absl::StrCat("aux_u has ", batch.aux_u_size(), " entries for ", n, " slots"));
+    return true;
   }
+  // Copied out of the protobuf string: its bytes carry no float alignment.
+  input_.resize(hidden_bytes / sizeof(float));
+  std::memcpy(input_.data(), batch.hidden().data(), hidden_bytes);
   SliceOutput out;
-  if (absl::Status st = slice_.Forward(in, taps, &out); !st.ok()) {
+  absl::Status st;
+  if (n_pipo == 0) {
+    SliceInput in{slots, {}, {}, {batch.aux_u().data(), static_cast<size_t>(batch.aux_u_size())}};
+    if (first) {
+      in.tokens = std::span<const int32_t>(batch.tokens().data(), n);
+    } else {
+      in.hidden = input_;
+    }
+    st = slice_.Forward(in, taps, &out);
+  } else {
+    st = ForwardSplit(batch, slots, pipo, taps, &out);
+  }
+  if (!st.ok()) {
     fail(st.ToString());
     return true;
   }
@@ -207,7 +312,10 @@ void StageRunner::Loop() {
 
 void StageRunner::Reset(const std::string& report_address) {
   std::lock_guard<std::mutex> lock(mu_);
-  for (uint64_t seq : sequences_) slice_.Release(seq);
+  for (uint64_t seq : sequences_) {
+    slice_.Release(seq);
+    if (pipo_slice_) pipo_slice_->Release(seq);
+  }
   sequences_.clear();
   epochs_.clear();
   report_.reset();

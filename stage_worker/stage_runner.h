@@ -32,7 +32,9 @@ class StageRunner {
  public:
   // stage: index in the pipeline; is_last: output goes back to the
   // scheduler (hidden of the final layer, before the final norm).
-  StageRunner(SliceBackend& slice, int stage, bool is_last);
+  // `pipo_slice`: the same layers of PIPO's fine-tuned backbone (hidden
+  // input on stage 0), for slots marked pipo; null = none.
+  StageRunner(SliceBackend& slice, int stage, bool is_last, SliceBackend* pipo_slice = nullptr);
 
   // Applies batch.release, then runs the slots (tokens on stage 0, hidden
   // otherwise), replacing batch.hidden with this stage's output and
@@ -86,9 +88,13 @@ class StageRunner {
   // Removes the slots whose epoch is older than their sequence's newest.
   void DropStaleSlots(internal::MicroBatch& batch);
   void SendTaps(internal::MicroBatch& batch);
+  absl::Status ForwardSplit(const internal::MicroBatch& batch, const std::vector<SlotRef>& slots,
+                            const std::vector<char>& pipo, std::span<const int> taps,
+                            SliceOutput* out);
   SliceBackend& slice_;
   int stage_;
   bool is_last_;
+  SliceBackend* pipo_slice_;
   std::unique_ptr<transport::ActivationReceiver> in_;
   std::unique_ptr<transport::ActivationSender> out_;
   std::atomic<bool> stop_{false};

@@ -7,10 +7,13 @@
 namespace specline {
 
 StageServiceImpl::StageServiceImpl(std::vector<StageRunner*> runners, std::string data_address,
-                                   std::string next_address)
+                                   std::string next_address, uint64_t ptp_fingerprint,
+                                   uint64_t pipo_fingerprint)
     : runners_(std::move(runners)),
       data_address_(std::move(data_address)),
-      next_address_(std::move(next_address)) {}
+      next_address_(std::move(next_address)),
+      ptp_fingerprint_(ptp_fingerprint),
+      pipo_fingerprint_(pipo_fingerprint) {}
 
 grpc::Status StageServiceImpl::GetInfo(grpc::ServerContext*, const internal::StageInfoRequest*,
                                        internal::StageInfo* info) {
@@ -37,6 +40,8 @@ grpc::Status StageServiceImpl::GetInfo(grpc::ServerContext*, const internal::Sta
   info->set_batches(first.batches());
   info->set_data_address(data_address_);
   info->set_next_address(next_address_);
+  info->set_ptp_fingerprint(ptp_fingerprint_);
+  info->set_pipo_fingerprint(pipo_fingerprint_);
   return grpc::Status::OK;
 }
 

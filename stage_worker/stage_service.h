@@ -13,8 +13,11 @@ namespace specline {
 class StageServiceImpl final : public internal::StageWorker::Service {
  public:
   // `runners`: the consecutive stages of this process, first to last.
+  // `ptp_fingerprint`: PtpAdapter::fingerprint() of the stages' adapter, 0
+  // for none.
   StageServiceImpl(std::vector<StageRunner*> runners, std::string data_address,
-                   std::string next_address);
+                   std::string next_address, uint64_t ptp_fingerprint = 0,
+                   uint64_t pipo_fingerprint = 0);
 
   // A process hosting several stages answers as one stage spanning their
   // layers: the scheduler addresses the process, not its internal chain.
@@ -28,6 +31,7 @@ class StageServiceImpl final : public internal::StageWorker::Service {
  private:
   std::vector<StageRunner*> runners_;
   std::string data_address_, next_address_;
+  uint64_t ptp_fingerprint_, pipo_fingerprint_;
 };
 
 }  // namespace specline

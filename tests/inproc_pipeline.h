@@ -18,6 +18,7 @@
 #include "model/formats/random_model.h"
 #include "model/runtime/generator.h"
 #include "model/runtime/local_pipeline.h"
+#include "model/runtime/ptp_adapter.h"
 #include "scheduler/engine.h"
 #include "stage_worker/stage_runner.h"
 #include "stage_worker/stage_service.h"
@@ -118,18 +119,46 @@ class InprocPipeline {
   // drafts use it: on the tiny test model a token can come back before the
   // driver has drafted behind it, so without it whether any draft is sent
   // depends on how busy the machine is.
+  //
+  // `model_path` ("" = the random test model); with options.spec.ptp_head
+  // every stage loads that PTP adapter, with options.spec.pipo_head that
+  // PIPO head's backbone, unless `heads_on_stages` is false.
   InprocPipeline(int n_stages, scheduler::EngineOptions options,
                  int stage_kv_tokens = kStageKvTokens,
-                 std::chrono::microseconds stage_delay = 0us)
-      : model_(OpenModel(SchedulerTestModel())) {
+                 std::chrono::microseconds stage_delay = 0us, const std::string& model_path = "",
+                 bool heads_on_stages = true)
+      : model_(OpenModel(model_path.empty() ? SchedulerTestModel() : model_path)) {
     static std::atomic<int> counter{0};
     prefix_ = "sched-test-" + std::to_string(counter++);
     const std::vector<int> bounds = EvenSplit(model_->config().n_layers, n_stages);
+    SliceOptions slice_options{16, stage_kv_tokens};
+    uint64_t ptp_fingerprint = 0;
+    if (!options.spec.ptp_head.empty() && heads_on_stages) {
+      auto adapter = std::make_shared<const PtpAdapter>(
+          LoadDraftHead(options.spec.ptp_head, model_->config()));
+      ptp_fingerprint = adapter->fingerprint();
+      slice_options.ptp = adapter;
+    }
+    uint64_t pipo_fingerprint = 0;
+    if (!options.spec.pipo_head.empty() && heads_on_stages) {
+      auto head = LoadDraftHead(options.spec.pipo_head, model_->config());
+      pipo_fingerprint = head->Fingerprint();
+      pipo_backbone_ = OpenModel(options.spec.pipo_head + "/" + head->spec().pipo_backbone_file);
+    }
     for (int i = 0; i < n_stages; ++i) {
       auto pool = std::make_shared<kernels::ThreadPool>(1);
-      slices_.push_back(std::make_unique<StageSlice>(
-          *model_, bounds[i], bounds[i + 1], SliceOptions{16, stage_kv_tokens}, pool));
-      runners_.push_back(std::make_unique<StageRunner>(*slices_[i], i, i == n_stages - 1));
+      slices_.push_back(std::make_unique<StageSlice>(*model_, bounds[i], bounds[i + 1],
+                                                     slice_options, pool));
+      SliceBackend* pipo_slice = nullptr;
+      if (pipo_backbone_) {
+        SliceOptions pipo_options{16, stage_kv_tokens};
+        pipo_options.hidden_input = true;
+        pipo_slices_.push_back(std::make_unique<StageSlice>(*pipo_backbone_, bounds[i],
+                                                            bounds[i + 1], pipo_options, pool));
+        pipo_slice = pipo_slices_.back().get();
+      }
+      runners_.push_back(
+          std::make_unique<StageRunner>(*slices_[i], i, i == n_stages - 1, pipo_slice));
       if (stage_delay > 0us) {
         runners_.back()->set_observer([stage_delay](const internal::MicroBatch&, double) {
           std::this_thread::sleep_for(stage_delay);
@@ -142,7 +171,8 @@ class InprocPipeline {
     for (int i = 0; i < n_stages; ++i) {
       StartRunner(i);
       services_.push_back(std::make_unique<StageServiceImpl>(
-          std::vector<StageRunner*>{runners_[i].get()}, DataAddress(i), NextAddress(i)));
+          std::vector<StageRunner*>{runners_[i].get()}, DataAddress(i), NextAddress(i),
+          ptp_fingerprint, pipo_fingerprint));
       ports_.push_back(0);
       StartControl(i);
       controls.push_back(
@@ -213,6 +243,8 @@ class InprocPipeline {
   std::shared_ptr<const ModelSource> model_;
   std::string prefix_;
   std::vector<std::unique_ptr<StageSlice>> slices_;
+  std::unique_ptr<ModelSource> pipo_backbone_;
+  std::vector<std::unique_ptr<StageSlice>> pipo_slices_;
   std::vector<std::unique_ptr<StageRunner>> runners_;
   std::vector<std::unique_ptr<StageServiceImpl>> services_;
   std::vector<std::unique_ptr<grpc::Server>> servers_;

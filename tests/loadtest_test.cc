@@ -209,6 +209,10 @@ TEST(LoadtestWorkload, PromptFileLinesAndJsonl) {
   EXPECT_FLOAT_EQ(req.sampling().temperature(), 0.7f);
   EXPECT_EQ(req.sampling().seed(), 9u);
   EXPECT_EQ(req.policy(), v1::DECODING_POLICY_SPD);
+  EXPECT_EQ(ParsePolicy("ptp"), v1::DECODING_POLICY_PTP);
+  EXPECT_EQ(ParsePolicy("pipo"), v1::DECODING_POLICY_PIPO);
+  EXPECT_EQ(ParsePolicy(""), v1::DECODING_POLICY_UNSPECIFIED);
+  EXPECT_THROW(ParsePolicy("medusa"), std::invalid_argument);
 }
 
 // Histogram upper bounds (docs/metrics.md).

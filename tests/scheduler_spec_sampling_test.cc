@@ -11,10 +11,12 @@
 // and run chi-square goodness-of-fit tests of the observed (t1, t2) joint,
 // t3 marginal and (t1, t2, t3) joint against the exact ones.
 //
-// Rejection threshold: p < 1e-4 per test. There are 21 chi-square tests of
-// the engine in this file (7 modes x 3 statistics), so if the engine is
+// Rejection threshold: p < 1e-4 per test. There are 24 chi-square tests of
+// the engine in this file (8 modes x 3 statistics), so if the engine is
 // lossless the chance that any of them fails spuriously in a run is at most
-// 21 x 1e-4 = 0.21% (Bonferroni). The outputs depend on pipeline timing
+// 24 x 1e-4 = 0.24% (Bonferroni). PTP (coupled sampling at counter-based u,
+// docs/ptp.md) is deterministic per seed; across seeds it must have the
+// same distribution. The outputs depend on pipeline timing
 // (whether a draft exists when a token is decided changes how the request's
 // randomness is used), so runs are not bit-reproducible; each run is a fresh
 // sample. The negative control below shows that the same test at the same N
@@ -329,6 +331,7 @@ TEST_P(SampledOutput, MatchesTheExactDistribution) {
   o.spec.allow_oracle = true;
   if (!c.ppsd.empty()) o.spec.ppsd_head = HeadDir(c.ppsd, c.n_stages);
   if (!c.spd.empty()) o.spec.spd_head = HeadDir(c.spd, c.n_stages);
+  if (c.mode == SpecMode::kPtp) o.spec.ptp_head = HeadDir("ptp", c.n_stages);
   InprocPipeline p(c.n_stages, o);
 
   // The oracle's reference: any fixed sequence does (verification is
@@ -341,7 +344,7 @@ TEST_P(SampledOutput, MatchesTheExactDistribution) {
 
   const auto t0 = std::chrono::steady_clock::now();
   std::map<int64_t, int64_t> joint12, t3, joint123;
-  int64_t drafted = 0, rejected = 0, accepted = 0, bad = 0;
+  int64_t drafted = 0, rejected = 0, accepted = 0, bad = 0, calls = 0;
   constexpr int kWindow = 64;  // requests in flight at once
   for (int base = 0; base < c.n_requests; base += kWindow) {
     std::vector<std::shared_ptr<scheduler::RequestStream>> streams;
@@ -371,6 +374,7 @@ TEST_P(SampledOutput, MatchesTheExactDistribution) {
       ++joint123[Key3(got.tokens[0], got.tokens[1], got.tokens[2])];
       const scheduler::SpecStats& st = got.last.spec;
       drafted += st.draft_tokens;
+      calls += st.drafts;
       rejected += st.rejected_tokens;
       accepted += st.accepted_tokens;
       EXPECT_EQ(st.accepted_tokens + st.rejected_tokens + st.discarded_tokens, st.draft_tokens);
@@ -397,6 +401,11 @@ TEST_P(SampledOutput, MatchesTheExactDistribution) {
                             << g123.table;
   if (c.mode == SpecMode::kAutoregressive) {
     EXPECT_EQ(drafted, 0);
+  } else if (c.mode == SpecMode::kPtp) {
+    // PTP's tokens are the coupled samples at their own u whatever was
+    // proposed (a random adapter's proposals rarely survive); every request
+    // went through PTP calls (the prompt's, then one or more).
+    EXPECT_GE(calls, 2 * n);
   } else {
     // The speculative paths were exercised: drafts verified, some accepted,
     // some rejected (each rejection samples from the residual max(0, p - q)).
@@ -417,6 +426,7 @@ INSTANTIATE_TEST_SUITE_P(
         ModeCase{"ppsd_oracle", 2, SpecMode::kPpsd, true, "", "", kRequests},
         ModeCase{"ppsd_layer_head", 2, SpecMode::kPpsd, false, "ppsd-layer", "", kRequests},
         ModeCase{"spd_v11_head", 2, SpecMode::kSpd, false, "", "spd-v11", kRequests},
+        ModeCase{"ptp_adapter", 2, SpecMode::kPtp, false, "", "", kRequests},
         ModeCase{"spd_oracle_4stages", 4, SpecMode::kSpd, true, "", "", kRequests},
         ModeCase{"ppsd_layer_head_4stages", 4, SpecMode::kPpsd, false, "ppsd-layer", "",
                  kRequests}),

@@ -95,9 +95,17 @@ TEST(RequestConvertTest, PolicyAndSamplingErrors) {
   req.add_prompt(5);
   req.set_max_tokens(3);
   req.set_policy(v1::DECODING_POLICY_PIPO);
+  req.set_pipo_tau(0.5f);
   auto spec = ToRequestSpec(req);
-  EXPECT_EQ(spec.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(spec.status().message().find("DECODING_POLICY_PIPO"), std::string::npos);
+  ASSERT_TRUE(spec.ok()) << spec.status();  // whether PIPO runs here is the engine's call
+  EXPECT_EQ(spec->mode, SpecMode::kPipo);
+  EXPECT_EQ(spec->pipo_tau, 0.5f);
+  req.set_pipo_tau(-0.5f);
+  EXPECT_EQ(ToRequestSpec(req).status().code(), absl::StatusCode::kInvalidArgument);
+  req.clear_pipo_tau();
+  EXPECT_LT(ToRequestSpec(req)->pipo_tau, 0);  // the server's default
+  req.set_policy(v1::DECODING_POLICY_PTP);
+  EXPECT_EQ(ToRequestSpec(req)->mode, SpecMode::kPtp);
   req.set_policy(v1::DECODING_POLICY_SPD);
   spec = ToRequestSpec(req);
   ASSERT_TRUE(spec.ok()) << spec.status();  // whether SPD runs here is the engine's call

@@ -135,7 +135,11 @@ TEST(ServingE2E, MalformedRequestsAreInvalidArgument) {
        [](auto& r) { r.mutable_sampling()->set_repetition_penalty(-2); }},
       {"max_tokens", [](auto& r) { r.set_max_tokens(-5); }},
       {"policy", [](auto& r) { r.set_policy(static_cast<v1::DecodingPolicy>(99)); }},
-      {"policy", [](auto& r) { r.set_policy(v1::DECODING_POLICY_PIPO); }},
+      {"pipo_tau", [](auto& r) { r.set_pipo_tau(-1); }},
+      {"pipo_tau", [](auto& r) {  // a threshold for a policy that has none
+         r.set_policy(v1::DECODING_POLICY_AUTOREGRESSIVE);
+         r.set_pipo_tau(0.5f);
+       }},
       {"stop_token_ids[0]", [](auto& r) { r.add_stop_token_ids(100000); }},
       {"stop", [](auto& r) {
          for (int i = 0; i < 40; ++i) r.add_stop("x");

@@ -144,5 +144,71 @@ void ExpectLosslessAcrossProcesses(int n) {
 TEST(ServingSpec, LosslessAcrossTwoStageProcesses) { ExpectLosslessAcrossProcesses(2); }
 TEST(ServingSpec, LosslessAcrossFourStageProcesses) { ExpectLosslessAcrossProcesses(4); }
 
+// PTP and PIPO through `specline serve --ptp-head --pipo-head` with the
+// trained stories260K heads: chosen per request at the gateway, PTP greedy
+// equals plain decoding and says lossless, PIPO says not lossless on every
+// message and never streams PAD; both have their metric series.
+TEST(ServingSpec, PtpAndPipoPerRequestThroughTheGateway) {
+  if (Stories260K().empty()) GTEST_SKIP() << "../shared/models/stories260K absent";
+  const std::string ptp = SourcePath("training/heads/stories260K/ptp");
+  const std::string pipo = SourcePath("training/heads/stories260K/pipo");
+  auto stack = StartStack(Stories260K(), 2, {"--ptp-head", ptp, "--pipo-head", pipo});
+  ReferenceEngine ref(Stories260K());
+  {
+    auto stub = v1::Generation::NewStub(stack->channel());
+    grpc::ClientContext ctx;
+    v1::ModelInfo info;
+    ASSERT_TRUE(stub->GetModelInfo(&ctx, v1::ModelInfoRequest(), &info).ok());
+    std::vector<int> policies(info.policies().begin(), info.policies().end());
+    EXPECT_EQ(policies, (std::vector<int>{v1::DECODING_POLICY_AUTOREGRESSIVE,
+                                          v1::DECODING_POLICY_PTP, v1::DECODING_POLICY_PIPO}));
+  }
+  for (const std::string prompt : {"Once upon a time", "The cat sat"}) {
+    const Reference want = ref.Run(ref.EncodeText(prompt), 40, /*ignore_eos=*/true);
+    v1::GenerateRequest req;
+    req.set_text(prompt);
+    req.set_max_tokens(40);
+    req.set_ignore_eos(true);
+    req.set_policy(v1::DECODING_POLICY_PTP);
+    Streamed got = StreamOnce(stack->channel(), req);
+    ASSERT_TRUE(got.status.ok()) << got.status.error_message();
+    EXPECT_EQ(got.tokens, want.tokens) << prompt;
+    EXPECT_TRUE(got.last.lossless());
+    EXPECT_EQ(got.last.policy(), v1::DECODING_POLICY_PTP);
+    EXPECT_GT(got.last.spec_decode().mean_accepted_length(), 1.0);  // tokens per call
+
+    req.set_policy(v1::DECODING_POLICY_PIPO);
+    req.set_pipo_tau(0.0f);  // always keep the second token: two per pass
+    got = StreamOnce(stack->channel(), req);
+    ASSERT_TRUE(got.status.ok()) << got.status.error_message();
+    EXPECT_EQ(got.tokens.size(), 40u);
+    EXPECT_EQ(std::count(got.tokens.begin(), got.tokens.end(), 0), 0) << "PAD streamed";
+    EXPECT_EQ(got.last.policy(), v1::DECODING_POLICY_PIPO);
+    EXPECT_EQ(got.last.spec_decode().num_accepted_tokens(), got.last.spec_decode().num_drafts());
+    EXPECT_EQ(got.lossless_messages, 0) << "of " << got.messages << " messages";
+  }
+  // The load tester drives either policy.
+  for (const char* policy : {"ptp", "pipo"}) {
+    const std::string dir = TempDir();
+    const std::string cmd = BinaryPath("specline-loadtest") + " --addr " + stack->gateway() +
+                            " --concurrency 3 --requests 6 --input-len 12 --output-len 12"
+                            " --policy " + policy + " --json " + dir + "/lt.json > " + dir +
+                            "/lt.out 2>&1";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << ReadFile(dir + "/lt.out");
+    const nlohmann::json j = nlohmann::json::parse(ReadFile(dir + "/lt.json"));
+    EXPECT_EQ(j["runs"][0]["summary"]["completed"], 6) << policy;
+    EXPECT_EQ(j["runs"][0]["summary"]["failed"], 0) << policy;
+  }
+  const std::string metrics = ScrapeMetrics(stack->ports["scheduler"]["metrics"].get<int>());
+  for (const char* policy : {"ptp", "pipo"}) {
+    const std::string label = std::string("{policy=\"") + policy + "\"}";
+    EXPECT_GT(MetricValue(metrics, "specline_spec_decode_num_accepted_tokens_total", label), 0)
+        << metrics;
+  }
+  const internal::SchedulerStats s = SchedulerStats(*stack);
+  EXPECT_EQ(s.running(), 0);
+  EXPECT_EQ(s.kv_free_tokens(), s.kv_capacity_tokens());
+}
+
 }  // namespace
 }  // namespace specline::testing

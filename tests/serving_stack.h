@@ -79,6 +79,7 @@ struct Streamed {
   v1::FinishReason finish = v1::FINISH_REASON_UNSPECIFIED;
   v1::GenerateResponse last;
   int messages = 0;
+  int lossless_messages = 0;  // messages that said lossless
 };
 
 // Streams one request. `after_first` (optional) runs once the first
@@ -98,6 +99,7 @@ inline Streamed StreamOnce(const std::shared_ptr<grpc::Channel>& channel,
     out.text += msg.text();
     if (msg.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) out.finish = msg.finish_reason();
     out.last = msg;
+    out.lossless_messages += msg.lossless() ? 1 : 0;
     if (out.messages++ == 0 && after_first) after_first(ctx);
   }
   out.status = reader->Finish();

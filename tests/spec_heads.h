@@ -13,7 +13,8 @@
 namespace specline::testing {
 
 // Random heads for the scheduler test model, one directory per kind
-// ("ppsd-norm", "ppsd-layer", "spd-v10", "spd-v11") and pipeline depth.
+// ("ppsd-norm", "ppsd-layer", "spd-v10", "spd-v11", "ptp": a PTP adapter
+// with 4 auxiliary rows) and pipeline depth.
 inline std::string HeadDir(const std::string& kind, int n_stages) {
   const std::string dir = TempDir() + "/spec_heads/" + kind + "-" + std::to_string(n_stages);
   if (std::filesystem::exists(dir + "/head.json")) return dir;
@@ -23,6 +24,11 @@ inline std::string HeadDir(const std::string& kind, int n_stages) {
   if (kind == "ppsd-norm" || kind == "ppsd-layer") {
     s.method = kind == "ppsd-norm" ? DraftMethod::kPpsdNorm : DraftMethod::kPpsdLayer;
     s.exit_layer = EvenSplit(base.n_layers, n_stages)[1];  // where the first stage ends
+  } else if (kind == "ptp") {
+    s.method = DraftMethod::kPtp;
+    s.ptp_n_aux = 4;
+    s.ptp_lora_rank = 4;
+    s.ptp_lora_alpha = 8.0;
   } else {
     s.method = DraftMethod::kSpd;
     s.spd_stages = n_stages;

@@ -304,6 +304,19 @@ const TensorInfo* DraftHead::FileTensor(const std::string& name) const {
   return it == file_->tensors().end() ? nullptr : &it->second;
 }
 
+uint64_t DraftHead::Fingerprint() const {
+  uint64_t h = 0xcbf29ce484222325ull;
+  auto mix = [&h](const void* data, int64_t n) {
+    const auto* p = static_cast<const uint8_t*>(data);
+    for (int64_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
+  };
+  for (const auto& [name, t] : file_->tensors()) {
+    mix(name.data(), static_cast<int64_t>(name.size()));
+    mix(t.data, t.nbytes);
+  }
+  return h;
+}
+
 std::unique_ptr<DraftHead> LoadDraftHead(const std::string& dir, const ModelConfig& base) {
   const std::string jpath = (fs::path(dir) / "head.json").string();
   const std::string spath = (fs::path(dir) / "head.safetensors").string();

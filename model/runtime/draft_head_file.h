@@ -96,6 +96,10 @@ class DraftHead {
   const ModelSource& source() const { return *source_; }
   // A tensor by its name in head.safetensors (nullptr when absent).
   const TensorInfo* FileTensor(const std::string& name) const;
+  // FNV-1a over the names and bytes of every tensor in head.safetensors: a
+  // short identity so a scheduler can check that its stages load the same
+  // head (PTP adapters, PIPO backbones' heads) as itself.
+  uint64_t Fingerprint() const;
 
  private:
   friend std::unique_ptr<DraftHead> LoadDraftHead(const std::string&, const ModelConfig&);

@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "model/runtime/ptp_coupling.h"
 
 namespace specline {
 namespace {
@@ -67,7 +68,10 @@ absl::StatusOr<GenerationResult> Generate(LocalPipeline& model, uint64_t seq,
   auto t_decode = std::chrono::steady_clock::now();
   result.finish_reason = "length";
   for (int i = 0; i < options.max_tokens; ++i) {
-    const int32_t token = Sample(logits, options.sampling, history, rng);
+    const int32_t token =
+        options.coupled
+            ? CoupledSample(logits, options.sampling, history, PtpUniform(options.sampling.seed, i))
+            : Sample(logits, options.sampling, history, rng);
     if (i == 0) {
       result.prefill_seconds = SecondsSince(t0);
       t_decode = std::chrono::steady_clock::now();

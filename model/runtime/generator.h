@@ -21,6 +21,9 @@ struct GenerationOptions {
   std::vector<int32_t> stop_ids;  // generation ends after emitting one
   bool ignore_eos = false;        // disables stop_ids
   int prefill_chunk = 256;        // prompt positions per forward call
+  // Coupled sampling (docs/ptp.md): token t is drawn at PtpUniform(seed, t)
+  // instead of from a sequential stream: what a PTP request must equal.
+  bool coupled = false;
 };
 
 struct GenerationResult {

@@ -29,9 +29,11 @@ class LocalPipeline {
   OutputHead& head() { return head_; }
 
   // Runs the slots through every slice; taps are global indices, each taken
-  // from the first slice that can produce it.
+  // from the first slice that can produce it. `aux_u`: PTP auxiliary rows
+  // (SliceInput::aux_u; needs SliceOptions::ptp).
   absl::Status Forward(std::span<const SlotRef> slots, std::span<const int32_t> tokens,
-                       std::span<const int> taps, SliceOutput* out);
+                       std::span<const int> taps, SliceOutput* out,
+                       std::span<const float> aux_u = {});
 
   void Truncate(uint64_t seq, int32_t length);
   void Release(uint64_t seq);

@@ -17,7 +17,7 @@ double PtpUniform(uint64_t seed, int64_t t) {
 }
 
 std::vector<double> CoupledDistribution(std::span<const float> logits, float temperature, int top_k,
-                                        float top_p) {
+                                        float top_p, float min_p) {
   const size_t v = logits.size();
   if (v == 0) throw std::invalid_argument("CoupledDistribution: empty logits");
   std::vector<double> p(v, 0.0);
@@ -32,7 +32,7 @@ std::vector<double> CoupledDistribution(std::span<const float> logits, float tem
   for (size_t i = 0; i < v; ++i) sum += p[i] = std::exp(static_cast<double>(logits[i]) / t - max_l);
   for (double& x : p) x /= sum;
   const bool use_k = top_k > 0 && static_cast<size_t>(top_k) < v;
-  if (!use_k && top_p >= 1.0f) return p;
+  if (!use_k && top_p >= 1.0f && min_p <= 0.0f) return p;
   std::vector<int32_t> order(v);
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return p[a] > p[b]; });
@@ -44,6 +44,12 @@ std::vector<double> CoupledDistribution(std::span<const float> logits, float tem
     size_t n = 0;
     while (n < kept && before < top_p) before += p[order[n++]] / kept_mass;
     kept = n;
+  }
+  if (min_p > 0.0f) {
+    // order is by descending probability: the kept tokens below the floor
+    // are a suffix of it (the most probable one always stays).
+    const double floor = min_p * p[order[0]];
+    while (kept > 1 && p[order[kept - 1]] < floor) --kept;
   }
   std::vector<double> out(v, 0.0);
   double kept_sum = 0.0;
@@ -66,6 +72,19 @@ int32_t CoupledPick(std::span<const double> probs, double u) {
 
 int32_t CoupledToken(std::span<const float> logits, float temperature, int top_k, float top_p, double u) {
   const std::vector<double> p = CoupledDistribution(logits, temperature, top_k, top_p);
+  return CoupledPick(p, u);
+}
+
+int32_t CoupledSample(std::span<const float> logits, const SamplingParams& params,
+                      std::span<const int32_t> history, double u) {
+  std::vector<float> penalised;
+  if (params.repetition_penalty != 1.0f) {
+    penalised.assign(logits.begin(), logits.end());
+    ApplyRepetitionPenalty(penalised, params.repetition_penalty, history);
+    logits = penalised;
+  }
+  const std::vector<double> p =
+      CoupledDistribution(logits, params.temperature, params.top_k, params.top_p, params.min_p);
   return CoupledPick(p, u);
 }
 

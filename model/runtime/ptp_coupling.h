@@ -14,6 +14,8 @@
 #include <span>
 #include <vector>
 
+#include "model/runtime/sampler.h"
+
 namespace specline {
 
 // u for generated-token index t (0 = the first token after the prompt):
@@ -25,9 +27,10 @@ double PtpUniform(uint64_t seed, int64_t t);
 // The sampling distribution in vocabulary order, in double: temperature
 // <= 0 is one-hot at the argmax (lowest index on ties); else softmax(l / T),
 // then top-k (most probable first, lower index first on ties), then top-p
-// (a token stays while the mass before it is < top_p), renormalised.
+// (a token stays while the mass before it is < top_p), then min-p (tokens
+// below min_p times the most probable one's probability go), renormalised.
 std::vector<double> CoupledDistribution(std::span<const float> logits, float temperature, int top_k,
-                                        float top_p);
+                                        float top_p, float min_p = 0.0f);
 
 // The smallest index whose running sum (summed in order) exceeds u; when
 // rounding leaves the total <= u, the last index with non-zero probability.
@@ -35,6 +38,13 @@ int32_t CoupledPick(std::span<const double> probs, double u);
 
 // CoupledPick(CoupledDistribution(...), u).
 int32_t CoupledToken(std::span<const float> logits, float temperature, int top_k, float top_p, double u);
+
+// The token a request's sampler settings give at u: repetition penalty over
+// `history` (as Warp applies it), then CoupledToken with its temperature,
+// top-k, top-p and min-p. What the scheduler uses for every token of a PTP
+// request, so PTP's output equals plain decoding at the same u.
+int32_t CoupledSample(std::span<const float> logits, const SamplingParams& params,
+                      std::span<const int32_t> history, double u);
 
 struct PtpVerdict {
   int accepted = 0;             // proposals kept

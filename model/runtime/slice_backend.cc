@@ -1,6 +1,7 @@
 #include "model/runtime/slice_backend.h"
 
 #include <algorithm>
+#include <cmath>
 #include <unordered_map>
 
 #include "absl/strings/str_cat.h"
@@ -8,8 +9,27 @@
 namespace specline {
 
 absl::Status ValidateAndReserve(const SliceInput& in, bool embeds, const ModelConfig& config,
-                                int begin, int end, PagedKvCache& kv, bool hidden_elsewhere) {
+                                int begin, int end, PagedKvCache& kv, bool hidden_elsewhere,
+                                bool ptp) {
   const size_t n = in.slots.size();
+  if (!in.aux_u.empty()) {
+    if (in.aux_u.size() != n) {
+      return absl::InvalidArgumentError(absl::StrCat("aux_u has ", in.aux_u.size(),
+                                                     " values for ", n, " slots"));
+    }
+    if (!ptp && !AuxRows(in).empty()) {
+      return absl::FailedPreconditionError(
+          "the batch has PTP auxiliary rows but this stage has no PTP adapter (start every "
+          "stage with --ptp-head)");
+    }
+    for (size_t i = 0; i < n; ++i) {
+      // u < 1 in double may round to 1 in float: [0, 1] is valid.
+      if (in.aux_u[i] > 1.0f || std::isnan(in.aux_u[i])) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("slot ", i, ": aux_u ", in.aux_u[i], " is neither in [0, 1] nor negative"));
+      }
+    }
+  }
   if (embeds) {
     if (in.tokens.size() != n) {
       return absl::InvalidArgumentError(
@@ -76,6 +96,14 @@ absl::Status ValidateAndReserve(const SliceInput& in, bool embeds, const ModelCo
     if (!st.ok()) return st;  // unreachable after the checks above
   }
   return absl::OkStatus();
+}
+
+std::vector<int32_t> AuxRows(const SliceInput& in) {
+  std::vector<int32_t> rows;
+  for (size_t i = 0; i < in.aux_u.size(); ++i) {
+    if (in.aux_u[i] >= 0.0f) rows.push_back(static_cast<int32_t>(i));
+  }
+  return rows;
 }
 
 }  // namespace specline

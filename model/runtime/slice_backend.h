@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -15,6 +16,8 @@
 
 namespace specline {
 
+class PtpAdapter;
+
 struct SlotRef {
   uint64_t seq_id = 0;
   int32_t pos = 0;
@@ -24,6 +27,10 @@ struct SliceInput {
   std::span<const SlotRef> slots;
   std::span<const int32_t> tokens;  // first slice: one id per slot
   std::span<const float> hidden;    // other slices: slots.size() * dim
+  // PTP (docs/ptp.md): empty, or one value per slot: u >= 0 marks an
+  // auxiliary row (input u_embed(u) on the first slice, LoRA in every
+  // layer), a negative value a token row. Needs SliceOptions::ptp.
+  std::span<const float> aux_u = {};
 };
 
 // Hidden states at one global layer boundary (Hugging Face numbering: 0 is
@@ -47,6 +54,9 @@ struct SliceOptions {
   // modules whose layer 0 reads computed features, not tokens (SPD's
   // speculation module, whose source has no embedding of its own).
   bool hidden_input = false;
+  // A PTP adapter for auxiliary rows (SliceInput::aux_u); null: the slice
+  // refuses batches that have any.
+  std::shared_ptr<const PtpAdapter> ptp = nullptr;
 };
 
 class SliceBackend {
@@ -80,14 +90,18 @@ class SliceBackend {
 
 // The checks every backend makes before running a batch, then the KV
 // reservation: tokens inside the vocabulary (when `embeds`), hidden of the
-// right size (otherwise), positions in range and consecutive per sequence,
+// right size (otherwise), aux_u empty or one per slot (and then only with
+// `ptp`), positions in range and consecutive per sequence,
 // no gap after a sequence's cached length, and room in `kv` for the net
 // demand. On success every sequence of the batch holds blocks up to its
 // last slot; on error nothing changed. `hidden_elsewhere`: the hidden rows
 // come from device memory, not in.hidden (a GPU slice's device hand-off).
 absl::Status ValidateAndReserve(const SliceInput& in, bool embeds, const ModelConfig& config,
                                 int begin, int end, PagedKvCache& kv,
-                                bool hidden_elsewhere = false);
+                                bool hidden_elsewhere = false, bool ptp = false);
+
+// The slots of `in` that are PTP auxiliary rows (aux_u[i] >= 0), ascending.
+std::vector<int32_t> AuxRows(const SliceInput& in);
 
 // Blocks for a capacity in token positions.
 inline int KvBlocksFor(const SliceOptions& o) {

@@ -34,6 +34,7 @@ StageSlice::StageSlice(const ModelSource& src, int begin, int end, const SliceOp
       end_(end),
       pool_(std::move(pool)),
       embeds_(begin == 0 && !options.hidden_input),
+      ptp_(options.ptp),
       kv_(KvCacheShape{end - begin, src.config().n_kv_heads, src.config().head_dim,
                        options.kv_block_size, KvBlocksFor(options)}),
       rope_(src.config()) {
@@ -42,6 +43,9 @@ StageSlice::StageSlice(const ModelSource& src, int begin, int end, const SliceOp
                                              ") is not inside [0, ", config_.n_layers, ")"));
   }
   if (!pool_) throw std::invalid_argument("StageSlice needs a thread pool");
+  if (ptp_ && ptp_->dim() != config_.dim) {
+    throw std::invalid_argument("the PTP adapter was made for another model (dim differs)");
+  }
   if (embeds_) {
     embedding_ = MatrixOf(
         src.Require("model.embed_tokens.weight", {config_.vocab_size, config_.dim}));
@@ -67,9 +71,12 @@ absl::Status StageSlice::Forward(const SliceInput& in, std::span<const int> tap_
           "tap ", t, " is outside layers [", begin_, ", ", end_, "] of this slice"));
     }
   }
-  if (absl::Status st = ValidateAndReserve(in, embeds_, config_, begin_, end_, kv_); !st.ok()) {
+  if (absl::Status st = ValidateAndReserve(in, embeds_, config_, begin_, end_, kv_,
+                                           /*hidden_elsewhere=*/false, ptp_ != nullptr);
+      !st.ok()) {
     return st;
   }
+  aux_rows_ = AuxRows(in);
 
   const int64_t n = static_cast<int64_t>(in.slots.size());
   const int64_t dim = config_.dim;
@@ -77,6 +84,8 @@ absl::Status StageSlice::Forward(const SliceInput& in, std::span<const int> tap_
   float* x = out->hidden.data();
   if (embeds_) {
     Embed(in.tokens, x);
+    // An auxiliary row's input is u_embed(u), not its placeholder token's.
+    for (int32_t r : aux_rows_) ptp_->Embed(in.aux_u[r], x + int64_t{r} * dim);
   } else {
     std::copy(in.hidden.begin(), in.hidden.end(), x);
   }
@@ -127,6 +136,9 @@ void StageSlice::RunLayer(int local, std::span<const SlotRef> slots, float* x) {
   kernels::MatMul(w.wq, xb_.data(), n, q_.data(), *pool_);
   kernels::MatMul(w.wk, xb_.data(), n, k_.data(), *pool_);
   kernels::MatMul(w.wv, xb_.data(), n, v_.data(), *pool_);
+  Lora(local, LoraTarget::kQ, xb_.data(), dim, q_.data(), q_dim);
+  Lora(local, LoraTarget::kK, xb_.data(), dim, k_.data(), kv_dim);
+  Lora(local, LoraTarget::kV, xb_.data(), dim, v_.data(), kv_dim);
   AddBias(q_.data(), n, w.bq);
   AddBias(k_.data(), n, w.bk);
   AddBias(v_.data(), n, w.bv);
@@ -144,6 +156,7 @@ void StageSlice::RunLayer(int local, std::span<const SlotRef> slots, float* x) {
   }
   Attention(local, slots, q_.data(), att_.data());
   kernels::MatMul(w.wo, att_.data(), n, xb_.data(), *pool_);
+  Lora(local, LoraTarget::kO, att_.data(), q_dim, xb_.data(), dim);
   kernels::AddInPlace(x, xb_.data(), n * dim);
 
   // MLP block.
@@ -154,9 +167,18 @@ void StageSlice::RunLayer(int local, std::span<const SlotRef> slots, float* x) {
   }
   kernels::MatMul(w.w_gate, xb_.data(), n, hb_.data(), *pool_);
   kernels::MatMul(w.w_up, xb_.data(), n, hb2_.data(), *pool_);
+  Lora(local, LoraTarget::kGate, xb_.data(), dim, hb_.data(), c.hidden_dim);
+  Lora(local, LoraTarget::kUp, xb_.data(), dim, hb2_.data(), c.hidden_dim);
   kernels::SwiGlu(hb_.data(), hb2_.data(), n * c.hidden_dim);
   kernels::MatMul(w.w_down, hb_.data(), n, xb_.data(), *pool_);
+  Lora(local, LoraTarget::kDown, hb_.data(), c.hidden_dim, xb_.data(), dim);
   kernels::AddInPlace(x, xb_.data(), n * dim);
+}
+
+void StageSlice::Lora(int local, LoraTarget target, const float* x, int64_t x_width, float* y,
+                      int64_t y_width) {
+  if (aux_rows_.empty()) return;
+  ptp_->Apply(begin_ + local, target, aux_rows_, x, x_width, y, y_width, *pool_);
 }
 
 void StageSlice::Attention(int local, std::span<const SlotRef> slots, const float* q,

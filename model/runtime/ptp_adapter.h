@@ -1,0 +1,65 @@
+// A PTP adapter as the stages run it (docs/ptp.md "The model at a row"):
+// auxiliary rows take u_embed(u) instead of a token embedding, and every
+// targeted projection of every layer adds a low-rank term
+//   y += lora_scale * B (A x)
+// at those rows only. Token rows are the untouched base model, so one
+// micro-batch can mix the teacher's rows (verification) with the drafter's
+// (proposals), and other requests' rows, in the same matmuls.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "kernels/cpu/ops.h"
+#include "kernels/cpu/thread_pool.h"
+#include "model/runtime/draft_head_file.h"
+
+namespace specline {
+
+// The projections in kPtpLoraTargets order.
+enum class LoraTarget { kQ, kK, kV, kO, kGate, kUp, kDown };
+inline constexpr int kNumLoraTargets = 7;
+
+class PtpAdapter {
+ public:
+  // `head` must be method kPtp (std::invalid_argument otherwise); it is
+  // kept alive: the LoRA matrices stay in its memory map.
+  explicit PtpAdapter(std::shared_ptr<const DraftHead> head);
+
+  const DraftHeadSpec& spec() const { return head_->spec(); }
+  int dim() const { return dim_; }
+  // The base's RoPE layout decides the order of the q/k rows of lora_B
+  // (head->base_config().rope_style).
+  // DraftHead::Fingerprint(): a scheduler checks that every stage and
+  // itself load the same adapter.
+  uint64_t fingerprint() const { return fingerprint_; }
+
+  // out[dim] = u_embed(u).
+  void Embed(double u, float* out) const;
+
+  // For the rows listed in `rows` (indices into x / y): y[r] += scale *
+  // B (A x[r]), with x rows of the projection's input width and y rows of
+  // its output width (both dense, row-major). `layer` is global.
+  void Apply(int layer, LoraTarget target, std::span<const int32_t> rows, const float* x,
+             int64_t x_width, float* y, int64_t y_width, kernels::ThreadPool& pool) const;
+
+ private:
+  struct Pair {
+    kernels::WeightMatrix a, b;  // [r, in], [out, r]
+  };
+  std::shared_ptr<const DraftHead> head_;
+  int dim_ = 0;
+  float scale_ = 0;
+  std::vector<float> u_embed_;  // [3, dim]
+  std::vector<std::array<Pair, kNumLoraTargets>> layers_;
+  // q/k lora_B rows re-ordered for a base with interleaved RoPE pairs (the
+  // file holds Hugging Face's rotate_half order, docs/heads.md); the Pairs
+  // point into these.
+  std::vector<std::vector<float>> permuted_;
+  uint64_t fingerprint_ = 0;
+};
+
+}  // namespace specline
