@@ -88,7 +88,13 @@ std::string FormatStats(const StreamResult& r) {
                   static_cast<long long>(s.num_draft_tokens()),
                   static_cast<long long>(s.num_flushes()), s.equivalent_acceptance_length());
     out += buf;
+    if (s.num_drafts() > 0) {
+      std::snprintf(buf, sizeof buf, ", %.2f tokens per verification",
+                    s.mean_accepted_length());
+      out += buf;
+    }
   }
+  if (r.policy == v1::DECODING_POLICY_PIPO) out += " (not lossless)";
   return out;
 }
 

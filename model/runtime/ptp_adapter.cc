@@ -9,20 +9,20 @@
 namespace specline {
 namespace {
 
-// lora_B of a q or k projection with its output rows moved from rotate_half
-// order (i, i + head_dim/2) to interleaved pairs (2i, 2i+1) within each
-// head, as the base's own q/k rows are (the llama2.c / GGUF layout).
-kernels::WeightMatrix InterleavedRows(const TensorInfo& t, int head_dim,
-                                      std::vector<float>& storage) {
-  const std::vector<float> half_order = VectorOf(t);
-  const int64_t rows = t.rows(), cols = t.cols(), half = head_dim / 2;
-  storage.resize(half_order.size());
+// Rows of lora_B of a q or k projection moved from rotate_half order (i,
+// i + head_dim/2) to interleaved pairs (2i, 2i+1) within each head, as the
+// base's own q/k rows are (the llama2.c / GGUF layout; the file holds
+// Hugging Face's order, docs/heads.md).
+std::vector<float> InterleavedRows(const std::vector<float>& half_order, int64_t rows,
+                                   int64_t cols, int head_dim) {
+  const int64_t half = head_dim / 2;
+  std::vector<float> out(half_order.size());
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t head = r / head_dim, i = r % head_dim;
     const int64_t to = head * head_dim + 2 * (i % half) + i / half;
-    std::copy_n(half_order.data() + r * cols, cols, storage.data() + to * cols);
+    std::copy_n(half_order.data() + r * cols, cols, out.data() + to * cols);
   }
-  return {DType::kF32, rows, cols, storage.data(), cols * static_cast<int64_t>(sizeof(float))};
+  return out;
 }
 
 }  // namespace
@@ -44,15 +44,20 @@ PtpAdapter::PtpAdapter(std::shared_ptr<const DraftHead> head) : head_(std::move(
   };
   u_embed_ = VectorOf(tensor("u_embed.weight"));
   layers_.resize(c.n_layers);
+  rank_ = s.ptp_lora_rank;
   for (int j = 0; j < c.n_layers; ++j) {
     for (int k = 0; k < kNumLoraTargets; ++k) {
       const std::string prefix = "layers." + std::to_string(j) + "." + kPtpLoraTargets[k];
-      layers_[j][k].a = MatrixOf(tensor(prefix + ".lora_A"));
+      const TensorInfo& a = tensor(prefix + ".lora_A");
       const TensorInfo& b = tensor(prefix + ".lora_B");
-      layers_[j][k].b = MatrixOf(b);
+      Pair& p = layers_[j][k];
+      p.in = a.cols();
+      p.out = b.rows();
+      p.a = VectorOf(a);
+      p.b = VectorOf(b);
       const bool qk = k == static_cast<int>(LoraTarget::kQ) || k == static_cast<int>(LoraTarget::kK);
       if (qk && c.rope_style == RopeStyle::kInterleaved) {
-        layers_[j][k].b = InterleavedRows(b, c.head_dim, permuted_.emplace_back());
+        p.b = InterleavedRows(p.b, p.out, rank_, c.head_dim);
       }
     }
   }
@@ -64,27 +69,19 @@ void PtpAdapter::Embed(double u, float* out) const {
 }
 
 void PtpAdapter::Apply(int layer, LoraTarget target, std::span<const int32_t> rows,
-                       const float* x, int64_t x_width, float* y, int64_t y_width,
-                       kernels::ThreadPool& pool) const {
+                       const float* x, int64_t x_width, float* y, int64_t y_width) const {
   if (rows.empty()) return;
   const Pair& p = layers_.at(layer)[static_cast<int>(target)];
-  if (p.a.cols != x_width || p.b.rows != y_width) {
+  if (p.in != x_width || p.out != y_width) {
     throw std::invalid_argument("PtpAdapter::Apply: row widths do not match the LoRA shapes");
   }
-  // Gather the auxiliary rows, two small matmuls, scatter-add: the cost is
-  // O(rows * r * (in + out)), a few percent of the base projection.
-  const int64_t m = static_cast<int64_t>(rows.size());
-  thread_local std::vector<float> xs, mid, ys;
-  xs.resize(m * x_width);
-  mid.resize(m * p.a.rows);
-  ys.resize(m * y_width);
-  for (int64_t i = 0; i < m; ++i) {
-    std::copy_n(x + int64_t{rows[i]} * x_width, x_width, xs.data() + i * x_width);
-  }
-  kernels::MatMul(p.a, xs.data(), m, mid.data(), pool);
-  kernels::MatMul(p.b, mid.data(), m, ys.data(), pool);
-  for (int64_t i = 0; i < m; ++i) {
-    kernels::Axpy(scale_, ys.data() + i * y_width, y + int64_t{rows[i]} * y_width, y_width);
+  // O(rows * r * (in + out)): a few percent of the base projection.
+  std::vector<float> mid(rank_);
+  for (int32_t row : rows) {
+    const float* xr = x + int64_t{row} * x_width;
+    float* yr = y + int64_t{row} * y_width;
+    for (int k = 0; k < rank_; ++k) mid[k] = kernels::Dot(p.a.data() + k * p.in, xr, p.in);
+    for (int64_t o = 0; o < p.out; ++o) yr[o] += scale_ * kernels::Dot(p.b.data() + o * rank_, mid.data(), rank_);
   }
 }
 

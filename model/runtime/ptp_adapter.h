@@ -14,7 +14,6 @@
 #include <vector>
 
 #include "kernels/cpu/ops.h"
-#include "kernels/cpu/thread_pool.h"
 #include "model/runtime/draft_head_file.h"
 
 namespace specline {
@@ -44,21 +43,21 @@ class PtpAdapter {
   // B (A x[r]), with x rows of the projection's input width and y rows of
   // its output width (both dense, row-major). `layer` is global.
   void Apply(int layer, LoraTarget target, std::span<const int32_t> rows, const float* x,
-             int64_t x_width, float* y, int64_t y_width, kernels::ThreadPool& pool) const;
+             int64_t x_width, float* y, int64_t y_width) const;
 
  private:
+  // Dequantised once: an adapter is small, and the few auxiliary rows of a
+  // call make thread-pool matmuls cost more in dispatch than in arithmetic.
   struct Pair {
-    kernels::WeightMatrix a, b;  // [r, in], [out, r]
+    std::vector<float> a, b;  // [r, in], [out, r], row-major
+    int64_t in = 0, out = 0;
   };
   std::shared_ptr<const DraftHead> head_;
   int dim_ = 0;
   float scale_ = 0;
   std::vector<float> u_embed_;  // [3, dim]
   std::vector<std::array<Pair, kNumLoraTargets>> layers_;
-  // q/k lora_B rows re-ordered for a base with interleaved RoPE pairs (the
-  // file holds Hugging Face's rotate_half order, docs/heads.md); the Pairs
-  // point into these.
-  std::vector<std::vector<float>> permuted_;
+  int rank_ = 0;
   uint64_t fingerprint_ = 0;
 };
 

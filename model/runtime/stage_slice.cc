@@ -178,7 +178,7 @@ void StageSlice::RunLayer(int local, std::span<const SlotRef> slots, float* x) {
 void StageSlice::Lora(int local, LoraTarget target, const float* x, int64_t x_width, float* y,
                       int64_t y_width) {
   if (aux_rows_.empty()) return;
-  ptp_->Apply(begin_ + local, target, aux_rows_, x, x_width, y, y_width, *pool_);
+  ptp_->Apply(begin_ + local, target, aux_rows_, x, x_width, y, y_width);
 }
 
 void StageSlice::Attention(int local, std::span<const SlotRef> slots, const float* q,
