@@ -149,26 +149,28 @@ bool Engine::BringUp(const std::vector<internal::StageInfo>& infos) {
     std::lock_guard<std::mutex> lock(mu_);
     if (stop_) return false;
     budget_ = KvBudget(capacity, options_.kv_block_size);
-    ptp_unavailable_.clear();
-    pipo_unavailable_.clear();
-    for (size_t i = 0; pipo_ && i < infos.size(); ++i) {
-      if (infos[i].pipo_fingerprint() == pipo_fingerprint_) continue;
-      pipo_unavailable_ = absl::StrCat(
-          "policy PIPO is not available: ", StageName(i),
-          infos[i].pipo_fingerprint() == 0 ? " has no PIPO backbone" : " runs a different PIPO head",
-          " (start every stage with --pipo-head ", options_.spec.pipo_head, ")");
-      spdlog::error("{}", pipo_unavailable_);
-      break;
-    }
-    for (size_t i = 0; ptp_head_ && i < infos.size(); ++i) {
-      if (infos[i].ptp_fingerprint() == ptp_fingerprint_) continue;
-      ptp_unavailable_ = absl::StrCat(
-          "policy PTP is not available: ", StageName(i),
-          infos[i].ptp_fingerprint() == 0 ? " has no PTP adapter" : " runs a different PTP adapter",
-          " (start every stage with --ptp-head ", options_.spec.ptp_head, ")");
-      spdlog::error("{}", ptp_unavailable_);
-      break;
-    }
+    // PTP and PIPO need their head on every stage too: say which stage
+    // lacks it ("" = every stage has it).
+    auto missing = [&](bool needed, uint64_t (internal::StageInfo::*fingerprint)() const,
+                       uint64_t want, const char* policy, const char* what,
+                       const std::string& flag_value, const char* flag) -> std::string {
+      for (size_t i = 0; needed && i < infos.size(); ++i) {
+        const uint64_t got = (infos[i].*fingerprint)();
+        if (got == want) continue;
+        std::string why = absl::StrCat("policy ", policy, " is not available: ", StageName(i),
+                                       got == 0 ? " has no " : " runs a different ", what,
+                                       " (start every stage with --", flag, " ", flag_value, ")");
+        spdlog::error("{}", why);
+        return why;
+      }
+      return "";
+    };
+    ptp_unavailable_ = missing(ptp_head_ != nullptr, &internal::StageInfo::ptp_fingerprint,
+                               ptp_fingerprint_, "PTP", "PTP adapter", options_.spec.ptp_head,
+                               "ptp-head");
+    pipo_unavailable_ = missing(pipo_ != nullptr, &internal::StageInfo::pipo_fingerprint,
+                                pipo_fingerprint_, "PIPO", "PIPO backbone",
+                                options_.spec.pipo_head, "pipo-head");
     // The PPSD oracle without a head exits where the first stage ends.
     if (options_.spec.allow_oracle && !oracle_ppsd_ && !infos.empty()) {
       oracle_ppsd_ = MakeOracleDrafter(infos.front().layer_end());

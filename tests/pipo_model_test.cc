@@ -28,11 +28,7 @@ namespace {
 using json = nlohmann::json;
 using ::testing::HasSubstr;
 
-const json& Golden() {
-  static const json g = json::parse(
-      testing::ReadFile(testing::SourcePath("training/tests/data/pipo_golden.json")));
-  return g;
-}
+const json& Golden() { return testing::GoldenJson("training/tests/data/pipo_golden.json"); }
 
 std::shared_ptr<kernels::ThreadPool> Pool() {
   static auto pool = std::make_shared<kernels::ThreadPool>(2);

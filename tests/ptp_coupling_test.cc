@@ -16,13 +16,7 @@
 namespace specline {
 namespace {
 
-const nlohmann::json& Golden() {
-  static const nlohmann::json g = [] {
-    std::ifstream in(testing::SourcePath("training/tests/data/ptp_golden.json"));
-    return nlohmann::json::parse(in);
-  }();
-  return g;
-}
+const nlohmann::json& Golden() { return testing::GoldenJson("training/tests/data/ptp_golden.json"); }
 
 TEST(PtpCoupling, UniformsMatchTheReference) {
   const nlohmann::json& g = Golden();

@@ -21,13 +21,7 @@ namespace {
 
 using scheduler::SpecMode;
 
-const nlohmann::json& Golden() {
-  static const nlohmann::json g = [] {
-    std::ifstream in(SourcePath("training/tests/data/pipo_golden.json"));
-    return nlohmann::json::parse(in);
-  }();
-  return g;
-}
+const nlohmann::json& Golden() { return GoldenJson("training/tests/data/pipo_golden.json"); }
 
 std::string Stories() { return SharedModelPath("stories260K/stories260K.bin"); }
 std::string PipoHead() { return SourcePath(Golden()["head"].get<std::string>()); }

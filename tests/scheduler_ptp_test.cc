@@ -26,13 +26,7 @@ namespace {
 
 using scheduler::SpecMode;
 
-const nlohmann::json& Golden() {
-  static const nlohmann::json g = [] {
-    std::ifstream in(SourcePath("training/tests/data/ptp_golden.json"));
-    return nlohmann::json::parse(in);
-  }();
-  return g;
-}
+const nlohmann::json& Golden() { return GoldenJson("training/tests/data/ptp_golden.json"); }
 
 std::string Stories() { return SharedModelPath("stories260K/stories260K.bin"); }
 std::string TrainedAdapter() { return SourcePath(Golden()["head"].get<std::string>()); }

@@ -43,6 +43,15 @@ std::unique_ptr<ServingStack> StartSpecStack(int n) {
                      "--spec-policy", "always", "--allow-oracle", "true"});
 }
 
+// The policies the gateway says this deployment offers.
+std::vector<int> ServedPolicies(const ServingStack& stack) {
+  auto stub = v1::Generation::NewStub(stack.channel());
+  grpc::ClientContext ctx;
+  v1::ModelInfo info;
+  EXPECT_TRUE(stub->GetModelInfo(&ctx, v1::ModelInfoRequest(), &info).ok());
+  return {info.policies().begin(), info.policies().end()};
+}
+
 struct Internal {
   grpc::Status status;
   std::vector<int32_t> tokens;
@@ -71,15 +80,9 @@ void ExpectLosslessAcrossProcesses(int n) {
   ReferenceEngine ref(Stories260K());
 
   // The deployment says what it runs.
-  {
-    auto stub = v1::Generation::NewStub(stack->channel());
-    grpc::ClientContext ctx;
-    v1::ModelInfo info;
-    ASSERT_TRUE(stub->GetModelInfo(&ctx, v1::ModelInfoRequest(), &info).ok());
-    std::vector<int> policies(info.policies().begin(), info.policies().end());
-    EXPECT_EQ(policies, (std::vector<int>{v1::DECODING_POLICY_AUTOREGRESSIVE,
-                                          v1::DECODING_POLICY_PPSD, v1::DECODING_POLICY_SPD}));
-  }
+  EXPECT_EQ(ServedPolicies(*stack), (std::vector<int>{v1::DECODING_POLICY_AUTOREGRESSIVE,
+                                                     v1::DECODING_POLICY_PPSD,
+                                                     v1::DECODING_POLICY_SPD}));
 
   int64_t drafted = 0;
   for (const std::string prompt : {"Once upon a time", "The cat sat", "Lily and Ben went"}) {
@@ -154,15 +157,9 @@ TEST(ServingSpec, PtpAndPipoPerRequestThroughTheGateway) {
   const std::string pipo = SourcePath("training/heads/stories260K/pipo");
   auto stack = StartStack(Stories260K(), 2, {"--ptp-head", ptp, "--pipo-head", pipo});
   ReferenceEngine ref(Stories260K());
-  {
-    auto stub = v1::Generation::NewStub(stack->channel());
-    grpc::ClientContext ctx;
-    v1::ModelInfo info;
-    ASSERT_TRUE(stub->GetModelInfo(&ctx, v1::ModelInfoRequest(), &info).ok());
-    std::vector<int> policies(info.policies().begin(), info.policies().end());
-    EXPECT_EQ(policies, (std::vector<int>{v1::DECODING_POLICY_AUTOREGRESSIVE,
-                                          v1::DECODING_POLICY_PTP, v1::DECODING_POLICY_PIPO}));
-  }
+  EXPECT_EQ(ServedPolicies(*stack), (std::vector<int>{v1::DECODING_POLICY_AUTOREGRESSIVE,
+                                                     v1::DECODING_POLICY_PTP,
+                                                     v1::DECODING_POLICY_PIPO}));
   for (const std::string prompt : {"Once upon a time", "The cat sat"}) {
     const Reference want = ref.Run(ref.EncodeText(prompt), 40, /*ignore_eos=*/true);
     v1::GenerateRequest req;

@@ -2,6 +2,8 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <map>
+#include <mutex>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -60,6 +62,15 @@ std::string ReadFile(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+const nlohmann::json& GoldenJson(const std::string& relative) {
+  static std::mutex mu;
+  static std::map<std::string, nlohmann::json> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(relative);
+  if (it == cache.end()) it = cache.emplace(relative, nlohmann::json::parse(ReadFile(SourcePath(relative)))).first;
+  return it->second;
 }
 
 }  // namespace specline::testing

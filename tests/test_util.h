@@ -3,6 +3,8 @@
 
 #include <string>
 
+#include "nlohmann/json.hpp"
+
 namespace specline::testing {
 
 // Absolute path of a file in the repository, e.g. "tests/data/x.json".
@@ -19,5 +21,9 @@ std::string SmolLm2Path();
 std::string TempDir();
 
 std::string ReadFile(const std::string& path);
+
+// A golden file of the repository, parsed once per process and kept (e.g.
+// "training/tests/data/ptp_golden.json").
+const nlohmann::json& GoldenJson(const std::string& relative);
 
 }  // namespace specline::testing

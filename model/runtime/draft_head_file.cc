@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "kernels/cpu/ops.h"
+#include "model/formats/renamed_source.h"
 #include "model/formats/safetensors.h"
 #include "model/runtime/weights.h"
 #include "nlohmann/json.hpp"
@@ -72,42 +73,22 @@ json BaseFingerprint(const ModelConfig& c) {
 }
 
 // The canonical-name view of a head file (see DraftHead::source()).
-class HeadSource : public ModelSource {
- public:
-  HeadSource(const SafetensorsFile& file, ModelConfig config, int first_layer)
-      : config_(std::move(config)), path_(file.path()) {
-    for (const auto& [name, t] : file.tensors()) {
-      std::string canon = name;
-      if (name.rfind("layers.", 0) == 0) {
-        const size_t dot = name.find('.', 7);
-        const int j = std::stoi(name.substr(7, dot - 7));
-        canon = LayerTensorName(first_layer + j, name.substr(dot + 1));
-      } else if (name == "norm.weight") {
-        canon = "model.norm.weight";
-      }
-      TensorInfo copy = t;
-      copy.name = canon;
-      tensors_.emplace(canon, std::move(copy));
+std::unique_ptr<ModelSource> HeadSource(const SafetensorsFile& file, ModelConfig config,
+                                        int first_layer) {
+  auto source = std::make_unique<RenamedSource>(std::move(config), file.path());
+  for (const auto& [name, t] : file.tensors()) {
+    std::string canon = name;
+    if (name.rfind("layers.", 0) == 0) {
+      const size_t dot = name.find('.', 7);
+      const int j = std::stoi(name.substr(7, dot - 7));
+      canon = LayerTensorName(first_layer + j, name.substr(dot + 1));
+    } else if (name == "norm.weight") {
+      canon = "model.norm.weight";
     }
+    source->Add(canon, t);
   }
-  ModelFormat format() const override { return ModelFormat::kHuggingFace; }
-  const ModelConfig& config() const override { return config_; }
-  const std::string& path() const override { return path_; }
-  const TensorInfo* Find(const std::string& name) const override {
-    auto it = tensors_.find(name);
-    return it == tensors_.end() ? nullptr : &it->second;
-  }
-  std::vector<const TensorInfo*> Tensors() const override {
-    std::vector<const TensorInfo*> v;
-    for (const auto& [_, t] : tensors_) v.push_back(&t);
-    return v;
-  }
-
- private:
-  ModelConfig config_;
-  std::string path_;
-  std::map<std::string, TensorInfo> tensors_;
-};
+  return source;
+}
 
 [[noreturn]] void Fail(const std::string& file, const std::string& what) {
   throw ModelFormatError(file + ": " + what);
@@ -452,7 +433,7 @@ std::unique_ptr<DraftHead> LoadDraftHead(const std::string& dir, const ModelConf
   if (hc.n_layers == 0) hc.n_layers = 1;  // keeps Validate() happy for layer-less heads
   hc.rope_style = RopeStyle::kHalf;
   hc.tied_embeddings = false;
-  head->source_ = std::make_unique<HeadSource>(*head->file_, hc, first_layer);
+  head->source_ = HeadSource(*head->file_, hc, first_layer);
   return head;
 }
 

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "absl/strings/str_cat.h"
+#include "model/formats/renamed_source.h"
 #include "model/runtime/weights.h"
 
 namespace specline {
@@ -18,37 +19,17 @@ constexpr const char* kMtpPrefix = "mtp.layers.0.";
 // ("mtp.layers.0.X" -> "model.layers.0.X"), so a StageSlice can load it
 // like any layer. The config is the head source's (the base's shape, Hugging
 // Face RoPE layout, as head files are stored) with n_layers = 1.
-class MtpLayerSource : public ModelSource {
- public:
-  explicit MtpLayerSource(const DraftHead& head) : config_(head.source().config()) {
-    config_.n_layers = 1;
-    path_ = head.dir();
-    const std::string prefix = kMtpPrefix;
-    for (const TensorInfo* t : head.source().Tensors()) {
-      if (t->name.rfind(prefix, 0) != 0) continue;
-      TensorInfo copy = *t;
-      copy.name = LayerTensorName(0, t->name.substr(prefix.size()));
-      tensors_.emplace(copy.name, std::move(copy));
-    }
+std::unique_ptr<ModelSource> MtpLayerSource(const DraftHead& head) {
+  ModelConfig config = head.source().config();
+  config.n_layers = 1;
+  auto source = std::make_unique<RenamedSource>(std::move(config), head.dir());
+  const std::string prefix = kMtpPrefix;
+  for (const TensorInfo* t : head.source().Tensors()) {
+    if (t->name.rfind(prefix, 0) != 0) continue;
+    source->Add(LayerTensorName(0, t->name.substr(prefix.size())), *t);
   }
-  ModelFormat format() const override { return ModelFormat::kHuggingFace; }
-  const ModelConfig& config() const override { return config_; }
-  const std::string& path() const override { return path_; }
-  const TensorInfo* Find(const std::string& name) const override {
-    auto it = tensors_.find(name);
-    return it == tensors_.end() ? nullptr : &it->second;
-  }
-  std::vector<const TensorInfo*> Tensors() const override {
-    std::vector<const TensorInfo*> v;
-    for (const auto& [_, t] : tensors_) v.push_back(&t);
-    return v;
-  }
-
- private:
-  ModelConfig config_;
-  std::string path_;
-  std::map<std::string, TensorInfo> tensors_;
-};
+  return source;
+}
 
 void SiluInPlace(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = x[i] / (1.0f + std::exp(-x[i]));
@@ -108,7 +89,7 @@ PipoModel::PipoModel(std::shared_ptr<const DraftHead> head,
   conf_fc2_ = MatrixOf(src.Require("confidence.fc2.weight", {1, H}));
 
   // The MTP layer reads computed rows m, not tokens: a hidden-input slice.
-  mtp_source_ = std::make_unique<MtpLayerSource>(*head_);
+  mtp_source_ = MtpLayerSource(*head_);
   SliceOptions so;
   so.kv_block_size = options.kv_block_size;
   so.kv_capacity_tokens = options.kv_capacity_tokens;
