@@ -217,3 +217,16 @@ livenessProbe:
 {{- define "specline.gracePeriod" -}}
 {{- add (div (int .drainMs) 1000) (int .ctx.Values.terminationGraceExtraSeconds) -}}
 {{- end -}}
+
+{{/*
+The heads every stage and the scheduler load (pipeline.ptpHead /
+pipeline.pipoHead), as container args.
+*/}}
+{{- define "specline.pipelineHeadArgs" -}}
+{{- with .Values.pipeline.ptpHead }}
+- --ptp-head={{ $.Values.modelCache.mountPath }}/{{ . }}
+{{- end }}
+{{- with .Values.pipeline.pipoHead }}
+- --pipo-head={{ $.Values.modelCache.mountPath }}/{{ . }}
+{{- end }}
+{{- end -}}
