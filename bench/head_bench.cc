@@ -5,7 +5,7 @@
 //   build/bench/head_bench [--model PATH] [--head DIR]... [--stages N]
 //                          [--temperatures 0,1] [--requests N] [--max-tokens N]
 //                          [--prefix-tokens N] [--spec-policy always|auto]
-//                          [--stage-threads N] [--json PATH]
+//                          [--stage-threads N] [--ptp-n-aux N] [--json PATH]
 //
 // Defaults: stories260K from ../shared/models and every head in
 // training/heads/stories260K (run from the repository root). For each head,
@@ -68,13 +68,14 @@ struct Options {
   int prefix_tokens = 3;
   std::string spec_policy = "always";
   int stage_threads = 1;
+  int ptp_n_aux = 0;  // PTP auxiliary rows per call; 0 = the adapter's N
   std::string json = "head_bench.json";
 };
 
 const char* kUsage =
     "usage: head_bench [--model PATH] [--head DIR]... [--stages N] [--temperatures 0,1]\n"
     "  [--requests N] [--max-tokens N] [--prefix-tokens N] [--spec-policy always|auto]\n"
-    "  [--stage-threads N] [--json PATH]\n";
+    "  [--stage-threads N] [--ptp-n-aux N] [--json PATH]\n";
 
 struct Head {
   std::string dir, name, method;  // method: spd / ppsd-norm / ppsd-layer / ptp
@@ -208,6 +209,7 @@ int main(int argc, char** argv) try {
     else if (a == "--prefix-tokens") o.prefix_tokens = std::stoi(next());
     else if (a == "--spec-policy") o.spec_policy = next();
     else if (a == "--stage-threads") o.stage_threads = std::stoi(next());
+    else if (a == "--ptp-n-aux") o.ptp_n_aux = std::stoi(next());
     else if (a == "--json") o.json = next();
     else return false;
     return true;
@@ -223,6 +225,7 @@ int main(int argc, char** argv) try {
   nlohmann::json out = {{"bench", "head"}, {"model", o.model}, {"requests", o.requests},
                         {"max_tokens", o.max_tokens}, {"spec_policy", o.spec_policy},
                         {"stage_threads", o.stage_threads}, {"prefix_tokens", o.prefix_tokens},
+                        {"ptp_n_aux", o.ptp_n_aux},
                         {"cores", std::thread::hardware_concurrency()},
                         {"loadavg_start", specline::bench::LoadAverage()}};
   const double t_start = Now();
@@ -244,6 +247,9 @@ int main(int argc, char** argv) try {
     d.spec_policy = o.spec_policy;
     if (h.method == "ptp") {
       d.scheduler_args = {"--ptp-head", h.dir};
+      if (o.ptp_n_aux > 0) {
+        d.scheduler_args.insert(d.scheduler_args.end(), {"--ptp-n-aux", std::to_string(o.ptp_n_aux)});
+      }
       d.stage_args = {"--ptp-head", h.dir};
     } else {
       d.scheduler_args = {h.method == "spd" ? "--spd-head" : "--ppsd-head", h.dir};
