@@ -81,7 +81,14 @@ void Engine::DriverLoop() {
           s.first_scheduled = now;
           metrics_->queue_time->Observe(Seconds(now - s.arrival));
         }
-        if (s.state == SeqState::kPrefill) metrics_->prompt_tokens->Increment(r.count - r.aux);
+        if (s.state == SeqState::kPrefill) {
+          // Prompt tokens, not positions: a PIPO position holds a pair (the
+          // padded prompt's last may end in PAD), a PTP call's auxiliary
+          // rows are no prompt.
+          const int32_t tokens =
+              s.pipo.active ? std::min(2 * r.count, s.prompt_len - 2 * r.first_pos) : r.count - r.aux;
+          metrics_->prompt_tokens->Increment(tokens);
+        }
         ++s.in_flight;
         s.cached += r.count;
       }
