@@ -59,6 +59,15 @@ bool IsStop(const PipoGenerateOptions& o, int32_t t) {
   return std::find(o.stop_ids.begin(), o.stop_ids.end(), t) != o.stop_ids.end();
 }
 
+// The options checked, then the padded prompt (both decoders start so).
+absl::StatusOr<std::vector<int32_t>> CheckedPaddedPrompt(const PipoModel& model,
+                                                         std::span<const int32_t> prompt,
+                                                         const PipoGenerateOptions& options,
+                                                         const SamplingParams& sampling) {
+  if (absl::Status st = CheckOptions(options, sampling); !st.ok()) return st;
+  return model.PadPrompt(prompt);
+}
+
 // Releases the sequence's MTP cache on every exit path.
 struct MtpRelease {
   PipoModel& model;
@@ -72,8 +81,7 @@ absl::StatusOr<PipoGenerateResult> PipoGenerate(PipoModel& model,
                                                 std::span<const int32_t> prompt,
                                                 const PipoGenerateOptions& options) {
   const SamplingParams sampling = SamplingOf(options);
-  if (absl::Status st = CheckOptions(options, sampling); !st.ok()) return st;
-  absl::StatusOr<std::vector<int32_t>> padded = model.PadPrompt(prompt);
+  absl::StatusOr<std::vector<int32_t>> padded = CheckedPaddedPrompt(model, prompt, options, sampling);
   if (!padded.ok()) return padded.status();
   // PyTorch compares the float32 confidence with the Python float tau cast
   // to float32; so does this.
@@ -156,8 +164,7 @@ absl::StatusOr<std::vector<int32_t>> BackbonePairwiseGenerate(PipoModel& model,
                                                               std::span<const int32_t> prompt,
                                                               const PipoGenerateOptions& options) {
   const SamplingParams sampling = SamplingOf(options);
-  if (absl::Status st = CheckOptions(options, sampling); !st.ok()) return st;
-  absl::StatusOr<std::vector<int32_t>> padded = model.PadPrompt(prompt);
+  absl::StatusOr<std::vector<int32_t>> padded = CheckedPaddedPrompt(model, prompt, options, sampling);
   if (!padded.ok()) return padded.status();
   const int H = model.dim(), V = model.vocab_size();
   std::vector<int32_t> stream = *padded, out;
