@@ -18,6 +18,7 @@
 #include "model/formats/model_source.h"
 #include "model/runtime/local_pipeline.h"
 #include "services/health_check.h"
+#include "common/cluster_secret.h"
 #include "common/port_file.h"
 #include "specline/internal/scheduler.grpc.pb.h"
 
@@ -46,6 +47,16 @@ Launcher::Launcher(LaunchConfig config) : config_(std::move(config)) {
   std::string tmpl = (fs::temp_directory_path() / "specline-serve-XXXXXX").string();
   if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
   run_dir_ = tmpl;
+  // The internal plane's secret for this run: only processes that can read
+  // the run directory (0700, this user) can join the pipeline.
+  cluster_secret_ = NewClusterSecret();
+  cluster_secret_file_ = run_dir_ + "/cluster-secret";
+  {
+    std::ofstream out(cluster_secret_file_);
+    out << cluster_secret_ << "\n";
+    if (!out) throw std::runtime_error("cannot write " + cluster_secret_file_);
+  }
+  fs::permissions(cluster_secret_file_, fs::perms::owner_read | fs::perms::owner_write);
 }
 
 Launcher::~Launcher() {
@@ -117,7 +128,8 @@ void Launcher::Start(std::chrono::seconds timeout) {
               "--grpc-port", std::to_string(c.grpc_port),
               "--metrics-port", std::to_string(c.metrics_port),
               "--port-file", c.port_file,
-              "--threads", th};
+              "--threads", th,
+              "--cluster-secret-file", cluster_secret_file_};
     if (config_.kv_capacity_tokens > 0)
       c.argv.insert(c.argv.end(), {"--kv-capacity-tokens", std::to_string(config_.kv_capacity_tokens)});
     AddDeviceFlags(c.argv);
@@ -131,7 +143,8 @@ void Launcher::Start(std::chrono::seconds timeout) {
                      "--grpc-port", std::to_string(scheduler_.grpc_port),
                      "--metrics-port", std::to_string(scheduler_.metrics_port),
                      "--port-file", scheduler_.port_file,
-                     "--threads", th};
+                     "--threads", th,
+                     "--cluster-secret-file", cluster_secret_file_};
   if (config_.max_waiting > 0)
     scheduler_.argv.insert(scheduler_.argv.end(), {"--max-waiting", std::to_string(config_.max_waiting)});
   if (config_.kv_capacity_tokens > 0)
@@ -152,12 +165,17 @@ void Launcher::Start(std::chrono::seconds timeout) {
                    "--port", std::to_string(gateway_.grpc_port),
                    "--metrics-port", std::to_string(gateway_.metrics_port),
                    "--port-file", gateway_.port_file,
-                   "--drain-timeout-ms", std::to_string(config_.drain_timeout_ms)};
+                   "--drain-timeout-ms", std::to_string(config_.drain_timeout_ms),
+                   "--cluster-secret-file", cluster_secret_file_};
   auto add = [&](const char* flag, const std::string& v) {
     if (!v.empty()) gateway_.argv.insert(gateway_.argv.end(), {flag, v});
   };
   add("--tokenizer", config_.tokenizer);
   add("--auth-token-file", config_.auth_token_file);
+  add("--served-model-name", config_.served_model_name);
+  if (config_.max_streams_per_principal > 0) {
+    add("--max-streams-per-principal", std::to_string(config_.max_streams_per_principal));
+  }
   add("--tls-cert", config_.tls_cert);
   add("--tls-key", config_.tls_key);
   if (config_.max_concurrent_streams > 0) add("--max-concurrent-streams", std::to_string(config_.max_concurrent_streams));
@@ -199,7 +217,7 @@ void Launcher::WaitPortFile(const Child& c, Clock::time_point deadline) {
 
 void Launcher::WaitStagesUp(Clock::time_point deadline) {
   auto stub = internal::Scheduler::NewStub(
-      grpc::CreateChannel(Loopback(scheduler_.grpc_port), grpc::InsecureChannelCredentials()));
+      InternalChannel(Loopback(scheduler_.grpc_port), cluster_secret_));
   std::string last_error;
   while (Clock::now() < deadline) {
     CheckAlive(scheduler_);
@@ -252,6 +270,8 @@ void Launcher::WriteLauncherPortFile() {
   j["stages"] = nlohmann::json::array();
   for (const Child& c : stages_) j["stages"].push_back(entry(c));
   j["restarts"] = restarts_;
+  // Tools and tests of this user that call the internal APIs read it here.
+  j["cluster_secret_file"] = cluster_secret_file_;
   WritePortFile(config_.port_file, j);
 }
 

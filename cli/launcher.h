@@ -27,6 +27,8 @@ struct LaunchConfig {
   int default_max_tokens = 0;      // gateway; 0 = its default
   int drain_timeout_ms = 10000;
   std::string auth_token_file, tls_cert, tls_key;
+  std::string served_model_name;      // gateway; "" = the model file's stem
+  int max_streams_per_principal = 0;  // gateway; 0 = no per-principal cap
   std::string port_file;  // where the launcher writes every port and pid
   std::string binary_dir;  // where specline-stage etc. live
   std::string log_level;   // passed to every child; "" = their default
@@ -80,6 +82,7 @@ class Launcher {
 
   LaunchConfig config_;
   std::string run_dir_;
+  std::string cluster_secret_, cluster_secret_file_;  // the internal plane's, made per run
   std::vector<Child> stages_;
   Child scheduler_, gateway_;
   int restarts_ = 0;

@@ -39,7 +39,14 @@ const char kServeUsage[] = R"(usage: specline serve [options]
   --max-concurrent-streams N   gateway stream limit
   --default-max-tokens N   gateway default for max_tokens
   --drain-timeout-ms N     how long open streams may finish at shutdown (default 10000)
-  --auth-token-file PATH   require this bearer token at the gateway
+  --auth-token-file PATH   bearer tokens the gateway accepts, one per line
+                           ("NAME TOKEN" names the principal that owns its requests)
+  --max-streams-per-principal N   open streams one principal may hold
+  --served-model-name NAME the model's name in API responses (default: the file's stem)
+  --retry-window-ms N      a request a pipeline failure caught before its first
+                           token restarts if the pipeline is back within N ms
+                           (default 5000; 0 = fail it at once)
+  --max-attempts N         runs of such a request at most (default 3)
   --tls-cert PATH --tls-key PATH   serve TLS at the gateway
   --port-file PATH         write every process's ports and pids as JSON
   --startup-timeout-s N    how long start-up may take (default 300)
@@ -76,7 +83,8 @@ int ServeCommand(int argc, char** argv) {
                   "tls-key", "port-file", "startup-timeout-s", "demo-prompt", "log-level",
                   "ppsd-head", "spd-head", "default-policy", "spec-policy", "spec-max-drafts",
                   "allow-oracle", "device", "dtype", "ptp-head", "ptp-n-aux", "pipo-head",
-                  "pipo-tau"});
+                  "pipo-tau", "retry-window-ms", "max-attempts", "max-streams-per-principal",
+                  "served-model-name"});
   std::vector<std::string> flags = kRequestFlags;
   flags.push_back("help");
   Args args(argc, argv, 2, options, flags);
@@ -103,6 +111,8 @@ int ServeCommand(int argc, char** argv) {
   c.default_max_tokens = args.Int("default-max-tokens", 0);
   c.drain_timeout_ms = args.Int("drain-timeout-ms", 10000);
   c.auth_token_file = args.Str("auth-token-file");
+  c.served_model_name = args.Str("served-model-name");
+  c.max_streams_per_principal = args.Int("max-streams-per-principal", 0);
   c.tls_cert = args.Str("tls-cert");
   c.tls_key = args.Str("tls-key");
   c.port_file = args.Str("port-file");
@@ -112,7 +122,7 @@ int ServeCommand(int argc, char** argv) {
   c.pipo_head = args.Str("pipo-head");
   for (const char* name :
        {"ppsd-head", "spd-head", "default-policy", "spec-policy", "spec-max-drafts",
-        "allow-oracle", "ptp-n-aux", "pipo-tau"}) {
+        "allow-oracle", "ptp-n-aux", "pipo-tau", "retry-window-ms", "max-attempts"}) {
     if (args.Has(name)) {
       c.scheduler_spec_args.insert(c.scheduler_spec_args.end(),
                                    {std::string("--") + name, args.Str(name)});

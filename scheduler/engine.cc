@@ -86,9 +86,7 @@ void Engine::Stop() {
     stop_ = true;
     admitting_ = false;
     // Nobody will produce their tokens any more: end every stream.
-    const absl::Status gone = absl::UnavailableError("the scheduler is shutting down");
-    while (!waiting_.empty()) FinishLocked(*waiting_.front(), FinishReason::kError, gone);
-    while (!running_.empty()) FinishLocked(*running_.front(), FinishReason::kError, gone);
+    FailAllLocked(absl::UnavailableError("the scheduler is shutting down"), /*restart=*/false);
   }
   cv_.notify_all();
   health_cv_.notify_all();
@@ -208,19 +206,18 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(RequestSpec spec) 
     if (spec.mode == SpecMode::kPipo && !pipo_unavailable_.empty()) {
       return absl::FailedPreconditionError(pipo_unavailable_);
     }
-    const bool oracle = spec.oracle.enabled;
-    auto seq = std::make_shared<Sequence>(next_seq_id_++, std::move(spec));
-    seq->kv_blocks = need;
-    seq->drafter = DrafterFor(seq->mode, oracle);
-    seq->limit = std::min<int32_t>(seq->prompt_len + seq->max_tokens, config().max_seq_len);
-    if (seq->mode == SpecMode::kPtp) seq->ptp.n_aux = ptp_n_aux_;
-    seq->pipo = std::move(pipo);
-    if (seq->drafter == nullptr && (seq->mode == SpecMode::kPpsd || seq->mode == SpecMode::kSpd)) {
+    if ((spec.mode == SpecMode::kPpsd || spec.mode == SpecMode::kSpd) &&
+        DrafterFor(spec.mode, spec.oracle.enabled) == nullptr) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "policy ", SpecModeName(seq->mode), " is not available on this deployment yet"));
+          "policy ", SpecModeName(spec.mode), " is not available on this deployment yet"));
     }
-    stream = std::make_shared<RequestStream>(seq->id);
-    streams_[seq->id] = stream;
+    std::shared_ptr<Sequence> seq = MakeSequenceLocked(
+        std::make_shared<const RequestSpec>(std::move(spec)),
+        pipo.active ? std::make_shared<const PipoState>(std::move(pipo)) : nullptr);
+    seq->stream_id = seq->id;
+    seq->kv_blocks = need;
+    stream = std::make_shared<RequestStream>(seq->stream_id);
+    streams_[seq->stream_id] = stream;
     waiting_.push_back(seq);
     AdmitLocked();  // at once when it fits: the queue then holds only what waits
     spdlog::debug("request {} (seq {}): queued, {} prompt tokens, max_tokens {}",
@@ -235,7 +232,8 @@ bool Engine::Cancel(uint64_t id) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto find = [id](const auto& list) {
-      return std::find_if(list.begin(), list.end(), [id](const auto& s) { return s->id == id; });
+      return std::find_if(list.begin(), list.end(),
+                          [id](const auto& s) { return s->stream_id == id; });
     };
     std::shared_ptr<Sequence> seq;
     if (auto it = find(waiting_); it != waiting_.end()) seq = *it;
@@ -283,12 +281,41 @@ bool Engine::WaitUntilUp(std::chrono::milliseconds timeout) const {
   return cv_.wait_for(lock, timeout, [&] { return up_ || stop_; }) && up_;
 }
 
+std::shared_ptr<Sequence> Engine::MakeSequenceLocked(std::shared_ptr<const RequestSpec> origin,
+                                                     std::shared_ptr<const PipoState> pipo) {
+  auto seq = std::make_shared<Sequence>(next_seq_id_++, *origin);
+  seq->drafter = DrafterFor(seq->mode, origin->oracle.enabled);
+  seq->limit = std::min<int32_t>(seq->prompt_len + seq->max_tokens, config().max_seq_len);
+  if (seq->mode == SpecMode::kPtp) seq->ptp.n_aux = ptp_n_aux_;
+  if (pipo) seq->pipo = *pipo;
+  seq->origin = std::move(origin);
+  seq->pipo_origin = std::move(pipo);
+  return seq;
+}
+
 // Ends a sequence: its stream gets the last event, its KV reservation
 // returns to the budget now, and the stages free theirs on the next batch
 // (which they process after any batch still carrying the sequence).
 void Engine::FinishLocked(Sequence& seq, FinishReason reason, absl::Status error,
                           StreamEvent last) {
   if (seq.finished()) return;
+  // Callers may pass *running_.front(): own it while the lists drop it.
+  const std::shared_ptr<Sequence> keep = seq.shared_from_this();
+  RetireLocked(seq);
+  if (auto it = streams_.find(seq.stream_id); it != streams_.end()) {
+    last.finish = reason;
+    last.error = std::move(error);
+    last.mode = seq.mode;
+    last.generated = seq.generated();
+    last.spec = seq.spec.stats;
+    it->second->Push(std::move(last));
+    streams_.erase(it);
+  }
+  UpdateGaugesLocked();
+}
+
+void Engine::RetireLocked(Sequence& seq) {
+  const std::shared_ptr<Sequence> keep = seq.shared_from_this();
   const bool was_running = seq.state != SeqState::kWaiting;
   seq.state = SeqState::kFinished;
   // Drafts still in flight are never shown; their slots run out harmlessly
@@ -312,16 +339,65 @@ void Engine::FinishLocked(Sequence& seq, FinishReason reason, absl::Status error
   } else {
     std::erase_if(waiting_, [&](const auto& s) { return s.get() == &seq; });
   }
-  if (auto it = streams_.find(seq.id); it != streams_.end()) {
-    last.finish = reason;
-    last.error = std::move(error);
-    last.mode = seq.mode;
-    last.generated = seq.generated();
-    last.spec = seq.spec.stats;
-    it->second->Push(std::move(last));
-    streams_.erase(it);
+}
+
+bool Engine::RestartableLocked(const Sequence& seq) const {
+  return !stop_ && options_.retry_window.count() > 0 && seq.attempts < options_.max_attempts &&
+         seq.generated() == 0 && seq.first_token == Clock::time_point{} && seq.origin != nullptr;
+}
+
+// Iterates over copies: finishing a sequence removes it from the lists.
+void Engine::FailAllLocked(const absl::Status& error, bool restart) {
+  const auto now = Clock::now();
+  const auto running = running_;
+  const auto waiting = waiting_;
+  std::deque<std::shared_ptr<Sequence>> restarts;
+  for (const std::shared_ptr<Sequence>& s : running) {
+    if (!restart || !RestartableLocked(*s)) {
+      FinishLocked(*s, FinishReason::kError, error);
+      continue;
+    }
+    // A fresh attempt under a new stages' id: the stages are wiped when the
+    // pipeline comes back, and any late batch of the old id is void.
+    RetireLocked(*s);
+    std::shared_ptr<Sequence> again = MakeSequenceLocked(s->origin, s->pipo_origin);
+    again->stream_id = s->stream_id;
+    again->arrival = s->arrival;
+    again->kv_blocks = s->kv_blocks;
+    again->attempts = s->attempts + 1;
+    again->retry_deadline = now + options_.retry_window;
+    restarts.push_back(std::move(again));
   }
+  size_t held = restarts.size();
+  for (const std::shared_ptr<Sequence>& s : waiting) {
+    if (!restart || !RestartableLocked(*s)) {
+      FinishLocked(*s, FinishReason::kError, error);
+    } else {
+      s->retry_deadline = now + options_.retry_window;
+      ++held;
+    }
+  }
+  if (held > 0) {
+    spdlog::warn("{} requests that had no token yet will run when the pipeline is back "
+                 "(within {} ms)", held, options_.retry_window.count());
+    metrics_->restarted_requests->Increment(static_cast<double>(held));
+  }
+  // Restarts were admitted before anything still waiting: they go first.
+  waiting_.insert(waiting_.begin(), restarts.begin(), restarts.end());
   UpdateGaugesLocked();
+}
+
+void Engine::ExpireRestartsLocked(Clock::time_point now) {
+  if (up_) return;
+  const auto waiting = waiting_;
+  for (const std::shared_ptr<Sequence>& s : waiting) {
+    if (s->retry_deadline != Clock::time_point{} && now >= s->retry_deadline) {
+      FinishLocked(*s, FinishReason::kError,
+                   absl::UnavailableError(absl::StrCat(
+                       "pipeline failure: the pipeline did not come back within ",
+                       options_.retry_window.count(), " ms (the request had no token yet)")));
+    }
+  }
 }
 
 // First come, first served: the head of the queue waits for capacity rather

@@ -85,8 +85,16 @@ struct EngineOptions {
   std::chrono::milliseconds batch_timeout{10000};
   std::chrono::milliseconds health_interval{250};
   std::chrono::milliseconds health_deadline{500};
+  // A request the pipeline failed under before it streamed a token lost
+  // nothing: it waits this long for the pipeline to come back and restarts
+  // from scratch (0 = fail it at once). At most max_attempts runs.
+  std::chrono::milliseconds retry_window{5000};
+  int max_attempts = 3;
   int threads = 1;  // output head (LM head matmul) and drafters
   DeviceSpec device;  // where the output head runs (cpu, or a CUDA device)
+  // How the engine connects to the stages' data addresses (the cluster
+  // secret; docs/security.md).
+  transport::TransportOptions data_plane;
   SpecOptions spec;
 };
 
@@ -151,9 +159,22 @@ class Engine {
   using Notice = std::pair<uint64_t, uint32_t>;  // (sequence, new epoch)
 
   // engine.cc (locked helpers end in Locked: mu_ must be held)
+  // A new attempt of `origin` (its stages' id is fresh).
+  std::shared_ptr<Sequence> MakeSequenceLocked(std::shared_ptr<const RequestSpec> origin,
+                                               std::shared_ptr<const PipoState> pipo);
   // `last` may carry the final token(s); its finish and error are set here.
+  // The stream gets exactly one last event, whatever the caller holds.
   void FinishLocked(Sequence& seq, FinishReason reason, absl::Status error = absl::OkStatus(),
                     StreamEvent last = {});
+  // Takes the sequence out of the engine (lists, KV, drafter state) without
+  // touching its stream; FinishLocked and restarts share it.
+  void RetireLocked(Sequence& seq);
+  // Ends every waiting and running sequence with `error`, except those a
+  // pipeline failure may restart (restart = true).
+  void FailAllLocked(const absl::Status& error, bool restart);
+  bool RestartableLocked(const Sequence& seq) const;
+  // Fails the waiting restarts whose retry window has passed.
+  void ExpireRestartsLocked(Clock::time_point now);
   void AdmitLocked();
   void UpdateGaugesLocked();
   void LoadDrafters();

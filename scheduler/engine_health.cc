@@ -30,9 +30,7 @@ void Engine::PipelineDownLocked(const std::string& message, int stage) {
   metrics_->pipeline_up->Set(0);
   metrics_->pipeline_failures->Increment();
   inflight_.clear();
-  const absl::Status err = absl::UnavailableError("pipeline failure: " + message);
-  while (!running_.empty()) FinishLocked(*running_.front(), FinishReason::kError, err);
-  while (!waiting_.empty()) FinishLocked(*waiting_.front(), FinishReason::kError, err);
+  FailAllLocked(absl::UnavailableError("pipeline failure: " + message), /*restart=*/true);
   releases_.clear();
   budget_.ResetAll();
   UpdateGaugesLocked();
@@ -48,6 +46,7 @@ void Engine::HealthLoop() {
     {
       std::unique_lock<std::mutex> lock(mu_);
       if (stop_) return;
+      ExpireRestartsLocked(Clock::now());
       for (size_t i = 0; i < infos.size(); ++i) {
         const bool ok = infos[i].ok();
         if (ok) stage_data_addr_[i] = infos[i]->data_address();
@@ -125,7 +124,7 @@ bool Engine::BringUp(const std::vector<internal::StageInfo>& infos) {
       return false;
     }
   }
-  auto sender = transport::Connect(infos.front().data_address());
+  auto sender = transport::Connect(infos.front().data_address(), options_.data_plane);
   if (!sender.ok()) {
     spdlog::error("{}: cannot connect to its data address: {}", StageName(0),
                   sender.status().ToString());
@@ -138,7 +137,7 @@ bool Engine::BringUp(const std::vector<internal::StageInfo>& infos) {
   // Epoch notices go to every stage directly, overtaking the stale slots.
   std::vector<std::unique_ptr<transport::ActivationSender>> notice_senders;
   for (const internal::StageInfo& in : infos) {
-    auto s = transport::Connect(in.data_address());
+    auto s = transport::Connect(in.data_address(), options_.data_plane);
     if (s.ok()) notice_senders.push_back(*std::move(s));
   }
   {
@@ -174,6 +173,14 @@ bool Engine::BringUp(const std::vector<internal::StageInfo>& infos) {
     // The PPSD oracle without a head exits where the first stage ends.
     if (options_.spec.allow_oracle && !oracle_ppsd_ && !infos.empty()) {
       oracle_ppsd_ = MakeOracleDrafter(infos.front().layer_end());
+    }
+    // Restarted requests of a policy this pipeline cannot serve any more.
+    const auto waiting = waiting_;
+    for (const std::shared_ptr<Sequence>& seq : waiting) {
+      const std::string& why = seq->mode == SpecMode::kPtp    ? ptp_unavailable_
+                               : seq->mode == SpecMode::kPipo ? pipo_unavailable_
+                                                              : std::string();
+      if (!why.empty()) FinishLocked(*seq, FinishReason::kError, absl::FailedPreconditionError(why));
     }
     releases_.clear();
     inflight_.clear();

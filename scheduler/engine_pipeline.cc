@@ -343,7 +343,7 @@ void Engine::EmitTokenLocked(Sequence& s, int32_t token) {
     reason = FinishReason::kLength;
   }
   if (reason == FinishReason::kNone) {
-    if (auto it = streams_.find(s.id); it != streams_.end()) it->second->Push(std::move(e));
+    if (auto it = streams_.find(s.stream_id); it != streams_.end()) it->second->Push(std::move(e));
     return;
   }
   spdlog::debug("request {} (seq {}): finished ({}), {} tokens", s.request_id, s.id,

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/cluster_secret.h"
 #include "common/flag_map.h"
 
 namespace specline::scheduler {
@@ -40,6 +41,7 @@ absl::StatusOr<SchedulerFlags> ParseSchedulerFlags(int argc, char** argv) {
   const std::map<std::string, std::string>& values = *parsed;
   EngineOptions& e = f.engine;
   int timeout_ms = static_cast<int>(e.batch_timeout.count());
+  int retry_ms = static_cast<int>(e.retry_window.count());
   std::string device = "cpu", dtype = "bf16";
   for (auto& [name, value] : values) {
     absl::Status st;
@@ -61,6 +63,13 @@ absl::StatusOr<SchedulerFlags> ParseSchedulerFlags(int argc, char** argv) {
     else if (name == "batch-timeout-ms") st = ParseNumber(name, value, &timeout_ms);
     else if (name == "drain-timeout-ms") st = ParseNumber(name, value, &f.drain_timeout_ms);
     else if (name == "log-level") f.log_level = value;
+    else if (name == "retry-window-ms") st = ParseNumber(name, value, &retry_ms);
+    else if (name == "max-attempts") st = ParseNumber(name, value, &e.max_attempts);
+    else if (name == "cluster-secret-file") {
+      absl::StatusOr<std::string> secret = ReadClusterSecret(value);
+      if (!secret.ok()) return secret.status();
+      f.cluster_secret = *std::move(secret);
+    }
     else if (name == "ppsd-head") e.spec.ppsd_head = value;
     else if (name == "spd-head") e.spec.spd_head = value;
     else if (name == "ptp-head") e.spec.ptp_head = value;
@@ -85,6 +94,9 @@ absl::StatusOr<SchedulerFlags> ParseSchedulerFlags(int argc, char** argv) {
   if (!spec.ok()) return spec.status();
   e.device = *spec;
   e.batch_timeout = std::chrono::milliseconds(timeout_ms);
+  e.retry_window = std::chrono::milliseconds(retry_ms);
+  if (retry_ms < 0) return absl::InvalidArgumentError("--retry-window-ms must be >= 0");
+  if (e.max_attempts < 1) return absl::InvalidArgumentError("--max-attempts must be >= 1");
   if (f.model.empty()) return absl::InvalidArgumentError("--model is required");
   if (f.stage_grpc.empty()) return absl::InvalidArgumentError("--stage-grpc is required");
   if (f.grpc_port < 0 || f.grpc_port > 65535) {

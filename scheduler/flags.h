@@ -19,6 +19,9 @@ struct SchedulerFlags {
   std::string port_file;
   int drain_timeout_ms = 30000;
   std::string log_level = "info";
+  // The internal plane's shared secret (docs/security.md): required of the
+  // gateway's calls, presented to the stages. "" = no internal auth.
+  std::string cluster_secret;
   EngineOptions engine;
 };
 
@@ -28,6 +31,9 @@ inline constexpr const char* kSchedulerUsage =
     "  [--port-file PATH] [--threads N] [--max-waiting N] [--max-batch-tokens N]\n"
     "  [--prefill-chunk N] [--max-inflight N] [--kv-capacity-tokens N] [--kv-block-size N]\n"
     "  [--batch-timeout-ms N] [--drain-timeout-ms N] [--log-level LEVEL]\n"
+    "  [--retry-window-ms N] [--max-attempts N]  (requests a pipeline failure caught\n"
+    "                     before their first token wait this long for recovery and restart)\n"
+    "  [--cluster-secret-file PATH]  internal plane's shared secret (docs/security.md)\n"
     "  [--ppsd-head DIR] [--spd-head DIR] [--ptp-head DIR] [--ptp-n-aux N]\n"
     "  [--pipo-head DIR] [--pipo-tau X] [--default-policy ar|ppsd|spd|ptp|pipo]\n"
     "  [--spec-policy auto|always|never] [--spec-min-acceptance X] [--spec-probe-interval N]\n"

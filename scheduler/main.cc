@@ -18,6 +18,7 @@
 
 #include "nlohmann/json.hpp"
 #include "common/flag_map.h"
+#include "common/metrics_server.h"
 #include "common/port_file.h"
 #include "common/stop_signals.h"
 #include "scheduler/flags.h"
@@ -32,21 +33,34 @@ using namespace specline::scheduler;
 
 int Run(const SchedulerFlags& flags, const sigset_t& stop_signals) {
   std::shared_ptr<const ModelSource> model = OpenModel(flags.model);
-  auto inbox = transport::Listen(flags.data_listen);
+  // The last stage's output and the taps arrive here, from stages that
+  // prove the cluster secret (docs/security.md).
+  transport::TransportOptions data_plane;
+  data_plane.secret = flags.cluster_secret;
+  auto inbox = transport::Listen(flags.data_listen, data_plane);
   if (!inbox.ok()) {
     spdlog::critical("--data-listen {}: {}", flags.data_listen, inbox.status().ToString());
     return 1;
   }
   std::vector<std::unique_ptr<StageControl>> stages;
-  for (const std::string& addr : flags.stage_grpc) stages.push_back(ConnectStageControl(addr));
+  for (const std::string& addr : flags.stage_grpc) {
+    stages.push_back(ConnectStageControl(addr, flags.cluster_secret));
+  }
   auto metrics = std::make_shared<SchedulerMetrics>();
-  Engine engine(model, std::move(stages), *std::move(inbox), flags.engine, metrics);
+  EngineOptions engine_options = flags.engine;
+  engine_options.data_plane = data_plane;
+  Engine engine(model, std::move(stages), *std::move(inbox), engine_options, metrics);
   const std::string data_address = engine.inbox_address();
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  SchedulerService service(engine);
+  SchedulerService service(engine, flags.cluster_secret);
   grpc::ServerBuilder builder;
+  // The gateway pings every second to notice a stopped scheduler (gateway
+  // keepalive): allow it, also between streams.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 500);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   int grpc_port = 0;
   builder.AddListeningPort(flags.host + ":" + std::to_string(flags.grpc_port),
                            grpc::InsecureServerCredentials(), &grpc_port);
@@ -56,13 +70,12 @@ int Run(const SchedulerFlags& flags, const sigset_t& stop_signals) {
     spdlog::critical("cannot listen on {}:{}", flags.host, flags.grpc_port);
     return 1;
   }
-  std::unique_ptr<prometheus::Exposer> exposer;
+  std::unique_ptr<MetricsServer> metrics_server;
   int metrics_port = -1;
   if (flags.metrics_port >= 0) {
-    exposer = std::make_unique<prometheus::Exposer>(flags.host + ":" +
-                                                    std::to_string(flags.metrics_port));
-    exposer->RegisterCollectable(metrics->registry);
-    metrics_port = exposer->GetListeningPorts().front();
+    metrics_server = std::make_unique<MetricsServer>(flags.host, flags.metrics_port);
+    metrics_server->Register(metrics->registry);
+    metrics_port = metrics_server->port();
   }
   engine.Start();
 

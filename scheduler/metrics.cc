@@ -75,6 +75,11 @@ SchedulerMetrics::SchedulerMetrics(std::shared_ptr<prometheus::Registry> reg)
                            .Help("Times the pipeline went down (stage unreachable, batch error or timeout)")
                            .Register(r)
                            .Add({});
+  restarted_requests = &BuildCounter()
+                            .Name("specline_restarted_requests_total")
+                            .Help("Requests without a token yet that a pipeline failure held to run again after recovery")
+                            .Register(r)
+                            .Add({});
   auto counter = [&](const char* name, const char* help) {
     return &BuildCounter().Name(name).Help(help).Register(r);
   };

@@ -29,6 +29,9 @@ struct SchedulerMetrics {
   prometheus::Gauge* kv_free_tokens;
   prometheus::Gauge* pipeline_up;
   prometheus::Counter* pipeline_failures;
+  // Requests a pipeline failure caught before their first token, queued to
+  // run again once the pipeline is back (EngineOptions::retry_window).
+  prometheus::Counter* restarted_requests;
 
   // Speculative decoding (vLLM's spec_decode counters, plus the pipeline's
   // own: flushes, discarded drafts, L'acc per request), one set per

@@ -5,9 +5,16 @@ namespace specline::scheduler {
 void RequestStream::Push(StreamEvent event) {
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (ended_) return;
+    ended_ = event.last();
     events_.push_back(std::move(event));
   }
   cv_.notify_all();
+}
+
+bool RequestStream::ended() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return ended_;
 }
 
 std::optional<StreamEvent> RequestStream::Next(std::chrono::milliseconds timeout) {

@@ -33,8 +33,10 @@ class RequestStream {
   explicit RequestStream(uint64_t id) : id_(id) {}
   uint64_t id() const { return id_; }
 
-  // Engine side.
+  // Engine side. Events after the last one are dropped: a stream ends with
+  // exactly one terminal event whoever tries to end it.
   void Push(StreamEvent event);
+  bool ended() const;
 
   // Consumer side: the next event, or nullopt after `timeout`.
   std::optional<StreamEvent> Next(std::chrono::milliseconds timeout);
@@ -43,9 +45,10 @@ class RequestStream {
 
  private:
   const uint64_t id_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<StreamEvent> events_;
+  bool ended_ = false;  // the last event was pushed
 };
 
 }  // namespace specline::scheduler

@@ -1,5 +1,6 @@
 #include "scheduler/scheduler_service.h"
 
+#include "common/cluster_secret.h"
 #include "spdlog/spdlog.h"
 
 namespace specline::scheduler {
@@ -27,6 +28,10 @@ grpc::Status ToGrpc(const absl::Status& s) {
 grpc::Status SchedulerService::Submit(grpc::ServerContext* ctx,
                                       const internal::SubmitRequest* req,
                                       grpc::ServerWriter<internal::SubmitEvent>* writer) {
+  if (grpc::Status st = CheckClusterSecret(*ctx, cluster_secret_); !st.ok()) {
+    spdlog::warn("refused a Submit without the cluster secret from {}", ctx->peer());
+    return st;
+  }
   absl::StatusOr<RequestSpec> spec = ToRequestSpec(*req, engine_.default_mode());
   if (!spec.ok()) return ToGrpc(spec.status());
   const std::string rid = req->request_id();
@@ -66,8 +71,9 @@ grpc::Status SchedulerService::Submit(grpc::ServerContext* ctx,
   }
 }
 
-grpc::Status SchedulerService::GetStats(grpc::ServerContext*, const internal::StatsRequest*,
+grpc::Status SchedulerService::GetStats(grpc::ServerContext* ctx, const internal::StatsRequest*,
                                         internal::SchedulerStats* out) {
+  if (grpc::Status st = CheckClusterSecret(*ctx, cluster_secret_); !st.ok()) return st;
   EngineStats s = engine_.Stats();
   out->set_running(s.running);
   out->set_waiting(s.waiting);
@@ -79,8 +85,9 @@ grpc::Status SchedulerService::GetStats(grpc::ServerContext*, const internal::St
   return grpc::Status::OK;
 }
 
-grpc::Status SchedulerService::GetModel(grpc::ServerContext*, const internal::ModelRequest*,
+grpc::Status SchedulerService::GetModel(grpc::ServerContext* ctx, const internal::ModelRequest*,
                                         internal::ModelSummary* out) {
+  if (grpc::Status st = CheckClusterSecret(*ctx, cluster_secret_); !st.ok()) return st;
   const ModelConfig& c = engine_.config();
   out->set_model(engine_.model_path());
   out->set_arch(c.arch);

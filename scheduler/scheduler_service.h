@@ -15,7 +15,9 @@ grpc::Status ToGrpc(const absl::Status& s);
 
 class SchedulerService final : public internal::Scheduler::Service {
  public:
-  explicit SchedulerService(Engine& engine) : engine_(engine) {}
+  // Calls without `cluster_secret` are refused ("" = open; docs/security.md).
+  explicit SchedulerService(Engine& engine, std::string cluster_secret = "")
+      : engine_(engine), cluster_secret_(std::move(cluster_secret)) {}
 
   // Streams one event per produced token; the last carries finish_reason.
   // Checks for client cancellation every few milliseconds and aborts the
@@ -29,6 +31,7 @@ class SchedulerService final : public internal::Scheduler::Service {
 
  private:
   Engine& engine_;
+  const std::string cluster_secret_;
 };
 
 }  // namespace specline::scheduler

@@ -55,10 +55,25 @@ struct RequestSpec {
   float pipo_tau = -1;  // PIPO's threshold; < 0 = the server's default
 };
 
-struct Sequence {
+// Always held by shared_ptr (the engine's lists, in-flight batches):
+// whatever ends a sequence takes a reference first (shared_from_this), so
+// removing it from a list cannot free it mid-call.
+struct Sequence : std::enable_shared_from_this<Sequence> {
   Sequence(uint64_t id, RequestSpec spec);
 
+  // The stages' id of this attempt: never reused, so a stale batch can
+  // never touch another sequence's KV.
   uint64_t id;
+  // The client's stream (RequestStream::id): stable across the restarts
+  // of a request that failed before its first token (docs/serving.md
+  // "Failures").
+  uint64_t stream_id = 0;
+  // What Submit was given (and PIPO's prepared prompt), kept to restart.
+  std::shared_ptr<const RequestSpec> origin;
+  std::shared_ptr<const PipoState> pipo_origin;
+  int attempts = 1;
+  // While waiting for the pipeline to come back: fail when it has not by then.
+  std::chrono::steady_clock::time_point retry_deadline{};
   std::string request_id;
   SeqState state = SeqState::kWaiting;
   std::vector<int32_t> tokens;  // prompt followed by generated tokens

@@ -3,6 +3,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/cluster_secret.h"
 #include "specline/internal/stage.grpc.pb.h"
 
 namespace specline::scheduler {
@@ -15,10 +16,9 @@ absl::Status FromGrpc(const grpc::Status& s) {
 
 class GrpcStageControl : public StageControl {
  public:
-  explicit GrpcStageControl(std::string address)
+  GrpcStageControl(std::string address, const std::string& secret)
       : address_(std::move(address)),
-        stub_(internal::StageWorker::NewStub(
-            grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()))) {}
+        stub_(internal::StageWorker::NewStub(InternalChannel(address_, secret))) {}
 
   absl::StatusOr<internal::StageInfo> GetInfo(std::chrono::milliseconds deadline) override {
     grpc::ClientContext ctx;
@@ -48,8 +48,9 @@ class GrpcStageControl : public StageControl {
 
 }  // namespace
 
-std::unique_ptr<StageControl> ConnectStageControl(const std::string& address) {
-  return std::make_unique<GrpcStageControl>(address);
+std::unique_ptr<StageControl> ConnectStageControl(const std::string& address,
+                                                  const std::string& cluster_secret) {
+  return std::make_unique<GrpcStageControl>(address, cluster_secret);
 }
 
 }  // namespace specline::scheduler

@@ -25,8 +25,9 @@ class StageControl {
   virtual const std::string& address() const = 0;
 };
 
-// A StageWorker reached over gRPC at "host:port" (insecure channel: stages
-// sit on a private network with the scheduler). Connecting is lazy.
-std::unique_ptr<StageControl> ConnectStageControl(const std::string& address);
+// A StageWorker reached over gRPC at "host:port". Every call carries the
+// cluster secret (none when empty; docs/security.md). Connecting is lazy.
+std::unique_ptr<StageControl> ConnectStageControl(const std::string& address,
+                                                  const std::string& cluster_secret = "");
 
 }  // namespace specline::scheduler

@@ -2,28 +2,36 @@
 
 namespace specline {
 
-ActiveRequests::AddResult ActiveRequests::Add(const std::string& id,
+ActiveRequests::AddResult ActiveRequests::Add(const std::string& principal, const std::string& id,
                                               grpc::ClientContext* upstream,
                                               std::shared_ptr<Entry>* entry) {
   std::lock_guard<std::mutex> lock(mu_);
   if (static_cast<int>(entries_.size()) >= max_streams_) return AddResult::kFull;
-  if (entries_.count(id)) return AddResult::kDuplicate;
+  int& mine = per_principal_[principal];
+  if (max_per_principal_ > 0 && mine >= max_per_principal_) return AddResult::kPrincipalFull;
+  const Key key{principal, id};
+  if (entries_.count(key)) return AddResult::kDuplicate;
   auto e = std::make_shared<Entry>();
   e->upstream = upstream;
-  entries_[id] = e;
+  entries_[key] = e;
+  ++mine;
   *entry = e;
   return AddResult::kOk;
 }
 
-void ActiveRequests::Remove(const std::string& id) {
+void ActiveRequests::Remove(const std::string& principal, const std::string& id) {
   std::lock_guard<std::mutex> lock(mu_);
-  entries_.erase(id);
+  if (entries_.erase(Key{principal, id}) > 0) {
+    if (auto it = per_principal_.find(principal); it != per_principal_.end() && --it->second <= 0) {
+      per_principal_.erase(it);
+    }
+  }
   if (entries_.empty()) empty_cv_.notify_all();
 }
 
-bool ActiveRequests::Abort(const std::string& id) {
+bool ActiveRequests::Abort(const std::string& principal, const std::string& id) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = entries_.find(id);
+  auto it = entries_.find(Key{principal, id});
   if (it == entries_.end()) return false;
   it->second->aborted = true;
   // Under the lock: the stream's handler removes its entry (taking the lock)

@@ -26,7 +26,11 @@ const char kUsage[] = R"(usage: specline-gateway --model PATH --scheduler HOST:P
   --default-max-tokens N       max_tokens when a request gives 0 (default 256)
   --max-prompt-tokens N        longest prompt accepted (default: context length - 1)
   --max-concurrent-streams N   open Generate streams before RESOURCE_EXHAUSTED (default 256)
-  --auth-token-file PATH       require "authorization: Bearer <token>" (health stays open)
+  --served-model-name NAME     the model's name in responses (default: the file's stem)
+  --auth-token-file PATH       require "authorization: Bearer <token>" (health stays open);
+                               one token per line, "NAME TOKEN" names its principal
+  --max-streams-per-principal N  open streams one principal may hold (default: no cap)
+  --cluster-secret-file PATH   the internal plane's shared secret, sent to the scheduler
   --tls-cert PATH --tls-key PATH   serve TLS with this PEM certificate and key
   --drain-timeout-ms N         on SIGTERM, how long open streams may finish (default 30000)
   --log-level LEVEL            trace, debug, info (default), warn, error
@@ -56,6 +60,9 @@ bool ParseArgs(int argc, char** argv, specline::GatewayConfig* c) {
     else if (name == "max-prompt-tokens") st = specline::ParseNumber(name, v, &c->max_prompt_tokens);
     else if (name == "max-concurrent-streams") st = specline::ParseNumber(name, v, &c->max_concurrent_streams);
     else if (name == "auth-token-file") c->auth_token_file = v;
+    else if (name == "served-model-name") c->served_model_name = v;
+    else if (name == "max-streams-per-principal") st = specline::ParseNumber(name, v, &c->max_streams_per_principal);
+    else if (name == "cluster-secret-file") c->cluster_secret_file = v;
     else if (name == "tls-cert") c->tls_cert = v;
     else if (name == "tls-key") c->tls_key = v;
     else if (name == "drain-timeout-ms") st = specline::ParseNumber(name, v, &c->drain_timeout_ms);

@@ -74,11 +74,9 @@ GatewayMetrics::GatewayMetrics() : registry_(std::make_shared<prometheus::Regist
 }
 
 void GatewayMetrics::Expose(const std::string& host, int port) {
-  exposer_ = std::make_unique<prometheus::Exposer>(host + ":" + std::to_string(port));
-  exposer_->RegisterCollectable(registry_);
-  const auto ports = exposer_->GetListeningPorts();
-  if (ports.empty()) throw std::runtime_error("metrics: could not listen on port " + std::to_string(port));
-  port_ = ports.front();
+  server_ = std::make_unique<MetricsServer>(host, port);
+  server_->Register(registry_);
+  port_ = server_->port();
 }
 
 void GatewayMetrics::CountSuccess(const std::string& finished_reason) {

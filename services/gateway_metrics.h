@@ -8,6 +8,8 @@
 
 #include <prometheus/counter.h>
 #include <prometheus/exposer.h>
+
+#include "common/metrics_server.h"
 #include <prometheus/family.h>
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
@@ -39,7 +41,7 @@ class GatewayMetrics {
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
-  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::unique_ptr<MetricsServer> server_;
   int port_ = 0;
   prometheus::Histogram* ttft_;
   prometheus::Histogram* itl_;

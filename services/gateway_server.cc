@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <stdexcept>
 
 #include <grpcpp/create_channel.h>
@@ -14,6 +15,8 @@
 
 #include "model/formats/model_source.h"
 #include "model/tokenizer/model_tokenizer.h"
+#include "absl/strings/str_cat.h"
+#include "common/cluster_secret.h"
 #include "common/port_file.h"
 
 namespace specline {
@@ -30,11 +33,11 @@ std::string ReadWholeFile(const std::string& path, const char* what) {
   return s;
 }
 
-std::string Trim(std::string s) {
-  const char* ws = " \t\r\n";
-  s.erase(s.find_last_not_of(ws) + 1);
-  s.erase(0, s.find_first_not_of(ws));
-  return s;
+// What clients see as the model: --served-model-name, else the model
+// file's name without directories or extension (never a server path).
+std::string ServedModelName(const GatewayConfig& config) {
+  if (!config.served_model_name.empty()) return config.served_model_name;
+  return std::filesystem::path(config.model_path).filename().replace_extension().string();
 }
 
 const char kServiceName[] = "specline.v1.Generation";
@@ -66,14 +69,29 @@ Gateway::Gateway(const GatewayConfig& config) : config_(config) {
   served.max_prompt_tokens = config.max_prompt_tokens;
 
   GenerationService::Options options;
-  options.model_name = config.model_path;
+  options.model_name = ServedModelName(config);
   options.max_concurrent_streams = config.max_concurrent_streams;
+  options.max_streams_per_principal = config.max_streams_per_principal;
   if (!config.auth_token_file.empty()) {
-    options.auth_token = Trim(ReadWholeFile(config.auth_token_file, "--auth-token-file"));
-    if (options.auth_token.empty())
-      throw std::invalid_argument("--auth-token-file " + config.auth_token_file + " is empty");
+    absl::StatusOr<Principals> principals = Principals::Load(config.auth_token_file);
+    if (!principals.ok()) throw std::invalid_argument(std::string(principals.status().message()));
+    options.principals = *std::move(principals);
   }
-  auto channel = grpc::CreateChannel(config.scheduler_addr, grpc::InsecureChannelCredentials());
+  std::string cluster_secret;
+  if (!config.cluster_secret_file.empty()) {
+    absl::StatusOr<std::string> secret = ReadClusterSecret(config.cluster_secret_file);
+    if (!secret.ok()) throw std::invalid_argument(std::string(secret.status().message()));
+    cluster_secret = *std::move(secret);
+  }
+  // Keepalive pings notice a scheduler that stopped answering (SIGSTOP, a
+  // hung host) within about 3 s and fail its streams with UNAVAILABLE; a
+  // dead one is noticed at once by its closed connection.
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 1000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 2000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  auto channel = InternalChannel(config.scheduler_addr, cluster_secret, args);
   service_ = std::make_unique<GenerationService>(std::move(served), channel, metrics_, options);
 
   grpc::EnableDefaultHealthCheckService(true);
@@ -103,8 +121,11 @@ Gateway::Gateway(const GatewayConfig& config) : config_(config) {
                   {{"grpc", port_}, {"metrics", metrics_.port()}, {"pid", getpid()}});
   }
   spdlog::info("gateway: serving {} on {}:{} (metrics :{}), scheduler {}, tokenizer {}{}{}",
-               config.model_path, config.host, port_, metrics_.port(), config.scheduler_addr,
-               tokenizer_ ? "yes" : "none", options.auth_token.empty() ? "" : ", bearer auth",
+               options.model_name, config.host, port_, metrics_.port(), config.scheduler_addr,
+               tokenizer_ ? "yes" : "none",
+               options.principals ? absl::StrCat(", bearer auth (", options.principals->size(),
+                                                 " principals)")
+                                  : std::string(),
                config.tls_cert.empty() ? "" : ", TLS");
 }
 

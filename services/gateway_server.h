@@ -25,7 +25,10 @@ struct GatewayConfig {
   int default_max_tokens = 256;
   int max_prompt_tokens = 0;  // 0 = context length - 1
   int max_concurrent_streams = 256;
-  std::string auth_token_file;
+  std::string served_model_name;  // "" = the model file's stem
+  std::string auth_token_file;    // bearer tokens, one principal each (principals.h)
+  int max_streams_per_principal = 0;  // 0 = no per-principal cap
+  std::string cluster_secret_file;    // the internal plane's secret (docs/security.md)
   std::string tls_cert, tls_key;  // PEM files; both or neither
   int drain_timeout_ms = 30000;
 };

@@ -8,6 +8,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "model/tokenizer/tokenizer.h"
+#include "common/cluster_secret.h"
+#include "services/request_parser.h"
 #include "services/stop_matcher.h"
 
 namespace specline {
@@ -51,14 +53,6 @@ const char* ReasonLabel(v1::FinishReason r) {
   }
 }
 
-// Constant-time comparison, so response time does not leak the token.
-bool SameSecret(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
-}
-
 grpc::Status ToGrpc(const absl::Status& s) {
   return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
 }
@@ -71,19 +65,79 @@ GenerationService::GenerationService(ServedModel model, std::shared_ptr<grpc::Ch
       scheduler_(internal::Scheduler::NewStub(std::move(scheduler))),
       metrics_(metrics),
       options_(std::move(options)),
-      active_(options_.max_concurrent_streams) {}
+      active_(options_.max_concurrent_streams, options_.max_streams_per_principal) {
+  // Method indices follow specline/v1/generation.proto: Generate, Abort,
+  // GetModelInfo. Each takes raw bytes (see the header).
+  MarkMethodStreamed(0, new grpc::internal::SplitServerStreamingHandler<grpc::ByteBuffer,
+                                                                      v1::GenerateResponse>(
+                            [this](grpc::ServerContext* ctx, auto* stream) {
+                              return GenerateRaw(ctx, stream);
+                            }));
+  MarkMethodStreamed(1, new grpc::internal::StreamedUnaryHandler<grpc::ByteBuffer, v1::AbortResponse>(
+                            [this](grpc::ServerContext* ctx, auto* stream) {
+                              return UnaryRaw<v1::AbortRequest, v1::AbortResponse>(
+                                  ctx, stream,
+                                  [this](const std::string& principal, grpc::ServerContext*,
+                                         const v1::AbortRequest& req, v1::AbortResponse* resp) {
+                                    return Abort(principal, req, resp);
+                                  });
+                            }));
+  MarkMethodStreamed(2, new grpc::internal::StreamedUnaryHandler<grpc::ByteBuffer, v1::ModelInfo>(
+                            [this](grpc::ServerContext* ctx, auto* stream) {
+                              return UnaryRaw<v1::ModelInfoRequest, v1::ModelInfo>(
+                                  ctx, stream,
+                                  [this](const std::string&, grpc::ServerContext* c,
+                                         const v1::ModelInfoRequest&, v1::ModelInfo* resp) {
+                                    return GetModelInfo(c, resp);
+                                  });
+                            }));
+}
 
-grpc::Status GenerationService::CheckAuth(const grpc::ServerContext& ctx) const {
-  if (options_.auth_token.empty()) return grpc::Status::OK;
+grpc::Status GenerationService::CheckAuth(const grpc::ServerContext& ctx,
+                                          std::string* principal) const {
+  principal->clear();
+  if (!options_.principals) return grpc::Status::OK;
   const auto& md = ctx.client_metadata();
   auto it = md.find("authorization");
   if (it == md.end())
     return grpc::Status(grpc::UNAUTHENTICATED, "missing 'authorization: Bearer <token>' metadata");
-  const std::string_view value(it->second.data(), it->second.size());
-  const std::string expected = "Bearer " + options_.auth_token;
-  if (!SameSecret(value, expected))
-    return grpc::Status(grpc::UNAUTHENTICATED, "invalid bearer token");
+  std::optional<std::string> who =
+      options_.principals->Authenticate(std::string_view(it->second.data(), it->second.size()));
+  if (!who) return grpc::Status(grpc::UNAUTHENTICATED, "invalid bearer token");
+  *principal = *std::move(who);
   return grpc::Status::OK;
+}
+
+grpc::Status GenerationService::GenerateRaw(
+    grpc::ServerContext* ctx, grpc::ServerSplitStreamer<grpc::ByteBuffer, v1::GenerateResponse>* stream) {
+  std::string principal;
+  if (grpc::Status s = CheckAuth(*ctx, &principal); !s.ok()) return Fail(s);
+  grpc::ByteBuffer bytes;
+  if (!stream->Read(&bytes)) {
+    return Fail(grpc::Status(grpc::INVALID_ARGUMENT, "request: no GenerateRequest message received"));
+  }
+  v1::GenerateRequest request;
+  if (absl::Status st = ParseRequestBuffer(bytes, &request); !st.ok()) return Fail(ToGrpc(st));
+  return Generate(ctx, principal, request, stream);
+}
+
+template <class Request, class Response, class Handler>
+grpc::Status GenerationService::UnaryRaw(grpc::ServerContext* ctx,
+                                         grpc::ServerUnaryStreamer<grpc::ByteBuffer, Response>* stream,
+                                         Handler handle) {
+  std::string principal;
+  if (grpc::Status s = CheckAuth(*ctx, &principal); !s.ok()) return s;
+  grpc::ByteBuffer bytes;
+  Request request;
+  if (!stream->Read(&bytes)) {
+    return grpc::Status(grpc::INVALID_ARGUMENT,
+                        "request: no " + Request::descriptor()->full_name() + " message received");
+  }
+  if (absl::Status st = ParseRequestBuffer(bytes, &request); !st.ok()) return ToGrpc(st);
+  Response response;
+  grpc::Status s = handle(principal, ctx, request, &response);
+  if (s.ok()) stream->Write(response);
+  return s;
 }
 
 grpc::Status GenerationService::Fail(const grpc::Status& status) {
@@ -91,36 +145,42 @@ grpc::Status GenerationService::Fail(const grpc::Status& status) {
   return status;
 }
 
-grpc::Status GenerationService::Generate(grpc::ServerContext* ctx,
-                                         const v1::GenerateRequest* request,
-                                         grpc::ServerWriter<v1::GenerateResponse>* writer) {
-  if (grpc::Status s = CheckAuth(*ctx); !s.ok()) return Fail(s);
+grpc::Status GenerationService::Generate(grpc::ServerContext* ctx, const std::string& principal,
+                                         const v1::GenerateRequest& request,
+                                         ResponseWriter* writer) {
   if (draining_)
     return Fail(grpc::Status(grpc::UNAVAILABLE,
                              "gateway is draining for shutdown; retry on another replica"));
-  auto prepared = PrepareRequest(*request, model_);
+  auto prepared = PrepareRequest(request, model_);
   if (!prepared.ok()) {
-    spdlog::info("req={} rejected: {}", request->request_id(), std::string(prepared.status().message()));
+    spdlog::debug("req={} rejected: {}", request.request_id(), std::string(prepared.status().message()));
     return Fail(ToGrpc(prepared.status()));
   }
-  std::string id = request->request_id();
-  if (id.empty()) id = absl::StrCat("gw", getpid(), "-", next_id_++);
-  return Stream(ctx, id, *std::move(prepared), writer);
+  // Server-made ids are unguessable; a client's own id is scoped to its
+  // principal anyway (Abort never reaches another principal's request).
+  std::string id = request.request_id();
+  if (id.empty()) id = "req-" + RandomHex(16);
+  return Stream(ctx, principal, id, *std::move(prepared), writer);
 }
 
-grpc::Status GenerationService::Stream(grpc::ServerContext* ctx, const std::string& id,
-                                       PreparedRequest prepared,
-                                       grpc::ServerWriter<v1::GenerateResponse>* writer) {
+grpc::Status GenerationService::Stream(grpc::ServerContext* ctx, const std::string& principal,
+                                       const std::string& id, PreparedRequest prepared,
+                                       ResponseWriter* writer) {
   const Clock::time_point t0 = Clock::now();
   // A child call: the client's deadline and cancellation propagate to the
   // scheduler, which frees the request's KV when its call ends.
   std::unique_ptr<grpc::ClientContext> upstream = grpc::ClientContext::FromServerContext(*ctx);
   std::shared_ptr<ActiveRequests::Entry> entry;
-  switch (active_.Add(id, upstream.get(), &entry)) {
+  switch (active_.Add(principal, id, upstream.get(), &entry)) {
     case ActiveRequests::AddResult::kFull:
       return Fail(grpc::Status(grpc::RESOURCE_EXHAUSTED,
                                absl::StrCat("gateway: ", options_.max_concurrent_streams,
                                             " streams already open (--max-concurrent-streams)")));
+    case ActiveRequests::AddResult::kPrincipalFull:
+      return Fail(grpc::Status(grpc::RESOURCE_EXHAUSTED,
+                               absl::StrCat("gateway: principal '", principal, "' has ",
+                                            options_.max_streams_per_principal,
+                                            " streams open (--max-streams-per-principal)")));
     case ActiveRequests::AddResult::kDuplicate:
       return Fail(grpc::Status(grpc::ALREADY_EXISTS,
                                absl::StrCat("request_id: '", id, "' is already running")));
@@ -130,12 +190,13 @@ grpc::Status GenerationService::Stream(grpc::ServerContext* ctx, const std::stri
   metrics_.running().Increment();
   struct Cleanup {
     GenerationService* self;
+    const std::string& principal;
     const std::string& id;
     ~Cleanup() {
-      self->active_.Remove(id);
+      self->active_.Remove(principal, id);
       self->metrics_.running().Decrement();
     }
-  } cleanup{this, id};
+  } cleanup{this, principal, id};
 
   internal::SubmitRequest& submit = prepared.submit;
   submit.set_request_id(id);
@@ -275,21 +336,18 @@ grpc::Status GenerationService::Stream(grpc::ServerContext* ctx, const std::stri
   return Fail(status);
 }
 
-grpc::Status GenerationService::Abort(grpc::ServerContext* ctx, const v1::AbortRequest* request,
+grpc::Status GenerationService::Abort(const std::string& principal, const v1::AbortRequest& request,
                                       v1::AbortResponse* response) {
-  if (grpc::Status s = CheckAuth(*ctx); !s.ok()) return s;
-  if (request->request_id().empty())
+  if (request.request_id().empty())
     return grpc::Status(grpc::INVALID_ARGUMENT, "request_id: is empty");
-  const bool found = active_.Abort(request->request_id());
-  spdlog::info("req={} abort requested (found={})", request->request_id(), found);
+  // Only the principal's own requests: another's id is simply not found.
+  const bool found = active_.Abort(principal, request.request_id());
+  spdlog::info("req={} abort requested (found={})", request.request_id(), found);
   response->set_found(found);
   return grpc::Status::OK;
 }
 
-grpc::Status GenerationService::GetModelInfo(grpc::ServerContext* ctx,
-                                             const v1::ModelInfoRequest*,
-                                             v1::ModelInfo* info) {
-  if (grpc::Status s = CheckAuth(*ctx); !s.ok()) return s;
+grpc::Status GenerationService::GetModelInfo(grpc::ServerContext* ctx, v1::ModelInfo* info) {
   auto upstream = grpc::ClientContext::FromServerContext(*ctx);
   const auto limit = std::chrono::system_clock::now() + std::chrono::seconds(5);
   if (upstream->deadline() > limit) upstream->set_deadline(limit);

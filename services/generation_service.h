@@ -2,14 +2,24 @@
 // scheduler Submit call; tokens coming back are detokenized, cut at stop
 // strings and streamed on. Synchronous gRPC: one handler thread per open
 // stream, bounded by --max-concurrent-streams.
+//
+// The handlers take the requests' raw bytes and parse them here
+// (request_parser.h): a malformed request gets INVALID_ARGUMENT naming the
+// field, never gRPC's empty INTERNAL.
 #pragma once
 
 #include <atomic>
 #include <memory>
 #include <string>
 
+#include <optional>
+
+#include <grpcpp/support/byte_buffer.h>
+#include <grpcpp/support/sync_stream.h>
+
 #include "services/active_requests.h"
 #include "services/gateway_metrics.h"
+#include "services/principals.h"
 #include "services/request_builder.h"
 #include "specline/internal/scheduler.grpc.pb.h"
 #include "specline/v1/generation.grpc.pb.h"
@@ -19,30 +29,42 @@ namespace specline {
 class GenerationService final : public v1::Generation::Service {
  public:
   struct Options {
-    std::string model_name;  // reported by GetModelInfo
-    std::string auth_token;  // empty: no authentication
+    std::string model_name;  // reported by GetModelInfo (a name, never a path)
+    std::optional<Principals> principals;  // none: no authentication
     int max_concurrent_streams = 256;
+    int max_streams_per_principal = 0;  // 0: only the overall cap
   };
 
   GenerationService(ServedModel model, std::shared_ptr<grpc::ChannelInterface> scheduler,
                     GatewayMetrics& metrics, Options options);
 
-  grpc::Status Generate(grpc::ServerContext* ctx, const v1::GenerateRequest* request,
-                        grpc::ServerWriter<v1::GenerateResponse>* writer) override;
-  grpc::Status Abort(grpc::ServerContext* ctx, const v1::AbortRequest* request,
-                     v1::AbortResponse* response) override;
-  grpc::Status GetModelInfo(grpc::ServerContext* ctx, const v1::ModelInfoRequest* request,
-                            v1::ModelInfo* response) override;
+  using ResponseWriter = grpc::internal::WriterInterface<v1::GenerateResponse>;
+  // The typed handlers, after the raw bytes were parsed and the caller
+  // authenticated as `principal`.
+  grpc::Status Generate(grpc::ServerContext* ctx, const std::string& principal,
+                        const v1::GenerateRequest& request, ResponseWriter* writer);
+  grpc::Status Abort(const std::string& principal, const v1::AbortRequest& request,
+                     v1::AbortResponse* response);
+  grpc::Status GetModelInfo(grpc::ServerContext* ctx, v1::ModelInfo* response);
 
   // Refuse new Generate calls (UNAVAILABLE) from now on.
   void StartDrain() { draining_ = true; }
   ActiveRequests& active() { return active_; }
 
  private:
-  grpc::Status CheckAuth(const grpc::ServerContext& ctx) const;
+  // OK with the caller's principal ("" without authentication), or
+  // UNAUTHENTICATED.
+  grpc::Status CheckAuth(const grpc::ServerContext& ctx, std::string* principal) const;
   grpc::Status Fail(const grpc::Status& status);  // counts it, returns it
-  grpc::Status Stream(grpc::ServerContext* ctx, const std::string& id, PreparedRequest prepared,
-                      grpc::ServerWriter<v1::GenerateResponse>* writer);
+  grpc::Status Stream(grpc::ServerContext* ctx, const std::string& principal,
+                      const std::string& id, PreparedRequest prepared, ResponseWriter* writer);
+  // Raw handlers: authenticate, parse, then call the typed ones.
+  grpc::Status GenerateRaw(grpc::ServerContext* ctx,
+                           grpc::ServerSplitStreamer<grpc::ByteBuffer, v1::GenerateResponse>* stream);
+  template <class Request, class Response, class Handler>
+  grpc::Status UnaryRaw(grpc::ServerContext* ctx,
+                        grpc::ServerUnaryStreamer<grpc::ByteBuffer, Response>* stream,
+                        Handler handle);
 
   const ServedModel model_;
   std::unique_ptr<internal::Scheduler::Stub> scheduler_;
@@ -50,7 +72,6 @@ class GenerationService final : public v1::Generation::Service {
   const Options options_;
   ActiveRequests active_;
   std::atomic<bool> draining_{false};
-  std::atomic<uint64_t> next_id_{1};
 };
 
 }  // namespace specline

@@ -1,3 +1,4 @@
+#include "common/cluster_secret.h"
 #include "stage_worker/stage_flags.h"
 
 #include <charconv>
@@ -98,6 +99,11 @@ absl::StatusOr<StageFlags> ParseStageFlags(int argc, char** argv) {
     else if (name == "cuda-graphs") st = ParseBool(name, value, &f.cuda_graphs);
     else if (name == "ptp-head") f.ptp_head = value;
     else if (name == "pipo-head") f.pipo_head = value;
+    else if (name == "cluster-secret-file") {
+      absl::StatusOr<std::string> secret = ReadClusterSecret(value);
+      if (!secret.ok()) return secret.status();
+      f.cluster_secret = *std::move(secret);
+    }
     else return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
     if (!st.ok()) return st;
   }

@@ -30,6 +30,8 @@ struct StageFlags {
   bool cuda_graphs = true;
   std::string ptp_head;  // PTP adapter directory (docs/ptp.md); "" = none
   std::string pipo_head;  // PIPO head directory: its backbone runs PIPO slots; "" = none
+  // The internal plane's shared secret (docs/security.md); "" = no internal auth.
+  std::string cluster_secret;
 };
 
 inline constexpr const char* kStageUsage =
@@ -41,6 +43,8 @@ inline constexpr const char* kStageUsage =
     "  [--ptp-head DIR]   PTP adapter applied at auxiliary rows (policy PTP; CPU)\n"
     "  [--pipo-head DIR]  PIPO head whose fine-tuned backbone runs PIPO slots (policy\n"
     "                     PIPO; its own KV cache of --kv-capacity-tokens positions)\n"
+    "  [--cluster-secret-file PATH]  shared secret the scheduler must present on\n"
+    "                     control calls and the data-plane handshake (docs/security.md)\n"
     "  [--data-advertise ADDRESS]  address the previous stage / scheduler dials\n"
     "                              (default: the --data-listen address)\n"
     "  [--pipeline FILE]  JSON {\"stages\": [{\"layers\", \"next\", \"data_advertise\"}...]}:\n"

@@ -39,6 +39,8 @@ void StageMetrics::Attach(StageRunner& runner) {
   auto& depth = queue_depth_->Add(labels);
   auto& kv_free = kv_free_->Add(labels);
   kv_free.Set(static_cast<double>(runner.Stats().kv_free_tokens));
+  kv_free_gauges_.emplace_back(&runner, &kv_free);
+
   runner.set_observer([&, r = &runner](const internal::MicroBatch& batch, double seconds) {
     step.Observe(seconds);
     batches.Increment();
@@ -48,12 +50,29 @@ void StageMetrics::Attach(StageRunner& runner) {
   });
 }
 
+class StageMetrics::FreshGauges : public prometheus::Collectable {
+ public:
+  explicit FreshGauges(StageMetrics& m) : m_(m) {}
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    m_.Refresh();
+    return m_.registry_->Collect();
+  }
+
+ private:
+  StageMetrics& m_;
+};
+
+void StageMetrics::Refresh() {
+  for (auto& [runner, gauge] : kv_free_gauges_) {
+    gauge->Set(static_cast<double>(runner->Stats().kv_free_tokens));
+  }
+}
+
 int StageMetrics::Serve(const std::string& host, int port) {
-  exposer_ = std::make_unique<prometheus::Exposer>(host + ":" + std::to_string(port));
-  exposer_->RegisterCollectable(registry_);
-  std::vector<int> ports = exposer_->GetListeningPorts();
-  if (ports.empty()) throw std::runtime_error("metrics server is not listening");
-  return ports.front();
+  server_ = std::make_unique<MetricsServer>(host, port);
+  fresh_ = std::make_shared<FreshGauges>(*this);
+  server_->Register(fresh_);
+  return server_->port();
 }
 
 }  // namespace specline

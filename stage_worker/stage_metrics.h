@@ -2,6 +2,8 @@
 #pragma once
 
 #include <memory>
+#include <utility>
+#include <vector>
 #include <string>
 
 #include "prometheus/counter.h"
@@ -9,6 +11,7 @@
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
+#include "common/metrics_server.h"
 #include "stage_worker/stage_runner.h"
 
 namespace specline {
@@ -23,13 +26,20 @@ class StageMetrics {
   prometheus::Registry& registry() { return *registry_; }
 
  private:
+  // Refreshes the KV gauges from the runners on every scrape, so they are
+  // right after a Reset or while idle (not only after the next batch).
+  class FreshGauges;
+  void Refresh();
+
   std::shared_ptr<prometheus::Registry> registry_;
+  std::vector<std::pair<StageRunner*, prometheus::Gauge*>> kv_free_gauges_;
   prometheus::Family<prometheus::Histogram>* step_;
   prometheus::Family<prometheus::Counter>* batches_;
   prometheus::Family<prometheus::Counter>* slots_;
   prometheus::Family<prometheus::Gauge>* queue_depth_;
   prometheus::Family<prometheus::Gauge>* kv_free_;
-  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::shared_ptr<prometheus::Collectable> fresh_;
+  std::unique_ptr<MetricsServer> server_;  // last: it calls fresh_
 };
 
 }  // namespace specline

@@ -17,6 +17,17 @@
 
 namespace specline {
 
+size_t LargestBatchBytes(const ModelConfig& config, int64_t kv_capacity_tokens) {
+  // Every slot of a batch takes a KV position, so a batch holds at most
+  // kv_capacity_tokens slots. Each brings its hidden row and, at most, a tap
+  // row per layer of the model, plus its ids (a generous 64 bytes); 1 MiB
+  // more covers the message's own fields.
+  const size_t slots = static_cast<size_t>(std::max<int64_t>(kv_capacity_tokens, 1));
+  const size_t per_slot = 64 + size_t{4} * config.dim * (1 + static_cast<size_t>(config.n_layers));
+  const size_t bytes = (size_t{1} << 20) + slots * per_slot;
+  return std::min(bytes, transport::kMaxFrameBytes);
+}
+
 absl::StatusOr<std::unique_ptr<StageProcess>> StageProcess::Start(const StageFlags& flags) {
   std::unique_ptr<StageProcess> p(new StageProcess);
   p->flags_ = flags;
@@ -89,12 +100,19 @@ absl::StatusOr<std::unique_ptr<StageProcess>> StageProcess::Start(const StageFla
 
   // Inboxes: the first on the data address, the rest in-process. Named by
   // pid so two processes' tests in one address space cannot collide.
+  // The data plane outside the process: authenticated with the cluster
+  // secret, and frames bounded by the largest micro-batch this stage can be
+  // sent (LargestBatchBytes), so no peer makes it allocate more.
+  transport::TransportOptions data_plane;
+  data_plane.secret = flags.cluster_secret;
+  data_plane.max_frame_bytes = LargestBatchBytes(config, flags.kv_capacity_tokens);
+  for (auto& r : p->runners_) r->set_data_plane(data_plane);
   std::vector<std::unique_ptr<transport::ActivationReceiver>> inboxes;
   for (int i = 0; i < n; ++i) {
     std::string address = i == 0 ? flags.data_listen
                                  : absl::StrCat("inproc://stage-", getpid(), "-", flags.stage + i,
                                                 "-", reinterpret_cast<uintptr_t>(p.get()));
-    auto inbox = transport::Listen(address);
+    auto inbox = i == 0 ? transport::Listen(address, data_plane) : transport::Listen(address);
     if (!inbox.ok()) return inbox.status();
     inboxes.push_back(std::move(*inbox));
   }
@@ -117,6 +135,7 @@ absl::StatusOr<std::unique_ptr<StageProcess>> StageProcess::Start(const StageFla
   for (auto& r : p->runners_) runners.push_back(r.get());
   p->service_ = std::make_unique<StageServiceImpl>(runners, p->data_address_, flags.next,
                                                    ptp_fingerprint, pipo_fingerprint);
+  p->service_->set_cluster_secret(flags.cluster_secret);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -135,7 +154,7 @@ absl::StatusOr<std::unique_ptr<StageProcess>> StageProcess::Start(const StageFla
   for (int i = 1; i < n; ++i) targets.push_back(inboxes[i]->address());
   targets.push_back(flags.next);
   for (int i = n - 1; i >= 0; --i) {
-    auto out = transport::Connect(targets[i]);
+    auto out = i == n - 1 ? transport::Connect(targets[i], data_plane) : transport::Connect(targets[i]);
     if (!out.ok()) return out.status();
     p->runners_[i]->Start(std::move(inboxes[i]), std::move(*out));
   }

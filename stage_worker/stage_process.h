@@ -19,6 +19,11 @@
 
 namespace specline {
 
+// The data plane's frame limit for a stage: the largest micro-batch the
+// stage can be sent (a slot per KV position, each with its hidden row and at
+// most one tap row per layer).
+size_t LargestBatchBytes(const ModelConfig& config, int64_t kv_capacity_tokens);
+
 class StageProcess {
  public:
   // Loads the shard, binds every port and starts the runners. Errors:

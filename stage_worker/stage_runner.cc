@@ -320,7 +320,7 @@ void StageRunner::Reset(const std::string& report_address) {
   epochs_.clear();
   report_.reset();
   if (!report_address.empty() && !is_last_) {
-    auto sender = transport::Connect(report_address);
+    auto sender = transport::Connect(report_address, data_plane_);
     if (sender.ok()) {
       report_ = *std::move(sender);
     } else {

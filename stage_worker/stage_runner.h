@@ -35,6 +35,9 @@ class StageRunner {
   // `pipo_slice`: the same layers of PIPO's fine-tuned backbone (hidden
   // input on stage 0), for slots marked pipo; null = none.
   StageRunner(SliceBackend& slice, int stage, bool is_last, SliceBackend* pipo_slice = nullptr);
+  // How the runner connects to the scheduler's inbox for taps (the cluster
+  // secret; docs/security.md). Set before Reset.
+  void set_data_plane(transport::TransportOptions options) { data_plane_ = std::move(options); }
 
   // Applies batch.release, then runs the slots (tokens on stage 0, hidden
   // otherwise), replacing batch.hidden with this stage's output and
@@ -111,6 +114,7 @@ class StageRunner {
   std::unique_ptr<transport::ActivationSender> report_;  // taps to the scheduler
   uint64_t stale_slots_ = 0;
   std::vector<float> input_;  // aligned copy of batch.hidden
+  transport::TransportOptions data_plane_;
 };
 
 }  // namespace specline

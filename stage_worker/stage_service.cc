@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "common/cluster_secret.h"
 #include "spdlog/spdlog.h"
 
 namespace specline {
@@ -15,8 +16,9 @@ StageServiceImpl::StageServiceImpl(std::vector<StageRunner*> runners, std::strin
       ptp_fingerprint_(ptp_fingerprint),
       pipo_fingerprint_(pipo_fingerprint) {}
 
-grpc::Status StageServiceImpl::GetInfo(grpc::ServerContext*, const internal::StageInfoRequest*,
+grpc::Status StageServiceImpl::GetInfo(grpc::ServerContext* ctx, const internal::StageInfoRequest*,
                                        internal::StageInfo* info) {
+  if (grpc::Status st = CheckClusterSecret(*ctx, cluster_secret_); !st.ok()) return st;
   StageRunner& first = *runners_.front();
   const ModelConfig& config = first.slice().config();
   info->set_stage(first.stage());
@@ -45,8 +47,13 @@ grpc::Status StageServiceImpl::GetInfo(grpc::ServerContext*, const internal::Sta
   return grpc::Status::OK;
 }
 
-grpc::Status StageServiceImpl::Reset(grpc::ServerContext*, const internal::ResetRequest* request,
+grpc::Status StageServiceImpl::Reset(grpc::ServerContext* ctx, const internal::ResetRequest* request,
                                      internal::ResetResponse*) {
+  if (grpc::Status st = CheckClusterSecret(*ctx, cluster_secret_); !st.ok()) {
+    spdlog::warn("stage {}: refused a Reset without the cluster secret from {}",
+                 runners_.front()->stage(), ctx->peer());
+    return st;
+  }
   for (StageRunner* r : runners_) r->Reset(request->report_address());
   spdlog::info("stage {}: reset, every sequence released", runners_.front()->stage());
   return grpc::Status::OK;

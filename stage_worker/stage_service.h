@@ -28,7 +28,11 @@ class StageServiceImpl final : public internal::StageWorker::Service {
   grpc::Status Reset(grpc::ServerContext*, const internal::ResetRequest*,
                      internal::ResetResponse*) override;
 
+  // Calls without this secret are refused (docs/security.md); "" = open.
+  void set_cluster_secret(std::string secret) { cluster_secret_ = std::move(secret); }
+
  private:
+  std::string cluster_secret_;
   std::vector<StageRunner*> runners_;
   std::string data_address_, next_address_;
   uint64_t ptp_fingerprint_, pipo_fingerprint_;

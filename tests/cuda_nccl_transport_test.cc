@@ -23,6 +23,7 @@
 
 #include "gtest/gtest.h"
 #include "tests/cuda_test_util.h"
+#include "transport/data_plane_auth.h"
 #include "transport/tcp_socket.h"
 #include "transport/transport.h"
 #ifdef SPECLINE_HAVE_NCCL
@@ -408,8 +409,9 @@ TEST(NcclBootstrap, TwoRankLinkOnOneGpuIsRefused) {
   EXPECT_TRUE(*m == Pattern(1, 100000));
 }
 
-// A hand-written receiver: checks the sender's hello on the wire and answers
-// as told. Runs on its own thread; `reply` gets the hello body.
+// A hand-written receiver: greets like a receiver without a cluster secret
+// (data_plane_auth.h), checks the sender's hello on the wire and answers as
+// told. Runs on its own thread; `reply` gets the hello body.
 class FakeReceiver {
  public:
   explicit FakeReceiver(std::function<void(int fd, const std::string& hello)> reply)
@@ -422,8 +424,10 @@ class FakeReceiver {
     thread_ = std::thread([this] {
       int fd = accept(listen_fd_, nullptr, nullptr);
       if (fd < 0) return;
+      absl::Status st = AcceptHandshake(fd, WireProtocol::kNccl, TransportOptions{});
+      EXPECT_TRUE(st.ok()) << st;
       std::string hello;
-      absl::Status st = ReadFrame(fd, &hello, kNcclFrameMagic);
+      if (st.ok()) st = ReadFrame(fd, &hello, kNcclFrameMagic);
       EXPECT_TRUE(st.ok()) << st;
       if (st.ok()) reply_(fd, hello);
       close(fd);
@@ -543,8 +547,9 @@ TEST(NcclBootstrap, ProtocolMismatchWithTcpIsRefused) {
   auto tcp_tx = Connect("tcp://127.0.0.1:" + std::to_string(port));
   ASSERT_TRUE(tcp_tx.ok());
   (void)(*tcp_tx)->Send("not an nccl frame");
-  // Right magic, wrong first frame.
+  // Right magic, wrong first frame (after the receiver's greeting).
   int fd = *ConnectSocket("127.0.0.1", port, 1000);
+  ASSERT_TRUE(ConnectHandshake(fd, WireProtocol::kNccl, TransportOptions{}, "raw").ok());
   ASSERT_TRUE(WriteFrameParts(fd, kNcclFrameMagic, {std::string_view("Inot a hello")}).ok());
   char c;
   EXPECT_LE(recv(fd, &c, 1, 0), 0);  // the receiver hangs up
@@ -555,6 +560,40 @@ TEST(NcclBootstrap, ProtocolMismatchWithTcpIsRefused) {
   auto m = (*rx)->Receive(milliseconds(30000));
   ASSERT_TRUE(m.ok()) << m.status();
   EXPECT_EQ(*m, "still here");
+  EXPECT_EQ((*rx)->pending(), 0u);
+}
+
+TEST(NcclBootstrap, ClusterSecretIsChecked) {
+  SPECLINE_SKIP_WITHOUT_GPU();
+  // The control connection runs the data-plane handshake before the hello
+  // (docs/transport.md): without the receiver's secret no link is
+  // bootstrapped and nothing reaches its inbox.
+  TransportOptions secret;
+  secret.secret = "nccl-cluster-secret";
+  NcclOptions o;
+  o.device = 0;
+  auto rx = ListenNccl("127.0.0.1", 0, o, secret);
+  ASSERT_TRUE(rx.ok()) << rx.status();
+  const int port = PortOf((*rx)->address());
+  o.same_device = true;
+  o.nccl_timeout_ms = 20000;
+  auto none = ConnectNccl("127.0.0.1", port, o);
+  ASSERT_TRUE(none.ok()) << none.status();
+  absl::Status st = (*none)->Send("injected");
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnauthenticated) << st;
+  EXPECT_EQ((*none)->bootstraps(), 0);
+  TransportOptions wrong;
+  wrong.secret = "another secret";
+  auto bad = ConnectNccl("127.0.0.1", port, o, wrong);
+  ASSERT_TRUE(bad.ok()) << bad.status();
+  st = (*bad)->Send("injected");
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnauthenticated) << st;
+  auto good = ConnectNccl("127.0.0.1", port, o, secret);
+  ASSERT_TRUE(good.ok()) << good.status();
+  ASSERT_TRUE((*good)->Send("authenticated").ok());
+  auto m = (*rx)->Receive(milliseconds(30000));
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(*m, "authenticated");
   EXPECT_EQ((*rx)->pending(), 0u);
 }
 

@@ -3,6 +3,14 @@
 // whose queries parse, and every specline_ metric the rules and the
 // dashboard refer to is really exposed by `specline serve`'s processes
 // (gateway, scheduler, stage workers) after plain and speculative requests.
+// The Helm chart (rendered with helm-render): every built-in object passes
+// the Kubernetes API types, the cluster secret reaches every workload, and
+// the NetworkPolicies admit only the release's pods to the internal ports
+// (deploy/rehearsal/check_chart.py checks far more against the binaries).
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -192,6 +200,199 @@ TEST(Deploy, DashboardIsWellFormed) {
   EXPECT_EQ(rc, 0) << out << ReadFile(dir + "/dashboard-rules.yaml");
 }
 
+// --- The Helm chart -----------------------------------------------------
+
+// helm-render (Go; the helm_render target), or "" when it is not built.
+std::string HelmRender() {
+  const std::string path = BinaryPath("deploy/helm-render");
+  return std::filesystem::exists(path) ? path : "";
+}
+
+// Renders deploy/helm/specline as release "prod" in namespace "llm" with
+// `args` (--set ...) to `out` (JSON); the manifests, or a failed assertion.
+nlohmann::json RenderChart(const std::string& helm_render, const std::string& args, const std::string& out) {
+  auto [rc, text] = RunIn(SourcePath(""), "'" + helm_render + "' --chart deploy/helm/specline --release prod "
+                                              "--namespace llm --output json " + args);
+  EXPECT_EQ(rc, 0) << text;
+  if (rc != 0) return nlohmann::json::array();
+  {
+    std::ofstream f(out);
+    f << text;
+  }
+  nlohmann::json docs = nlohmann::json::array();
+  for (const auto& d : nlohmann::json::parse(text)) docs.push_back(d.at("manifest"));
+  return docs;
+}
+
+std::vector<nlohmann::json> OfKind(const nlohmann::json& docs, const std::string& kind) {
+  std::vector<nlohmann::json> out;
+  for (const auto& d : docs) {
+    if (d.value("kind", "") == kind) out.push_back(d);
+  }
+  return out;
+}
+
+std::string Base64Decode(const std::string& in) {
+  static const std::string chars = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  int bits = 0, value = 0;
+  for (char c : in) {
+    const size_t v = chars.find(c);
+    if (v == std::string::npos) break;  // '=' padding
+    value = (value << 6) | static_cast<int>(v);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out += static_cast<char>((value >> bits) & 0xff);
+    }
+  }
+  return out;
+}
+
+// Whether `selector`'s matchLabels all hold in `labels` (and it has some).
+bool Selects(const nlohmann::json& selector, const nlohmann::json& labels) {
+  const nlohmann::json& ml = selector.value("matchLabels", nlohmann::json::object());
+  if (ml.empty()) return false;
+  for (const auto& [k, v] : ml.items()) {
+    if (!labels.contains(k) || labels.at(k) != v) return false;
+  }
+  return true;
+}
+
+TEST(Deploy, ChartObjectsPassKubernetesSchema) {
+  const std::string helm_render = HelmRender();
+  if (helm_render.empty()) GTEST_SKIP() << "helm-render not built (needs go: the helm_render target)";
+  const std::string dir = TempDir();
+  std::string files;
+  int n = 0;
+  for (const std::string args :
+       {"",
+        "--values deploy/helm/specline/values-gpu.yaml "
+        "--api-versions monitoring.coreos.com/v1/ServiceMonitor",
+        "--set internalAuth.existingSecret=mine "
+        "--set 'networkPolicy.metricsFrom[0].namespaceSelector.matchLabels.a=b'",
+        "--set internalAuth.enabled=false --set networkPolicy.enabled=false"}) {
+    const std::string out = dir + "/chart" + std::to_string(n++) + ".json";
+    ASSERT_FALSE(RenderChart(helm_render, args, out).empty()) << args;
+    files += " '" + out + "'";
+  }
+  // 77: the Kubernetes types are not fetched. That is a skip, never a pass.
+  auto [rc, out] = RunIn(SourcePath(""), "python3 deploy/rehearsal/k8s_schema.py" + files);
+  if (WIFEXITED(rc) && WEXITSTATUS(rc) == 77) GTEST_SKIP() << out;
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find(" 0 errors"), std::string::npos) << out;
+}
+
+TEST(Deploy, ChartMountsTheClusterSecretOnEveryWorkload) {
+  const std::string helm_render = HelmRender();
+  if (helm_render.empty()) GTEST_SKIP() << "helm-render not built (needs go: the helm_render target)";
+  const nlohmann::json docs = RenderChart(helm_render, "", TempDir() + "/defaults.json");
+  const auto secrets = OfKind(docs, "Secret");
+  ASSERT_EQ(secrets.size(), 1u);
+  const std::string name = secrets[0].at("metadata").at("name");
+  EXPECT_EQ(name, "prod-specline-cluster-secret");
+  const std::string secret = Base64Decode(secrets[0].at("data").at("secret").get<std::string>());
+  EXPECT_EQ(secret.size(), 48u);  // the binaries refuse fewer than 32
+  EXPECT_TRUE(std::all_of(secret.begin(), secret.end(), [](char c) { return std::isalnum(c); })) << secret;
+
+  int workloads = 0;
+  for (const char* kind : {"Deployment", "StatefulSet"}) {
+    for (const auto& w : OfKind(docs, kind)) {
+      ++workloads;
+      const std::string wname = w.at("metadata").at("name");
+      const nlohmann::json& pod = w.at("spec").at("template").at("spec");
+      std::string volume;
+      for (const auto& v : pod.at("volumes")) {
+        if (v.contains("secret") && v.at("secret").at("secretName") == name) {
+          volume = v.at("name");
+          EXPECT_EQ(v.at("secret").at("items"),
+                    nlohmann::json::parse(R"([{"key": "secret", "path": "secret"}])"))
+              << wname;
+        }
+      }
+      ASSERT_FALSE(volume.empty()) << wname << " mounts no volume of " << name;
+      const nlohmann::json& c = pod.at("containers").at(0);
+      std::string mount_path;
+      for (const auto& vm : c.at("volumeMounts")) {
+        if (vm.at("name") == volume) {
+          mount_path = vm.at("mountPath");
+          EXPECT_TRUE(vm.value("readOnly", false)) << wname;
+        }
+      }
+      ASSERT_FALSE(mount_path.empty()) << wname;
+      int flags = 0;
+      for (const auto& a : c.at("args")) {
+        if (a.get<std::string>().rfind("--cluster-secret-file=", 0) == 0) {
+          ++flags;
+          EXPECT_EQ(a, "--cluster-secret-file=" + mount_path + "/secret") << wname;
+        }
+      }
+      EXPECT_EQ(flags, 1) << wname << ": --cluster-secret-file";
+    }
+  }
+  EXPECT_EQ(workloads, 3) << "gateway, scheduler, stage";
+
+  // Turned off: no Secret, no flag.
+  const nlohmann::json off =
+      RenderChart(helm_render, "--set internalAuth.enabled=false", TempDir() + "/off.json");
+  EXPECT_TRUE(OfKind(off, "Secret").empty());
+  EXPECT_EQ(off.dump().find("cluster-secret"), std::string::npos);
+}
+
+TEST(Deploy, ChartNetworkPolicyAdmitsOnlyTheReleaseToInternalPorts) {
+  const std::string helm_render = HelmRender();
+  if (helm_render.empty()) GTEST_SKIP() << "helm-render not built (needs go: the helm_render target)";
+  const nlohmann::json docs = RenderChart(helm_render, "", TempDir() + "/defaults.json");
+  const auto policies = OfKind(docs, "NetworkPolicy");
+  ASSERT_EQ(policies.size(), 3u);
+  const nlohmann::json release = {{"app.kubernetes.io/name", "specline"},
+                                  {"app.kubernetes.io/instance", "prod"}};
+  for (const char* kind : {"Deployment", "StatefulSet"}) {
+    for (const auto& w : OfKind(docs, kind)) {
+      const std::string wname = w.at("metadata").at("name");
+      const nlohmann::json& labels = w.at("spec").at("template").at("metadata").at("labels");
+      const std::string component = labels.at("app.kubernetes.io/component");
+      std::vector<nlohmann::json> mine;
+      for (const auto& p : policies) {
+        if (Selects(p.at("spec").at("podSelector"), labels)) mine.push_back(p);
+      }
+      ASSERT_EQ(mine.size(), 1u) << wname << " is selected by one NetworkPolicy";
+      EXPECT_EQ(mine[0].at("spec").at("policyTypes"), nlohmann::json::parse(R"(["Ingress"])"));
+      std::set<std::string> open;  // ports admitted from every source
+      for (const auto& rule : mine[0].at("spec").at("ingress")) {
+        std::set<std::string> ports;
+        for (const auto& p : rule.value("ports", nlohmann::json::array())) ports.insert(p.at("port"));
+        EXPECT_FALSE(ports.empty()) << wname << ": a rule without ports admits every port";
+        if (!rule.contains("from")) {
+          open.insert(ports.begin(), ports.end());
+          continue;
+        }
+        // Every peer is a component of this release in the release's
+        // namespace: a podSelector alone (no namespaceSelector, no ipBlock).
+        for (const auto& peer : rule.at("from")) {
+          ASSERT_TRUE(peer.size() == 1 && peer.contains("podSelector")) << wname << ": " << peer.dump();
+          const nlohmann::json& ml = peer.at("podSelector").value("matchLabels", nlohmann::json::object());
+          for (const auto& [k, v] : release.items()) {
+            EXPECT_EQ(ml.value(k, ""), v) << wname << ": " << peer.dump();
+          }
+          EXPECT_TRUE(std::set<std::string>({"gateway", "scheduler", "stage"})
+                          .count(ml.value("app.kubernetes.io/component", "")))
+              << wname << ": " << peer.dump();
+        }
+      }
+      // The gateway's API and every metrics port stay reachable; the
+      // scheduler's and stages' gRPC and data ports do not.
+      const std::set<std::string> want_open = component == "gateway"
+                                                  ? std::set<std::string>{"grpc", "metrics"}
+                                                  : std::set<std::string>{"metrics"};
+      EXPECT_EQ(open, want_open) << wname;
+    }
+  }
+  EXPECT_TRUE(OfKind(RenderChart(helm_render, "--set networkPolicy.enabled=false", TempDir() + "/np.json"),
+                     "NetworkPolicy")
+                  .empty());
+}
+
 // A randomly initialised PPSD head for stories260K split in `n` stages.
 std::string PpsdHead(const std::string& model_path, int n) {
   const std::string dir = TempDir() + "/deploy_ppsd" + std::to_string(n);
@@ -234,8 +435,7 @@ TEST(Deploy, EveryReferencedMetricIsExposed) {
   // The oracle at full acceptance (scheduler's internal API), so accepted
   // drafts by position are exposed too.
   {
-    auto stub = internal::Scheduler::NewStub(
-        grpc::CreateChannel(stack->scheduler(), grpc::InsecureChannelCredentials()));
+    auto stub = internal::Scheduler::NewStub(stack->scheduler_channel());
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + 60s);
     internal::SubmitRequest req;

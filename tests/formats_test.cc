@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -423,25 +424,51 @@ TEST(Formats, TensorNameMapping) {
 // Writes sample files for scripts/reference/check_writers.py, which reads
 // them with the Python gguf, safetensors and transformers packages. Runs only
 // when SPECLINE_WRITER_SAMPLES names an output directory.
+// The samples scripts/reference/check_writers.py reads with independent
+// Python readers (the `gguf` and `safetensors` packages, numpy):
+// scripts/test.sh runs it on this directory right after ctest. They go to
+// $SPECLINE_WRITER_SAMPLES, else to <build>/writer-samples; each is removed
+// before it is written, so nothing stale can stand in for a sample this run
+// failed to write, and each must load back here as the logical model.
 TEST(Formats, WriteSamplesForPythonCheck) {
-  const char* out = std::getenv("SPECLINE_WRITER_SAMPLES");
-  if (!out) GTEST_SKIP() << "set SPECLINE_WRITER_SAMPLES=dir to write samples";
-  const std::string dir = out;
+  const char* env = std::getenv("SPECLINE_WRITER_SAMPLES");
+  const std::string dir =
+      env && *env ? std::string(env) : std::string(SPECLINE_BINARY_DIR) + "/writer-samples";
   fs::create_directories(dir);
-  ModelConfig c = SmallConfig();
-  c.tied_embeddings = false;
-  WriteRandomModel(c, ModelFormat::kLlama2c, dir + "/llama.bin", 42);
-  for (DType d : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0,
-                  DType::kQ4_1}) {
-    WriteRandomModel(c, ModelFormat::kGguf,
-                     dir + "/llama-" + std::string(DTypeName(d)) + ".gguf", 42, d);
+  ModelConfig llama = SmallConfig();
+  llama.tied_embeddings = false;
+  struct Sample {
+    std::string name;
+    ModelConfig config;
+    ModelFormat format;
+    DType dtype;
+    float tol;  // relative to each tensor's largest value (as the round trips)
+  };
+  std::vector<Sample> samples = {{"llama.bin", llama, ModelFormat::kLlama2c, DType::kF32, 0.0f}};
+  const std::pair<DType, float> gguf_dtypes[] = {
+      {DType::kF32, 0.0f},   {DType::kF16, 1e-3f},  {DType::kBF16, 8e-3f},
+      {DType::kQ8_0, 1e-2f}, {DType::kQ4_0, 0.16f}, {DType::kQ4_1, 0.08f}};
+  for (auto [d, tol] : gguf_dtypes) {
+    samples.push_back({"llama-" + std::string(DTypeName(d)) + ".gguf", llama, ModelFormat::kGguf, d, tol});
   }
-  WriteRandomModel(c, ModelFormat::kHuggingFace, dir + "/llama-hf", 42);
-  WriteRandomModel(c, ModelFormat::kHuggingFace, dir + "/llama-hf-bf16", 42, DType::kBF16);
-  WriteRandomModel(Qwen3Config(), ModelFormat::kGguf, dir + "/qwen3-F32.gguf", 42);
-  WriteRandomModel(Qwen3Config(), ModelFormat::kHuggingFace, dir + "/qwen3-hf", 42);
-  WriteRandomModel(Qwen2Config(), ModelFormat::kGguf, dir + "/qwen2-F32.gguf", 42);
-  WriteRandomModel(Qwen2Config(), ModelFormat::kHuggingFace, dir + "/qwen2-hf", 42);
+  samples.push_back({"llama-hf", llama, ModelFormat::kHuggingFace, DType::kF32, 0.0f});
+  samples.push_back({"llama-hf-bf16", llama, ModelFormat::kHuggingFace, DType::kBF16, 8e-3f});
+  samples.push_back({"qwen3-F32.gguf", Qwen3Config(), ModelFormat::kGguf, DType::kF32, 0.0f});
+  samples.push_back({"qwen3-hf", Qwen3Config(), ModelFormat::kHuggingFace, DType::kF32, 0.0f});
+  samples.push_back({"qwen2-F32.gguf", Qwen2Config(), ModelFormat::kGguf, DType::kF32, 0.0f});
+  samples.push_back({"qwen2-hf", Qwen2Config(), ModelFormat::kHuggingFace, DType::kF32, 0.0f});
+  for (const Sample& s : samples) {
+    SCOPED_TRACE(s.name);
+    const std::string path = dir + "/" + s.name;
+    fs::remove_all(path);
+    WriteRandomModel(s.config, s.format, path, 42, s.dtype);
+    ASSERT_TRUE(fs::exists(path));
+    auto src = OpenModel(path);
+    EXPECT_EQ(src->format(), s.format);
+    ExpectSameShape(src->config(), s.config);
+    ExpectLogicalModel(*src, s.config, 42, s.tol);
+  }
+  std::printf("writer samples in %s\n", dir.c_str());
 }
 
 // --- errors ---------------------------------------------------------------

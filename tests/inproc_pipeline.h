@@ -9,7 +9,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <string>
 #include <thread>
@@ -98,6 +101,24 @@ inline StreamResult Collect(scheduler::RequestStream& s) {
   return r;
 }
 
+// Reads what `streams` have sent so far without waiting: tokens per stream
+// into `tokens`, and whether each has ended into `ended`. True when every
+// stream has sent at least one token.
+inline bool DrainStarted(const std::vector<std::shared_ptr<scheduler::RequestStream>>& streams,
+                         std::vector<int>& tokens, std::vector<bool>& ended) {
+  tokens.resize(streams.size(), 0);
+  ended.resize(streams.size(), false);
+  bool all = true;
+  for (size_t i = 0; i < streams.size(); ++i) {
+    while (auto e = streams[i]->Next(std::chrono::milliseconds(0))) {
+      tokens[i] += static_cast<int>(e->tokens.size());
+      if (e->last()) ended[i] = true;
+    }
+    all = all && tokens[i] > 0;
+  }
+  return all;
+}
+
 // Polls until `pred` holds (the pipeline works asynchronously); false after
 // a generous bound. Never used to assert on timing.
 template <typename Pred>
@@ -110,9 +131,100 @@ bool Eventually(Pred pred, std::chrono::seconds bound = 60s) {
   return pred();
 }
 
+// Holds micro-batches at a stage, so a test can bound how far every
+// sequence gets instead of racing the pipeline: each batch takes a credit,
+// and without one the stage waits (before sending the batch on) until the
+// test grants more or opens the gate. A decoding step needs its batch to
+// pass, so with the gate closed no request can finish, and "cancel before
+// it ends" or "kill a stage before it ends" is not a race. Open by default.
+class BatchGate {
+ public:
+  // From now on only batches granted by Grant pass.
+  void Close() {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_ = false;
+    credits_ = 0;
+    passed_ = 0;
+  }
+  void Open() {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_ = true;
+    cv_.notify_all();
+  }
+  void Grant(int64_t batches) {
+    std::lock_guard<std::mutex> lock(mu_);
+    credits_ += batches;
+    cv_.notify_all();
+  }
+  // A batch is waiting at the closed gate.
+  bool Waiting() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return waiting_ > 0;
+  }
+  // Batches let through since the gate was last closed.
+  int64_t passed() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return passed_;
+  }
+  // The stage's side (its observer): blocks while closed without credit.
+  void Pass() {
+    std::unique_lock<std::mutex> lock(mu_);
+    ++waiting_;
+    cv_.wait(lock, [&] { return open_ || credits_ > 0; });
+    --waiting_;
+    if (!open_) {
+      --credits_;
+      ++passed_;
+    }
+  }
+  // Lets batches through one at a time, each only once the previous one has
+  // been let through and the stage is waiting again, until `done()` holds;
+  // returns how many were let through (-1 if `done` did not hold within a
+  // generous bound: a hang, never a timing assumption). The gate stays
+  // closed. Use it to bring every sequence to a point (its first token, say)
+  // while knowing no sequence advanced by more steps than that.
+  template <typename Pred>
+  int64_t StepUntil(Pred done, std::chrono::seconds bound = std::chrono::seconds(120)) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      open_ = false;
+      credits_ = 0;
+      passed_ = 0;
+    }
+    const auto give_up = std::chrono::steady_clock::now() + bound;
+    while (std::chrono::steady_clock::now() < give_up) {
+      if (done()) {
+        std::lock_guard<std::mutex> lock(mu_);
+        return passed_;
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (waiting_ > 0 && credits_ == 0) {
+          credits_ = 1;
+          cv_.notify_all();
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return -1;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = true;
+  int64_t credits_ = 0;
+  int waiting_ = 0;
+  int64_t passed_ = 0;  // through the closed gate
+};
+
 class InprocPipeline {
  public:
   static constexpr int kStageKvTokens = 4096;
+  // Replaces stage i's slice by a wrapper around it (null: keep it), e.g. a
+  // deliberately broken stage for a negative control.
+  using SliceWrapper =
+      std::function<std::unique_ptr<SliceBackend>(int stage, SliceBackend& slice)>;
 
   // `stage_delay` > 0 makes every stage hold each batch that long before
   // sending it on, like a stage of a bigger model. Tests that must see
@@ -126,7 +238,7 @@ class InprocPipeline {
   InprocPipeline(int n_stages, scheduler::EngineOptions options,
                  int stage_kv_tokens = kStageKvTokens,
                  std::chrono::microseconds stage_delay = 0us, const std::string& model_path = "",
-                 bool heads_on_stages = true)
+                 bool heads_on_stages = true, const SliceWrapper& wrap_slice = {})
       : model_(OpenModel(model_path.empty() ? SchedulerTestModel() : model_path)) {
     static std::atomic<int> counter{0};
     prefix_ = "sched-test-" + std::to_string(counter++);
@@ -157,13 +269,21 @@ class InprocPipeline {
                                                             bounds[i + 1], pipo_options, pool));
         pipo_slice = pipo_slices_.back().get();
       }
-      runners_.push_back(
-          std::make_unique<StageRunner>(*slices_[i], i, i == n_stages - 1, pipo_slice));
-      if (stage_delay > 0us) {
-        runners_.back()->set_observer([stage_delay](const internal::MicroBatch&, double) {
-          std::this_thread::sleep_for(stage_delay);
-        });
+      SliceBackend* slice = slices_.back().get();
+      if (wrap_slice) {
+        if (auto wrapped = wrap_slice(i, *slice)) {
+          wrapped_slices_.push_back(std::move(wrapped));
+          slice = wrapped_slices_.back().get();
+        }
       }
+      runners_.push_back(std::make_unique<StageRunner>(*slice, i, i == n_stages - 1, pipo_slice));
+      // Stage 0 passes every batch through the gate (open unless a test
+      // closes it).
+      BatchGate* gate = i == 0 ? gate_.get() : nullptr;
+      runners_.back()->set_observer([stage_delay, gate](const internal::MicroBatch&, double) {
+        if (stage_delay > 0us) std::this_thread::sleep_for(stage_delay);
+        if (gate) gate->Pass();
+      });
     }
     auto inbox = transport::Listen(InboxAddress());
     EXPECT_TRUE(inbox.ok()) << inbox.status();
@@ -185,6 +305,7 @@ class InprocPipeline {
   }
 
   ~InprocPipeline() {
+    gate_->Open();  // a stage waiting at the gate could not stop
     engine_->Stop();
     for (auto& r : runners_) r->Stop();
     for (auto& s : servers_) {
@@ -195,6 +316,8 @@ class InprocPipeline {
   scheduler::Engine& engine() { return *engine_; }
   const ModelSource& model() const { return *model_; }
   StageRunner& runner(int i) { return *runners_[i]; }
+  // Stage 0's gate: every micro-batch passes it before going on.
+  BatchGate& gate() { return *gate_; }
   int n_stages() const { return static_cast<int>(runners_.size()); }
 
   // The data plane of stage i dies (its control server still answers).
@@ -241,8 +364,10 @@ class InprocPipeline {
   }
 
   std::shared_ptr<const ModelSource> model_;
+  std::unique_ptr<BatchGate> gate_ = std::make_unique<BatchGate>();
   std::string prefix_;
   std::vector<std::unique_ptr<StageSlice>> slices_;
+  std::vector<std::unique_ptr<SliceBackend>> wrapped_slices_;
   std::unique_ptr<ModelSource> pipo_backbone_;
   std::vector<std::unique_ptr<StageSlice>> pipo_slices_;
   std::vector<std::unique_ptr<StageRunner>> runners_;

@@ -5,9 +5,13 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <condition_variable>
 #include <cstdlib>
 #include <fstream>
+#include <map>
+#include <mutex>
 #include <numeric>
+#include <sstream>
 #include <thread>
 
 #include "loadtest/arrivals.h"
@@ -116,8 +120,27 @@ TEST(LoadtestArrivals, DurationAndRampUp) {
   EXPECT_NEAR(static_cast<double>(in_first), 100 * 5 * 5 / 20.0, 50);  // rate*t^2/(2R)
 }
 
+// Blocks until `n` calls are inside it at once (a barrier the runner must
+// fill): true, or false after a generous bound if it never fills (a hang,
+// not a timing assumption).
+class Rendezvous {
+ public:
+  explicit Rendezvous(int n) : n_(n) {}
+  bool Arrive() {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (++arrived_ >= n_) cv_.notify_all();
+    return cv_.wait_for(lock, std::chrono::seconds(120), [&] { return arrived_ >= n_; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int n_, arrived_ = 0;
+};
+
 TEST(LoadtestRunner, ClosedLoopNeverExceedsConcurrency) {
-  std::atomic<int> in_flight{0}, peak{0}, calls{0};
+  std::atomic<int> in_flight{0}, peak{0}, calls{0}, timed_out{0};
+  Rendezvous first_four(4);  // requests 0..3 are in flight together, or this hangs
   const SendFn send = [&](int index, const WorkItem&, Clock::time_point start) {
     RequestRecord r;
     r.start = std::chrono::duration<double>(Clock::now() - start).count();
@@ -126,6 +149,7 @@ TEST(LoadtestRunner, ClosedLoopNeverExceedsConcurrency) {
     while (now > p && !peak.compare_exchange_weak(p, now)) {
     }
     ++calls;
+    if (index < 4 && !first_four.Arrive()) ++timed_out;
     std::this_thread::sleep_for(std::chrono::microseconds(200 + (index * 7919) % 1500));
     --in_flight;
     r.end = std::chrono::duration<double>(Clock::now() - start).count();
@@ -137,19 +161,26 @@ TEST(LoadtestRunner, ClosedLoopNeverExceedsConcurrency) {
   c.concurrency = 4;
   c.requests = 300;
   const std::vector<RequestRecord> rs = loadtest::Run(c, {WorkItem{}}, send);
+  EXPECT_EQ(timed_out.load(), 0) << "the closed loop never had its 4 workers busy at once";
   EXPECT_EQ(rs.size(), 300u);
   EXPECT_EQ(calls.load(), 300);
-  EXPECT_LE(peak.load(), 4);
-  EXPECT_GE(peak.load(), 2);
-  EXPECT_LE(Summarize(rs, Slo{}).max_in_flight, 4);
+  EXPECT_EQ(peak.load(), 4);  // reached (the rendezvous) and never exceeded
+  EXPECT_EQ(Summarize(rs, Slo{}).max_in_flight, 4);
   for (int i = 0; i < 300; ++i) EXPECT_EQ(rs[i].index, i);
 }
 
+// The open loop sends each request at its scheduled time whatever is in
+// flight: request 0 does not return until request 1 has been sent (a
+// closed loop would hang there), and the schedule is the arrival process's.
+// No assertion on how late a send is (that depends on the machine's load),
+// only that none is early.
 TEST(LoadtestRunner, OpenLoopSendsOnSchedule) {
-  const SendFn send = [](int, const WorkItem&, Clock::time_point start) {
+  Rendezvous first_two(2);
+  std::atomic<int> timed_out{0};
+  const SendFn send = [&](int index, const WorkItem&, Clock::time_point start) {
     RequestRecord r;
     r.start = std::chrono::duration<double>(Clock::now() - start).count();
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // overlaps: open loop
+    if (index < 2 && !first_two.Arrive()) ++timed_out;
     r.end = std::chrono::duration<double>(Clock::now() - start).count();
     r.ok = true;
     return r;
@@ -159,13 +190,18 @@ TEST(LoadtestRunner, OpenLoopSendsOnSchedule) {
   c.requests = 100;
   c.seed = 3;
   const std::vector<RequestRecord> rs = loadtest::Run(c, {WorkItem{}}, send);
+  EXPECT_EQ(timed_out.load(), 0) << "request 1 was not sent while request 0 was in flight";
+  ArrivalOptions ao;
+  ao.rate = c.rate;
+  ao.seed = c.seed;
+  const std::vector<double> schedule = ArrivalTimes(ao, c.requests, 0);
+  ASSERT_EQ(rs.size(), schedule.size());
   ASSERT_EQ(rs.size(), 100u);
-  double late = 0;
-  for (const RequestRecord& r : rs) {
-    EXPECT_GE(r.start, r.scheduled - 1e-4);
-    late += r.start - r.scheduled;
+  for (size_t i = 0; i < rs.size(); ++i) {
+    EXPECT_EQ(rs[i].index, static_cast<int>(i));
+    EXPECT_EQ(rs[i].scheduled, schedule[i]) << i;
+    EXPECT_GE(rs[i].start, rs[i].scheduled - 1e-6) << "sent before its time: " << i;
   }
-  EXPECT_LT(late / 100, 0.01);  // mean lateness under 10 ms, no drift
   EXPECT_GT(Summarize(rs, Slo{}).max_in_flight, 1);
 }
 
@@ -215,20 +251,21 @@ TEST(LoadtestWorkload, PromptFileLinesAndJsonl) {
   EXPECT_THROW(ParsePolicy("medusa"), std::invalid_argument);
 }
 
-// Histogram upper bounds (docs/metrics.md).
-const std::vector<double> kTtftBuckets = {0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.04,
-                                          0.06,   0.08,  0.1,   0.25,  0.5,  0.75, 1};
-const std::vector<double> kTpotBuckets = {0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05,
-                                          0.075,  0.1,   0.15,  0.2,   0.3,  0.4,   0.5};
-
-// Width of the bucket holding `v` seconds.
-double BucketWidth(const std::vector<double>& buckets, double v) {
-  double lo = 0;
-  for (double hi : buckets) {
-    if (v <= hi) return hi - lo;
-    lo = hi;
+// The cumulative bucket counts of histogram `name` in a /metrics body:
+// upper bound (le) -> count; +Inf left out.
+std::map<double, double> HistogramBuckets(const std::string& text, const std::string& name) {
+  std::map<double, double> out;
+  const std::string key = name + "_bucket{le=\"";
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.rfind(key, 0) != 0) continue;
+    const size_t close = line.find('"', key.size());
+    const std::string le = line.substr(key.size(), close - key.size());
+    if (close == std::string::npos || le == "+Inf") continue;
+    out[std::stod(le)] = std::stod(line.substr(line.find(' ', close) + 1));
   }
-  return v;
+  return out;
 }
 
 TEST(LoadtestE2E, ClosedLoopAgreesWithGatewayMetrics) {
@@ -255,7 +292,15 @@ TEST(LoadtestE2E, ClosedLoopAgreesWithGatewayMetrics) {
   EXPECT_EQ(s["completed"], n);
   EXPECT_EQ(s["failed"], 0);
   EXPECT_TRUE(s["errors"].empty());
-  EXPECT_EQ(s["good"], n);
+  // Goodput is the requests meeting both SLOs, per the records (how many
+  // do depends on the machine's speed, so that is not asserted).
+  const double slo_ttft_ms = 1000, slo_tpot_ms = 1000;
+  int meets = 0;
+  for (const nlohmann::json& r : j["runs"][0]["requests"]) {
+    meets += r["ok"].get<bool>() && r["ttft_ms"].get<double>() <= slo_ttft_ms &&
+             (r["output_tokens"].get<int>() < 2 || r["tpot_ms"].get<double>() <= slo_tpot_ms);
+  }
+  EXPECT_EQ(s["good"], meets);
   EXPECT_LE(s["max_in_flight"].get<int>(), 4);
   EXPECT_EQ(j["runs"][0]["requests"].size(), static_cast<size_t>(n));
   EXPECT_GT(s["request_throughput"].get<double>(), 0);
@@ -274,25 +319,37 @@ TEST(LoadtestE2E, ClosedLoopAgreesWithGatewayMetrics) {
 
   // The gateway saw the same requests...
   auto delta = [&](const std::string& name, const std::string& labels = "") {
-    return MetricValue(after, name, labels) - MetricValue(before, name, labels);
+    return MetricDelta(before, after, name, labels);
   };
   const double count = delta("specline_time_to_first_token_seconds_count");
   EXPECT_EQ(count, n);
   EXPECT_EQ(delta("specline_e2e_request_latency_seconds_count"), n);
   EXPECT_EQ(delta("specline_generation_tokens_total"), s["output_tokens"].get<double>());
-  // ...and its mean TTFT matches ours within the resolution of its buckets.
-  // Ours includes the loopback network and so is never smaller.
+  // ...and timed them inside our own measurements: the gateway's TTFT of a
+  // request starts after we sent it and ends before we read its first token,
+  // so per request server <= client (the same monotonic clock). Hence for
+  // every bucket bound b, at least as many server TTFTs as client TTFTs are
+  // <= b, and the server's mean is at most ours. How far apart they are
+  // depends on the machine's load and is not asserted.
+  std::vector<double> client_ttft;
+  for (const nlohmann::json& r : j["runs"][0]["requests"]) client_ttft.push_back(r["ttft_ms"].get<double>() / 1e3);
+  const std::map<double, double> buckets_before = HistogramBuckets(before, "specline_time_to_first_token_seconds");
+  const std::map<double, double> buckets_after = HistogramBuckets(after, "specline_time_to_first_token_seconds");
+  ASSERT_FALSE(buckets_after.empty()) << "no TTFT histogram buckets";
+  for (const auto& [le, cum] : buckets_after) {
+    auto it = buckets_before.find(le);
+    const double server = cum - (it == buckets_before.end() ? 0 : it->second);
+    const auto client = std::count_if(client_ttft.begin(), client_ttft.end(), [&](double t) { return t <= le; });
+    EXPECT_GE(server, static_cast<double>(client)) << "TTFT bucket le=" << le;
+  }
   const double server_mean = delta("specline_time_to_first_token_seconds_sum") / count;
   const double client_mean = s["ttft_ms"]["mean"].get<double>() / 1e3;
-  EXPECT_NEAR(server_mean, client_mean, BucketWidth(kTtftBuckets, client_mean))
-      << "server " << server_mean << " s, client " << client_mean << " s";
-  EXPECT_LE(server_mean, client_mean + 1e-4);
-  // TPOT likewise; ITL: with one token per message (plain decoding, as
-  // here) the gateway's per-token samples are our per-message gaps.
-  const double server_tpot = delta("specline_request_time_per_output_token_seconds_sum") /
-                             delta("specline_request_time_per_output_token_seconds_count");
-  const double client_tpot = s["tpot_ms"]["mean"].get<double>() / 1e3;
-  EXPECT_NEAR(server_tpot, client_tpot, BucketWidth(kTpotBuckets, client_tpot));
+  EXPECT_LE(server_mean, client_mean + 1e-6) << "server " << server_mean << " s, client " << client_mean << " s";
+  const double server_e2e = delta("specline_e2e_request_latency_seconds_sum") / n;
+  EXPECT_LE(server_e2e, s["e2e_ms"]["mean"].get<double>() / 1e3 + 1e-6);
+  // TPOT and ITL: one observation per request / per token after the first
+  // (with one token per message, plain decoding as here).
+  EXPECT_EQ(delta("specline_request_time_per_output_token_seconds_count"), n);
   EXPECT_EQ(delta("specline_inter_token_latency_seconds_count"), s["itl_ms"]["count"].get<double>());
 
   // A short sweep: one run per rate and the latency-vs-throughput chart.

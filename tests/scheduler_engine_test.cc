@@ -5,6 +5,8 @@
 // streams with UNAVAILABLE and is recovered from.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 #include "tests/inproc_pipeline.h"
 
 namespace specline::testing {
@@ -121,21 +123,36 @@ TEST(EngineTest, EndingsAreExact) {
 TEST(EngineTest, CancelMidStreamFreesKvEverywhere) {
   InprocPipeline p(3, SmallBatches());
   const auto stats0 = p.engine().Stats();
+  constexpr int kMaxTokens = 120;
+  // Stage 0 holds every batch until the gate lets it through, so the
+  // streams cannot run to their end before the test cancels them (no race
+  // with a fast pipeline or a slow test thread).
+  p.gate().Close();
   std::vector<std::shared_ptr<scheduler::RequestStream>> streams;
   for (int i = 0; i < 4; ++i) {
-    auto st = p.engine().Submit(Greedy(MakePrompt(20 + i, 300 + i), 120));
+    auto st = p.engine().Submit(Greedy(MakePrompt(20 + i, 300 + i), kMaxTokens));
     ASSERT_TRUE(st.ok());
     streams.push_back(*st);
   }
-  for (auto& s : streams) {
-    auto first = s->Next(60s);  // the stream is producing
-    ASSERT_TRUE(first.has_value());
-    EXPECT_TRUE(p.engine().Cancel(s->id()));
-    EXPECT_FALSE(p.engine().Cancel(s->id())) << "already gone";
+  // One batch at a time until every stream has produced a token. A decoding
+  // step of a sequence needs its own pass through stage 0, so no stream is
+  // more than `passed` tokens in.
+  std::vector<int> tokens;
+  std::vector<bool> ended;
+  const int64_t passed = p.gate().StepUntil([&] { return DrainStarted(streams, tokens, ended); });
+  ASSERT_GE(passed, 0) << "the streams never produced a token";
+  ASSERT_LT(passed, kMaxTokens - 1) << "so no stream can have finished";
+  std::printf("[ gate ] %lld batches let through before the cancels\n", static_cast<long long>(passed));
+  for (size_t i = 0; i < streams.size(); ++i) {
+    ASSERT_FALSE(ended[i]);
+    EXPECT_TRUE(p.engine().Cancel(streams[i]->id())) << "stream " << i << " is still running";
+    EXPECT_FALSE(p.engine().Cancel(streams[i]->id())) << "already gone";
   }
-  for (auto& s : streams) {
-    StreamResult r = Collect(*s);
+  p.gate().Open();
+  for (size_t i = 0; i < streams.size(); ++i) {
+    StreamResult r = Collect(*streams[i]);
     EXPECT_EQ(r.last.finish, FinishReason::kAbort);
+    EXPECT_LT(tokens[i] + static_cast<int>(r.tokens.size()), kMaxTokens);
   }
   const auto stats = p.engine().Stats();
   EXPECT_EQ(stats.running, 0);

@@ -260,15 +260,28 @@ TEST(PtpEngine, ShortRequestsAndCancelsLeaveNothingBehind) {
   EXPECT_EQ(got.tokens, CoupledPlain(p.model(), edge));
   EXPECT_EQ(got.last.finish, scheduler::FinishReason::kLength);
 
+  // Cancelled after its first token: stage 0 holds the batches (the gate),
+  // so the request cannot reach its end first. A PTP call gives at most
+  // 1 + n_aux tokens (4 auxiliary rows: HeadDir("ptp")) per pass through
+  // stage 0.
   scheduler::RequestSpec long_one;
   long_one.prompt = MakePrompt(4, 11);
   long_one.max_tokens = 100;
   long_one.mode = SpecMode::kPtp;
+  p.gate().Close();
   s = p.engine().Submit(long_one);
   ASSERT_TRUE(s.ok()) << s.status();
-  ASSERT_TRUE((*s)->Next(60s).has_value());
+  std::vector<int> tokens;
+  std::vector<bool> ended;
+  const int64_t passed = p.gate().StepUntil([&] { return DrainStarted({*s}, tokens, ended); });
+  ASSERT_GE(passed, 0) << "no first token";
+  ASSERT_FALSE(ended[0]);
+  EXPECT_LT(passed * (1 + 4), long_one.max_tokens) << "so it cannot have finished";
   EXPECT_TRUE(p.engine().Cancel((*s)->id()));
-  EXPECT_EQ(Collect(**s).last.finish, scheduler::FinishReason::kAbort);
+  p.gate().Open();
+  const StreamResult rest = Collect(**s);
+  EXPECT_EQ(rest.last.finish, scheduler::FinishReason::kAbort);
+  EXPECT_LT(tokens[0] + static_cast<int>(rest.tokens.size()), long_one.max_tokens);
   EXPECT_TRUE(Eventually([&] { return p.StagesEmpty(); }));
 }
 

@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
+#include <thread>
+
 #include "scheduler/scheduler_service.h"
 #include "tests/inproc_pipeline.h"
 
@@ -73,7 +76,9 @@ TEST_F(SchedulerServiceTest, StreamsTheSameTokensAsPlainDecoding) {
   req.mutable_sampling()->set_seed(123);
   std::vector<int32_t> tokens;
   std::vector<internal::SubmitEvent> events;
+  const auto t0 = std::chrono::steady_clock::now();
   grpc::Status st = Run(req, &tokens, &events);
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ASSERT_TRUE(st.ok()) << st.error_message();
 
   scheduler::RequestSpec spec;
@@ -83,7 +88,13 @@ TEST_F(SchedulerServiceTest, StreamsTheSameTokensAsPlainDecoding) {
   spec.sampling.seed = 123;
   EXPECT_EQ(tokens, Generate1(pipeline_->model(), spec).tokens);
   ASSERT_EQ(events.size(), 15u) << "one event per token";
-  EXPECT_GE(events.front().queue_seconds(), 0.0);
+  // The queue time is on the first event only. An unset proto3 double reads
+  // 0, so "set" is checked as > 0 (arrival and first scheduling are two
+  // different clock readings); it cannot exceed the whole call (a causal
+  // bound, not a timing assumption).
+  EXPECT_GT(events.front().queue_seconds(), 0.0) << "the first event carries the queue time";
+  EXPECT_LE(events.front().queue_seconds(), wall);
+  for (size_t i = 1; i < events.size(); ++i) EXPECT_EQ(events[i].queue_seconds(), 0.0) << i;
   for (size_t i = 0; i + 1 < events.size(); ++i) {
     EXPECT_EQ(events[i].finish_reason(), v1::FINISH_REASON_UNSPECIFIED);
   }
@@ -130,13 +141,24 @@ TEST_F(SchedulerServiceTest, MalformedRequestsAreRejectedNamingTheField) {
 
 TEST_F(SchedulerServiceTest, CancellingTheCallFreesKv) {
   const internal::SchedulerStats before = Stats();
+  // Stage 0's gate lets batches through one at a time until two tokens
+  // came, then holds the rest: the request cannot finish before the cancel.
+  pipeline_->gate().Close();
   grpc::ClientContext ctx;
   auto reader = stub_->Submit(&ctx, Request(MakePrompt(30, 4), 120));
   internal::SubmitEvent e;
-  ASSERT_TRUE(reader->Read(&e));
-  ASSERT_TRUE(reader->Read(&e));
+  std::atomic<int> read{0};
+  std::thread first_two([&] {
+    for (int i = 0; i < 2 && reader->Read(&e); ++i) ++read;
+  });
+  const int64_t passed = pipeline_->gate().StepUntil([&] { return read.load() == 2; });
+  if (passed < 0) pipeline_->gate().Open();  // let the reader end
+  first_two.join();
+  ASSERT_EQ(read.load(), 2);
+  ASSERT_LT(passed, 119) << "so the request cannot have finished";
   EXPECT_EQ(Stats().running(), 1);
   ctx.TryCancel();
+  pipeline_->gate().Open();
   while (reader->Read(&e)) {
   }
   EXPECT_EQ(reader->Finish().error_code(), grpc::CANCELLED);

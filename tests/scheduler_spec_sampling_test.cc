@@ -19,9 +19,14 @@
 // same distribution. The outputs depend on pipeline timing
 // (whether a draft exists when a token is decided changes how the request's
 // randomness is used), so runs are not bit-reproducible; each run is a fresh
-// sample. The negative control below shows that the same test at the same N
-// rejects a distribution whose top first-token probability is off by 0.1
-// (and by 0.05).
+// sample. Two negative controls show the tests' power at the same N: the
+// (t1, t2) test rejects a distribution whose top first-token probability is
+// off by 0.1 (and by 0.05); and the engine over a deliberately broken stage
+// (t3 conditioned on the wrong token, t1 and t2 exact) is rejected by the t3
+// and (t1, t2, t3) statistics while the (t1, t2) one, blind to it, passes.
+// The broken engine runs plain decoding, so its outputs are the same on
+// every run: its (t1, t2) test is deterministic, not a 25th chance of a
+// spurious failure.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -30,6 +35,8 @@
 #include <cstdlib>
 #include <cstdint>
 #include <map>
+#include <mutex>
+#include <span>
 #include <ostream>
 #include <random>
 #include <sstream>
@@ -319,6 +326,57 @@ struct ModeCase {
 // gtest prints the case in ctest's log.
 void PrintTo(const ModeCase& c, std::ostream* os) { *os << c.name; }
 
+// The outputs of `c.n_requests` requests (seed = i) through the engine,
+// counted per statistic, and the speculation counters.
+struct Outputs {
+  std::map<int64_t, int64_t> joint12, t3, joint123;
+  int64_t drafted = 0, rejected = 0, accepted = 0, calls = 0, bad = 0;
+};
+
+Outputs DrawOutputs(InprocPipeline& p, const ModeCase& c, const std::vector<int32_t>& reference) {
+  Outputs out;
+  constexpr int kWindow = 64;  // requests in flight at once
+  for (int base = 0; base < c.n_requests; base += kWindow) {
+    std::vector<std::shared_ptr<scheduler::RequestStream>> streams;
+    for (int i = base; i < std::min(c.n_requests, base + kWindow); ++i) {
+      scheduler::RequestSpec r;
+      r.prompt = Prompt();
+      r.sampling = Sampling(static_cast<uint64_t>(i));
+      r.max_tokens = kMaxTokens;
+      r.mode = c.mode;
+      if (c.oracle) r.oracle = {true, 0.5, reference};
+      auto s = p.engine().Submit(std::move(r));
+      EXPECT_TRUE(s.ok()) << s.status();
+      if (!s.ok()) {
+        ++out.bad;
+        continue;
+      }
+      streams.push_back(*std::move(s));
+    }
+    for (auto& s : streams) {
+      const StreamResult got = Collect(*s);
+      if (got.tokens.size() != kMaxTokens || got.last.finish != scheduler::FinishReason::kLength) {
+        if (++out.bad <= 5) {
+          ADD_FAILURE() << "request " << s->id() << ": " << got.tokens.size() << " tokens, finish "
+                        << scheduler::FinishReasonName(got.last.finish) << " " << got.last.error;
+        }
+        continue;
+      }
+      EXPECT_EQ(got.last.mode, c.mode);
+      ++out.joint12[Key(got.tokens[0], got.tokens[1])];
+      ++out.t3[got.tokens[2]];
+      ++out.joint123[Key3(got.tokens[0], got.tokens[1], got.tokens[2])];
+      const scheduler::SpecStats& st = got.last.spec;
+      out.drafted += st.draft_tokens;
+      out.calls += st.drafts;
+      out.rejected += st.rejected_tokens;
+      out.accepted += st.accepted_tokens;
+      EXPECT_EQ(st.accepted_tokens + st.rejected_tokens + st.discarded_tokens, st.draft_tokens);
+    }
+  }
+  return out;
+}
+
 class SampledOutput : public ::testing::TestWithParam<ModeCase> {};
 
 TEST_P(SampledOutput, MatchesTheExactDistribution) {
@@ -343,50 +401,16 @@ TEST_P(SampledOutput, MatchesTheExactDistribution) {
   const std::vector<int32_t> reference = Generate1(p.model(), greedy).tokens;
 
   const auto t0 = std::chrono::steady_clock::now();
-  std::map<int64_t, int64_t> joint12, t3, joint123;
-  int64_t drafted = 0, rejected = 0, accepted = 0, bad = 0, calls = 0;
-  constexpr int kWindow = 64;  // requests in flight at once
-  for (int base = 0; base < c.n_requests; base += kWindow) {
-    std::vector<std::shared_ptr<scheduler::RequestStream>> streams;
-    for (int i = base; i < std::min(c.n_requests, base + kWindow); ++i) {
-      scheduler::RequestSpec r;
-      r.prompt = Prompt();
-      r.sampling = Sampling(static_cast<uint64_t>(i));
-      r.max_tokens = kMaxTokens;
-      r.mode = c.mode;
-      if (c.oracle) r.oracle = {true, 0.5, reference};
-      auto s = p.engine().Submit(std::move(r));
-      ASSERT_TRUE(s.ok()) << s.status();
-      streams.push_back(*std::move(s));
-    }
-    for (auto& s : streams) {
-      const StreamResult got = Collect(*s);
-      if (got.tokens.size() != kMaxTokens || got.last.finish != scheduler::FinishReason::kLength) {
-        if (++bad <= 5) {
-          ADD_FAILURE() << "request " << s->id() << ": " << got.tokens.size() << " tokens, finish "
-                        << scheduler::FinishReasonName(got.last.finish) << " " << got.last.error;
-        }
-        continue;
-      }
-      EXPECT_EQ(got.last.mode, c.mode);
-      ++joint12[Key(got.tokens[0], got.tokens[1])];
-      ++t3[got.tokens[2]];
-      ++joint123[Key3(got.tokens[0], got.tokens[1], got.tokens[2])];
-      const scheduler::SpecStats& st = got.last.spec;
-      drafted += st.draft_tokens;
-      calls += st.drafts;
-      rejected += st.rejected_tokens;
-      accepted += st.accepted_tokens;
-      EXPECT_EQ(st.accepted_tokens + st.rejected_tokens + st.discarded_tokens, st.draft_tokens);
-    }
-  }
-  ASSERT_EQ(bad, 0);
+  const Outputs out = DrawOutputs(p, c, reference);
+  ASSERT_EQ(out.bad, 0);
+  const int64_t drafted = out.drafted, rejected = out.rejected, accepted = out.accepted,
+                calls = out.calls;
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const int64_t n = c.n_requests;
-  const ChiSquare g12 = ChiSquareTest(exact.joint12, joint12, n);
-  const ChiSquare g3 = ChiSquareTest(exact.t3, t3, n);
-  const ChiSquare g123 = ChiSquareTest(exact.joint123, joint123, n);
+  const ChiSquare g12 = ChiSquareTest(exact.joint12, out.joint12, n);
+  const ChiSquare g3 = ChiSquareTest(exact.t3, out.t3, n);
+  const ChiSquare g123 = ChiSquareTest(exact.joint123, out.joint123, n);
   std::printf("[ %s ] %d requests in %.2f s; drafts %lld accepted %lld rejected %lld; "
               "(t1,t2): chi2 %.1f df %d p %.3g; t3: chi2 %.1f df %d p %.3g; "
               "(t1,t2,t3): chi2 %.1f df %d p %.3g\n",
@@ -431,6 +455,112 @@ INSTANTIATE_TEST_SUITE_P(
         ModeCase{"ppsd_layer_head_4stages", 4, SpecMode::kPpsd, false, "ppsd-layer", "",
                  kRequests}),
     [](const auto& info) { return info.param.name; });
+
+// ---------------------------------------------------------------------------
+// Negative control through the engine: a deliberately broken pipeline.
+//
+// Stage 0 feeds the row at position prompt + 1 (the one that holds t2 and
+// predicts t3) the token of the position before it, t1: an off-by-one in
+// which token a row gets, the kind of bug a speculative pipeline's
+// bookkeeping can have. t1 and t2 are untouched, so the (t1, t2) statistic
+// cannot see it; t3 is drawn from P(t3 | prompt, t1, t1) instead of
+// P(t3 | prompt, t1, t2). The t3 marginal and the (t1, t2, t3) joint must
+// reject it at the same N, by the chi-square statistic itself (its upper
+// tail, whatever the outside-support rule adds): when every request is hit,
+// and when only one in 8 is (a bug that strikes now and then). Plain
+// decoding, so the outputs (seed = i) and the p-values are the same on
+// every run.
+class OffByOneTokenStage : public SliceBackend {
+ public:
+  // Sequences whose id is a multiple of `every` are hit.
+  OffByOneTokenStage(SliceBackend& real, int32_t pos, uint64_t every)
+      : real_(real), pos_(pos), every_(every) {}
+  int begin() const override { return real_.begin(); }
+  int end() const override { return real_.end(); }
+  const ModelConfig& config() const override { return real_.config(); }
+  std::string device() const override { return real_.device(); }
+  absl::Status Forward(const SliceInput& in, std::span<const int> tap_indices,
+                       SliceOutput* out) override {
+    std::vector<int32_t> tokens(in.tokens.begin(), in.tokens.end());
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (size_t i = 0; i < tokens.size() && i < in.slots.size(); ++i) {
+        const SlotRef& slot = in.slots[i];
+        if (slot.pos == pos_ - 1) previous_[slot.seq_id] = tokens[i];
+        auto it = previous_.find(slot.seq_id);
+        if (slot.pos == pos_ && it != previous_.end() && slot.seq_id % every_ == 0) {
+          tokens[i] = it->second;
+          ++corrupted_;
+        }
+      }
+    }
+    SliceInput broken = in;
+    broken.tokens = tokens;
+    return real_.Forward(broken, tap_indices, out);
+  }
+  void Truncate(uint64_t seq, int32_t length) override { real_.Truncate(seq, length); }
+  void Release(uint64_t seq) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      previous_.erase(seq);
+    }
+    real_.Release(seq);
+  }
+  int32_t Length(uint64_t seq) const override { return real_.Length(seq); }
+  const PagedKvCache& kv_cache() const override { return real_.kv_cache(); }
+  int64_t corrupted() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return corrupted_;
+  }
+
+ private:
+  SliceBackend& real_;
+  const int32_t pos_;
+  const uint64_t every_;
+  mutable std::mutex mu_;
+  std::map<uint64_t, int32_t> previous_;
+  int64_t corrupted_ = 0;
+};
+
+TEST(ChiSquare, T3AndJointStatisticsRejectABrokenEngine) {
+  const Exact& exact = ExactDistribution();
+  const int32_t t2_row = static_cast<int32_t>(Prompt().size()) + 1;
+  for (uint64_t every : {uint64_t{1}, uint64_t{8}}) {
+    SCOPED_TRACE("one request in " + std::to_string(every) + " hit");
+    OffByOneTokenStage* broken = nullptr;
+    InprocPipeline p(2, scheduler::EngineOptions{}, InprocPipeline::kStageKvTokens,
+                     std::chrono::microseconds(0), "", true,
+                     [&](int stage, SliceBackend& slice) -> std::unique_ptr<SliceBackend> {
+                       if (stage != 0) return nullptr;
+                       auto b = std::make_unique<OffByOneTokenStage>(slice, t2_row, every);
+                       broken = b.get();
+                       return b;
+                     });
+    ASSERT_NE(broken, nullptr);
+    const ModeCase c{"broken", 2, SpecMode::kAutoregressive, false, "", "", kRequests};
+    const Outputs out = DrawOutputs(p, c, {});
+    ASSERT_EQ(out.bad, 0);
+    EXPECT_NEAR(static_cast<double>(broken->corrupted()), static_cast<double>(kRequests) / every, 1.0);
+    const ChiSquare g12 = ChiSquareTest(exact.joint12, out.joint12, kRequests);
+    const ChiSquare g3 = ChiSquareTest(exact.t3, out.t3, kRequests);
+    const ChiSquare g123 = ChiSquareTest(exact.joint123, out.joint123, kRequests);
+    std::printf("[ broken engine, 1 in %llu ] %lld rows corrupted; (t1,t2): chi2 %.1f df %d p %.3g; "
+                "t3: chi2 %.1f df %d p %.3g (%d outside the support); (t1,t2,t3): chi2 %.1f df %d "
+                "p %.3g (%d outside)\n",
+                static_cast<unsigned long long>(every), static_cast<long long>(broken->corrupted()),
+                g12.stat, g12.df, g12.p, g3.stat, g3.df, g3.p, g3.outside_support, g123.stat,
+                g123.df, g123.p, g123.outside_support);
+    // Invisible to the first two tokens...
+    EXPECT_EQ(g12.outside_support, 0);
+    EXPECT_GE(g12.p, kAlpha) << "(t1, t2) joint: chi2 " << g12.stat << " df " << g12.df
+                             << g12.table;
+    // ...caught by the t3 and (t1, t2, t3) statistics on their own.
+    EXPECT_LT(ChiSquareUpperTail(g3.stat, g3.df), kAlpha)
+        << "t3 marginal: chi2 " << g3.stat << " df " << g3.df << g3.table;
+    EXPECT_LT(ChiSquareUpperTail(g123.stat, g123.df), kAlpha)
+        << "(t1, t2, t3) joint: chi2 " << g123.stat << " df " << g123.df << g123.table;
+  }
+}
 
 }  // namespace
 }  // namespace specline::testing

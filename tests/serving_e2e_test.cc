@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <future>
@@ -34,10 +35,19 @@ std::string RandomModelWithContext(int context) {
 std::string RandomModel() { return RandomModelWithContext(256); }
 
 // Streams that must still be running when the test cancels, aborts or
-// kills them run 2000 tokens (hundreds of ms even on a fast machine), so
-// they cannot finish first. With 200 tokens a fast CI machine did finish
-// inside the deadline.
+// kills them run up to 2000 tokens, and the test pauses stage 0 while it
+// acts (WhileStopped), so they cannot finish first.
 std::string LongContextRandomModel() { return RandomModelWithContext(2048); }
+
+// Runs `action` with process `pid` stopped (SIGSTOP, then SIGCONT): with
+// stage 0 stopped no stream advances past the batches already beyond it, so
+// what the action does to a running stream cannot race the stream's end.
+void WhileStopped(pid_t pid, const std::function<void()>& action) {
+  const bool stopped = Kill(pid, SIGSTOP);
+  EXPECT_TRUE(stopped) << "cannot stop " << pid;
+  action();
+  if (stopped) Kill(pid, SIGCONT);
+}
 
 v1::GenerateRequest TextRequest(const std::string& text, int max_tokens) {
   v1::GenerateRequest r;
@@ -188,37 +198,68 @@ void ExpectKvReturns(const ServingStack& stack, int64_t initial) {
                 << ", running " << s.running() << ", waiting " << s.waiting();
 }
 
+// A cancelled stream, a stream past its deadline and an aborted one each
+// free their KV. Each must have been admitted first (it sent a token), or
+// the KV check would hold trivially.
 TEST(ServingE2E, CancelledAndDeadlineExceededStreamsFreeTheirKv) {
   auto stack = StartStack(LongContextRandomModel(), 2);
   const int64_t initial = SchedulerStats(*stack).kv_free_tokens();
   auto channel = stack->channel();
   std::vector<int32_t> prompt(40, 5);
   constexpr int kLong = 2000;
+  // Cancel and Abort act while stage 0 is paused (SIGSTOP after the first
+  // token, SIGCONT once the cancel or abort has taken effect), so the stream
+  // cannot finish first however fast the pipeline or slow this thread.
+  const pid_t stage0 = stack->ports["stages"][0]["pid"].get<pid_t>();
+  auto paused = [&](const std::function<void()>& action) { WhileStopped(stage0, action); };
 
   const Streamed cancelled =
-      StreamOnce(channel, IdsRequest(prompt, kLong), std::nullopt, [](grpc::ClientContext& ctx) { ctx.TryCancel(); });
+      StreamOnce(channel, IdsRequest(prompt, kLong), std::nullopt,
+                 [&](grpc::ClientContext& ctx) { paused([&] { ctx.TryCancel(); }); });
   EXPECT_EQ(cancelled.status.error_code(), grpc::CANCELLED) << cancelled.status.error_message();
+  EXPECT_FALSE(cancelled.tokens.empty()) << "cancelled before it was admitted";
   ExpectKvReturns(*stack, initial);
 
-  // 2000 tokens through two processes take far longer than 30 ms.
-  const Streamed late = StreamOnce(channel, IdsRequest(prompt, kLong), 30ms);
-  EXPECT_EQ(late.status.error_code(), grpc::DEADLINE_EXCEEDED) << late.status.error_message();
-  ExpectKvReturns(*stack, initial);
+  // Deadline: it must expire after the first token and before the end. No
+  // fixed deadline does that on every machine, so try 30 ms, 60 ms, ...:
+  // too short and the stream gets no token (KV must come back all the same),
+  // too long and it completes (then halve). 2000 tokens take far longer than
+  // the first, so a few tries find one.
+  std::chrono::milliseconds deadline(30);
+  bool expired_mid_stream = false;
+  for (int attempt = 0; attempt < 16 && !expired_mid_stream; ++attempt) {
+    const Streamed late = StreamOnce(channel, IdsRequest(prompt, kLong), deadline);
+    if (late.status.ok()) {
+      deadline /= 2;
+    } else {
+      EXPECT_EQ(late.status.error_code(), grpc::DEADLINE_EXCEEDED) << late.status.error_message();
+      if (late.tokens.empty()) deadline *= 2;
+      expired_mid_stream = !late.tokens.empty();
+    }
+    ExpectKvReturns(*stack, initial);
+  }
+  EXPECT_TRUE(expired_mid_stream) << "no deadline expired between the first token and the end";
 
   // Abort by id: the stream ends normally with finish reason ABORT.
   v1::GenerateRequest req = IdsRequest(prompt, kLong);
   req.set_request_id("abort-me");
   const Streamed aborted = StreamOnce(channel, req, std::nullopt, [&](grpc::ClientContext&) {
-    auto stub = v1::Generation::NewStub(channel);
-    grpc::ClientContext ctx;
-    v1::AbortRequest a;
-    a.set_request_id("abort-me");
+    grpc::Status st;
     v1::AbortResponse resp;
-    ASSERT_TRUE(stub->Abort(&ctx, a, &resp).ok());
+    paused([&] {
+      auto stub = v1::Generation::NewStub(channel);
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + 30s);
+      v1::AbortRequest a;
+      a.set_request_id("abort-me");
+      st = stub->Abort(&ctx, a, &resp);
+    });
+    EXPECT_TRUE(st.ok()) << st.error_message();
     EXPECT_TRUE(resp.found());
   });
   EXPECT_TRUE(aborted.status.ok()) << aborted.status.error_message();
   EXPECT_EQ(aborted.finish, v1::FINISH_REASON_ABORT);
+  EXPECT_LT(aborted.tokens.size(), static_cast<size_t>(kLong));
   ExpectKvReturns(*stack, initial);
 }
 
@@ -230,8 +271,11 @@ TEST(ServingE2E, KilledStageEndsStreamsUnavailableAndRecovers) {
   auto channel = stack->channel();
   const pid_t victim = stack->ports["stages"][1]["pid"].get<pid_t>();
   std::vector<int32_t> prompt(20, 9);
-  const Streamed broken = StreamOnce(channel, IdsRequest(prompt, 2000), std::nullopt,
-                                     [&](grpc::ClientContext&) { ASSERT_TRUE(Kill(victim, SIGKILL)); });
+  const pid_t stage0 = stack->ports["stages"][0]["pid"].get<pid_t>();
+  const Streamed broken =
+      StreamOnce(channel, IdsRequest(prompt, 2000), std::nullopt, [&](grpc::ClientContext&) {
+        WhileStopped(stage0, [&] { EXPECT_TRUE(Kill(victim, SIGKILL)); });
+      });
   EXPECT_EQ(broken.status.error_code(), grpc::UNAVAILABLE)
       << broken.status.error_code() << " " << broken.status.error_message();
   EXPECT_FALSE(broken.status.error_message().empty());
@@ -281,7 +325,7 @@ TEST(ServingE2E, MetricsCountRequestsAndPassPromtool) {
   ASSERT_EQ(bad.status.error_code(), grpc::INVALID_ARGUMENT);
   const std::string after = ScrapeMetrics(stack->metrics_port());
   auto delta = [&](const std::string& name, const std::string& labels = "") {
-    return MetricValue(after, name, labels) - MetricValue(before, name, labels);
+    return MetricDelta(before, after, name, labels);
   };
   EXPECT_EQ(delta("specline_e2e_request_latency_seconds_count"), n);
   EXPECT_EQ(delta("specline_time_to_first_token_seconds_count"), n);
@@ -313,8 +357,13 @@ TEST(ServingE2E, SigtermDrainsAndExitsCleanly) {
   auto stack = StartStack(RandomModel(), 2);
   auto channel = stack->channel();
   std::vector<int32_t> prompt(10, 3);
+  // SIGTERM while stage 0 is stopped: the stream is surely still open when
+  // the drain starts.
+  const pid_t stage0 = stack->ports["stages"][0]["pid"].get<pid_t>();
   const Streamed got = StreamOnce(channel, IdsRequest(prompt, 100), std::nullopt,
-                                  [&](grpc::ClientContext&) { stack->launcher.Kill(SIGTERM); });
+                                  [&](grpc::ClientContext&) {
+                                    WhileStopped(stage0, [&] { stack->launcher.Kill(SIGTERM); });
+                                  });
   EXPECT_TRUE(got.status.ok()) << got.status.error_message();
   EXPECT_EQ(got.tokens.size(), 100u);
   EXPECT_EQ(stack->launcher.Wait(60s), 0);

@@ -59,8 +59,7 @@ struct Internal {
 };
 
 Internal SubmitInternal(const ServingStack& s, const internal::SubmitRequest& req) {
-  auto stub = internal::Scheduler::NewStub(
-      grpc::CreateChannel(s.scheduler(), grpc::InsecureChannelCredentials()));
+  auto stub = internal::Scheduler::NewStub(s.scheduler_channel());
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + 120s);
   Internal out;

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <optional>
 #include <string>
 #include <thread>
@@ -19,6 +20,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include "common/cluster_secret.h"
 #include "model/formats/model_source.h"
 #include "model/runtime/generator.h"
 #include "model/runtime/local_pipeline.h"
@@ -49,6 +51,14 @@ struct ServingStack {
   int metrics_port() const { return ports["gateway"]["metrics"].get<int>(); }
   std::shared_ptr<grpc::Channel> channel() const {
     return grpc::CreateChannel(gateway(), grpc::InsecureChannelCredentials());
+  }
+  // The run's internal-plane secret (the launcher makes one per run).
+  std::string cluster_secret() const {
+    return ReadClusterSecret(ports["cluster_secret_file"].get<std::string>()).value();
+  }
+  // A channel to the scheduler that carries the secret.
+  std::shared_ptr<grpc::Channel> scheduler_channel() const {
+    return InternalChannel(scheduler(), cluster_secret());
   }
   nlohmann::json Reload() {
     ports = nlohmann::json::parse(ReadFile(port_file));
@@ -107,8 +117,7 @@ inline Streamed StreamOnce(const std::shared_ptr<grpc::Channel>& channel,
 }
 
 inline internal::SchedulerStats SchedulerStats(const ServingStack& s) {
-  auto stub = internal::Scheduler::NewStub(
-      grpc::CreateChannel(s.scheduler(), grpc::InsecureChannelCredentials()));
+  auto stub = internal::Scheduler::NewStub(s.scheduler_channel());
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + 5s);
   internal::SchedulerStats stats;
@@ -195,16 +204,38 @@ inline std::string ScrapeMetrics(int port) {
 }
 
 // The value of an unlabelled sample `name` (or with the exact label text
-// `labels`, e.g. {finished_reason="length"}); 0 when absent.
-inline double MetricValue(const std::string& text, const std::string& name,
-                          const std::string& labels = "") {
+// `labels`, e.g. {finished_reason="length"}) in a /metrics body; nullopt
+// when the series is absent. For what may legitimately be absent (a labelled
+// counter before its first increment); everything else uses MetricValue.
+inline std::optional<double> MetricValueIfPresent(const std::string& text, const std::string& name,
+                                                  const std::string& labels = "") {
   const std::string key = name + labels + " ";
   size_t pos = 0;
   while ((pos = text.find(key, pos)) != std::string::npos) {
     if (pos == 0 || text[pos - 1] == '\n') return std::stod(text.substr(pos + key.size()));
     pos += key.size();
   }
-  return 0;
+  return std::nullopt;
+}
+
+// The same, for a series that must be there: its absence (a dropped or
+// renamed metric) is a test failure, and the NaN returned then fails every
+// comparison it is used in.
+inline double MetricValue(const std::string& text, const std::string& name,
+                          const std::string& labels = "") {
+  const std::optional<double> v = MetricValueIfPresent(text, name, labels);
+  if (!v) {
+    ADD_FAILURE() << "metric " << name << labels << " is not exposed";
+    return std::nan("");
+  }
+  return *v;
+}
+
+// after - before of a series that must be in `after` and may be absent from
+// `before` (a labelled series appears with its first increment).
+inline double MetricDelta(const std::string& before, const std::string& after,
+                          const std::string& name, const std::string& labels = "") {
+  return MetricValue(after, name, labels) - MetricValueIfPresent(before, name, labels).value_or(0);
 }
 
 }  // namespace specline::testing

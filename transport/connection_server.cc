@@ -5,14 +5,22 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <system_error>
+
+#include "absl/strings/str_cat.h"
 #include "transport/tcp_socket.h"
 
 namespace specline::transport {
 
-ConnectionServer::ConnectionServer(int listen_fd, Handler serve)
-    : listen_fd_(listen_fd), wake_fd_(eventfd(0, EFD_CLOEXEC)), serve_(std::move(serve)) {
+ConnectionServer::ConnectionServer(int listen_fd, Handshake handshake, Handler serve,
+                                   Limits limits, Refused refused)
+    : listen_fd_(listen_fd), wake_fd_(eventfd(0, EFD_CLOEXEC)), handshake_(std::move(handshake)),
+      serve_(std::move(serve)), limits_(limits), refused_(std::move(refused)) {
   accept_thread_ = std::thread([this] { AcceptLoop(); });
 }
+
+ConnectionServer::ConnectionServer(int listen_fd, Handler serve)
+    : ConnectionServer(listen_fd, nullptr, std::move(serve), Limits{}) {}
 
 ConnectionServer::~ConnectionServer() { Stop(); }
 
@@ -23,8 +31,8 @@ void ConnectionServer::Stop() {
   accept_thread_.join();
   close(listen_fd_);
   close(wake_fd_);
-  // Wake every handler blocked in recv; the peers see the connection close
-  // and reconnect (to a restarted receiver) or fail.
+  // Wake every handshake and handler blocked in recv/poll; the peers see
+  // the connection close and reconnect (to a restarted receiver) or fail.
   for (auto& c : conns_) shutdown(c->fd, SHUT_RDWR);
   for (auto& c : conns_) {
     c->thread.join();
@@ -43,18 +51,44 @@ void ConnectionServer::AcceptLoop() {
     socklen_t len = sizeof(ss);
     int fd = accept4(listen_fd_, reinterpret_cast<sockaddr*>(&ss), &len, SOCK_CLOEXEC);
     if (fd < 0) continue;  // the peer went away between poll and accept
-    SetNoDelay(fd);
     Reap();
+    // Over a limit: closed before any thread or buffer exists for it. The
+    // sender sees the connection close before the greeting (UNAVAILABLE).
+    std::string over;
+    if (static_cast<int>(conns_.size()) >= limits_.max_connections) {
+      over = absl::StrCat("already ", conns_.size(), " open connections (the limit)");
+    } else if (handshaking_.load() >= limits_.max_handshakes) {
+      over = absl::StrCat("already ", handshaking_.load(),
+                          " connections in their handshake (the limit)");
+    }
+    if (!over.empty()) {
+      close(fd);
+      if (refused_) refused_(over);
+      continue;
+    }
+    SetNoDelay(fd);
     auto conn = std::make_unique<Conn>();
     conn->fd = fd;
     Conn* c = conn.get();
-    c->thread = std::thread([this, c] {
-      serve_(c->fd);
-      // Close our side now (the fd itself is closed by Reap or Stop, so its
-      // number cannot be reused while Stop may still touch it).
-      shutdown(c->fd, SHUT_RDWR);
-      c->done.store(true);
-    });
+    handshaking_.fetch_add(1);
+    try {
+      c->thread = std::thread([this, c] {
+        bool admitted = true;
+        if (handshake_) admitted = handshake_(c->fd);
+        handshaking_.fetch_sub(1);
+        if (admitted) serve_(c->fd);
+        // Close our side now (the fd itself is closed by Reap or Stop, so its
+        // number cannot be reused while Stop may still touch it).
+        shutdown(c->fd, SHUT_RDWR);
+        c->done.store(true);
+      });
+    } catch (const std::system_error& e) {
+      // Out of threads: refuse this connection, keep serving the others.
+      handshaking_.fetch_sub(1);
+      close(fd);
+      if (refused_) refused_(absl::StrCat("cannot start a connection thread: ", e.what()));
+      continue;
+    }
     conns_.push_back(std::move(conn));
   }
 }

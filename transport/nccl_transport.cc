@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "spdlog/spdlog.h"
 #include "transport/connection_server.h"
+#include "transport/data_plane_auth.h"
 #include "transport/message_queue.h"
 #include "transport/tcp_socket.h"
 
@@ -54,6 +55,11 @@ struct Hello {
   std::string identity;
 };
 constexpr size_t kHelloFixedBytes = 1 + 4 + 1 + 8 + 8 + sizeof(ncclUniqueId);
+// The largest hello or ack either side reads (the identity and a refusal's
+// reason are short texts).
+constexpr size_t kMaxHelloBytes = 4096;
+// Kind byte + u64 count in front of a bulk or device frame's header.
+constexpr size_t kCountedPrefixBytes = 9;
 
 void PutLE(uint64_t v, int bytes, std::string* out) {
   for (int i = 0; i < bytes; ++i) out->push_back(static_cast<char>(v >> (8 * i)));
@@ -490,10 +496,14 @@ struct Item {
 
 class NcclReceiverImpl : public NcclReceiver {
  public:
-  NcclReceiverImpl(int listen_fd, std::string address, const NcclOptions& options, int device)
-      : address_(std::move(address)), options_(options), device_(device),
-        identity_(GpuIdentity(device)),
-        server_(listen_fd, [this](int fd) { Serve(fd); }) {}
+  NcclReceiverImpl(int listen_fd, std::string address, const NcclOptions& options,
+                   const TransportOptions& transport, int device)
+      : address_(std::move(address)), options_(options), transport_(transport), device_(device),
+        identity_(GpuIdentity(device)), drops_(address_),
+        server_(
+            listen_fd, [this](int fd) { return Handshake(fd); }, [this](int fd) { Serve(fd); },
+            {transport.max_handshakes, transport.max_connections},
+            [this](const std::string& why) { drops_.Warn(why); }) {}
 
   ~NcclReceiverImpl() override {
     Shutdown();
@@ -644,22 +654,31 @@ class NcclReceiverImpl : public NcclReceiver {
     return st;
   }
 
-  // The connection thread: hello, then frames until the sender goes away,
-  // a transfer fails or the receiver shuts down.
+  // The data-plane handshake (greeting, and with a secret the
+  // challenge-response) on the control connection, before the hello: no
+  // NCCL or CUDA resource exists for a peer that has not passed it.
+  bool Handshake(int fd) {
+    absl::Status st = AcceptHandshake(fd, WireProtocol::kNccl, transport_);
+    if (st.ok()) return true;
+    drops_.Warn(absl::StrCat("from ", PeerName(fd), ": ", st.message()));
+    return false;
+  }
+
+  // The connection thread (after the handshake): hello, then frames until
+  // the sender goes away, a transfer fails or the receiver shuts down.
   void Serve(int fd) {
     DeviceGuard guard(device_);
     Link link;
     std::string body;
-    absl::Status st = ReadFrame(fd, &body, kNcclMagic);
+    absl::Status st = ReadFrame(fd, &body, kNcclMagic, kMaxHelloBytes);
     if (st.code() == absl::StatusCode::kInvalidArgument) {
-      spdlog::warn("transport {}: dropping connection: {}", address_, std::string(st.message()));
+      drops_.Warn(absl::StrCat("from ", PeerName(fd), ": ", st.message()));
       return;
     }
     if (!st.ok()) return;
     Hello hello;
     if (!DecodeHello(body, &hello)) {
-      spdlog::warn("transport {}: dropping connection: the first frame is not an nccl:// hello",
-                   address_);
+      drops_.Warn(absl::StrCat("from ", PeerName(fd), ": the first frame is not an nccl:// hello"));
       return;
     }
     st = Accept(hello, &link);
@@ -675,22 +694,35 @@ class NcclReceiverImpl : public NcclReceiver {
       }
       return;
     }
+    // A control frame holds at most a message (inline) or a device
+    // message's header, plus its kind and count.
+    const size_t limit = transport_.max_frame_bytes;
+    const size_t frame_limit = std::min(kMaxFrameBytes, limit + kCountedPrefixBytes);
     while (!stopping_.load()) {
-      st = ReadFrame(fd, &body, kNcclMagic);
+      st = ReadFrame(fd, &body, kNcclMagic, frame_limit);
       if (st.code() == absl::StatusCode::kInvalidArgument) {
-        spdlog::warn("transport {}: dropping connection: {}", address_, std::string(st.message()));
+        drops_.Warn(absl::StrCat("from ", PeerName(fd), ": ", st.message()));
         return;
       }
       if (!st.ok() || body.empty()) return;  // closed: the sender re-bootstraps if it needs to
       Item item;
       if (body[0] == kInline) {
+        if (body.size() - 1 > limit) {
+          drops_.Warn(absl::StrCat("from ", PeerName(fd), ": message of ", body.size() - 1,
+                                   " bytes exceeds the limit of ", limit));
+          return;
+        }
         item.bytes.assign(body, 1);
-      } else if ((body[0] == kBulk && body.size() == 9) ||
-                 (body[0] == kDevice && body.size() >= 9)) {
+      } else if ((body[0] == kBulk && body.size() == kCountedPrefixBytes) ||
+                 (body[0] == kDevice && body.size() >= kCountedPrefixBytes)) {
         const uint64_t n = GetLE(body.data() + 1, 8);
-        if (n > kMaxFrameBytes) {
-          spdlog::warn("transport {}: dropping connection: {} bytes announced (limit {})", address_,
-                       n, kMaxFrameBytes);
+        // Checked before any staging is grown: NCCL needs the whole buffer
+        // before the bytes move, so this bound is what an authenticated
+        // sender can make us allocate.
+        const uint64_t header = body.size() - kCountedPrefixBytes;
+        if (n > limit || header + n > limit) {
+          drops_.Warn(absl::StrCat("from ", PeerName(fd), ": ", header + n,
+                                   " bytes announced (limit ", limit, ")"));
           return;
         }
         if (body[0] == kBulk) {
@@ -700,7 +732,7 @@ class NcclReceiverImpl : public NcclReceiver {
           if (st.ok() && n > 0) item.bytes.assign(link.pinned.as<char>(), n);
         } else {
           item.device = true;
-          item.bytes.assign(body, 9);
+          item.bytes.assign(body, kCountedPrefixBytes);
           item.payload_bytes = n;
           st = Grow(item.payload, n, "device message payload");
           if (st.ok() && n > 0) st = Transfer(link, fd, item.payload.get(), n, nullptr);
@@ -713,8 +745,8 @@ class NcclReceiverImpl : public NcclReceiver {
           return;
         }
       } else {
-        spdlog::warn("transport {}: dropping connection: unknown frame kind {}", address_,
-                     static_cast<int>(body[0]));
+        drops_.Warn(absl::StrCat("from ", PeerName(fd), ": unknown frame kind ",
+                                 static_cast<int>(body[0])));
         return;
       }
       if (!queue_.Push(std::move(item))) return;
@@ -723,8 +755,10 @@ class NcclReceiverImpl : public NcclReceiver {
 
   std::string address_;
   NcclOptions options_;
+  TransportOptions transport_;
   int device_;
   std::string identity_;
+  DropLog drops_;
   std::atomic<bool> stopping_{false};
   BasicMessageQueue<Item> queue_;
   std::mutex copy_mu_;
@@ -735,9 +769,10 @@ class NcclReceiverImpl : public NcclReceiver {
 // --- sender ---------------------------------------------------------------------
 class NcclSenderImpl : public NcclSender {
  public:
-  NcclSenderImpl(std::string host, int port, const NcclOptions& options, int device)
-      : host_(std::move(host)), port_(port), options_(options), device_(device),
-        address_(NcclAddress(host_, port_)), identity_(GpuIdentity(device)) {}
+  NcclSenderImpl(std::string host, int port, const NcclOptions& options,
+                 const TransportOptions& transport, int device)
+      : host_(std::move(host)), port_(port), options_(options), transport_(transport),
+        device_(device), address_(NcclAddress(host_, port_)), identity_(GpuIdentity(device)) {}
 
   ~NcclSenderImpl() override {
     DeviceGuard guard(device_);
@@ -746,18 +781,18 @@ class NcclSenderImpl : public NcclSender {
   }
 
   absl::Status Send(std::string_view message) override {
-    if (message.size() > kMaxFrameBytes) {
+    if (message.size() > transport_.max_frame_bytes) {
       return absl::InvalidArgumentError(absl::StrCat("message of ", message.size(),
                                                      " bytes exceeds the frame limit of ",
-                                                     kMaxFrameBytes));
+                                                     transport_.max_frame_bytes));
     }
     DeviceGuard guard(device_);
     if (message.size() < options_.inline_limit) {
-      return Deliver({std::string_view("I", 1), message}, 0, nullptr);
+      return Deliver({std::string_view("I", 1), message}, message.size(), 0, nullptr);
     }
     const size_t n = message.size();
     const std::string count = CountField(n);
-    return Deliver({std::string_view("B", 1), count}, n, [&]() -> absl::StatusOr<const void*> {
+    return Deliver({std::string_view("B", 1), count}, n, n, [&]() -> absl::StatusOr<const void*> {
       if (absl::Status st = Grow(pinned_, n, "pinned staging"); !st.ok()) return st;
       if (absl::Status st = Grow(staging_, n, "device staging"); !st.ok()) return st;
       std::memcpy(pinned_.get(), message.data(), n);
@@ -769,10 +804,10 @@ class NcclSenderImpl : public NcclSender {
 
   absl::Status SendDevice(std::string_view header, const void* device_bytes, size_t n,
                           cudaStream_t producer) override {
-    if (n > kMaxFrameBytes || header.size() > kMaxFrameBytes - 9) {
+    const size_t limit = std::min(kMaxFrameBytes - kCountedPrefixBytes, transport_.max_frame_bytes);
+    if (n > limit || header.size() > limit - n) {
       return absl::InvalidArgumentError(absl::StrCat("device message of ", header.size(), " + ",
-                                                     n, " bytes exceeds the limit of ",
-                                                     kMaxFrameBytes));
+                                                     n, " bytes exceeds the limit of ", limit));
     }
     if (n > 0 && device_bytes == nullptr) {
       return absl::InvalidArgumentError("SendDevice: null device pointer");
@@ -792,7 +827,7 @@ class NcclSenderImpl : public NcclSender {
       }
     }
     const std::string count = CountField(n);
-    return Deliver({std::string_view("D", 1), count, header}, n,
+    return Deliver({std::string_view("D", 1), count, header}, header.size() + n, n,
                    [&]() -> absl::StatusOr<const void*> {
                      SPECLINE_RETURN_IF_CUDA(cudaStreamWaitEvent(res_.stream, producer_, 0));
                      return device_bytes;
@@ -806,12 +841,14 @@ class NcclSenderImpl : public NcclSender {
  private:
   // Writes one control frame and moves `n` bytes over NCCL from what
   // `stage` returns (called once the link is up; it queues any copy on the
-  // link's stream). A link found dead before the frame went out is
+  // link's stream). `message_bytes`: the message's size as the receiver's
+  // limit counts it. A link found dead before the frame went out is
   // re-bootstrapped once and the frame resent, as tcp:// reconnects; a
   // failure after it is UNAVAILABLE (the link is aborted and re-bootstrapped
   // at the next Send).
   template <typename Stage>
-  absl::Status Deliver(std::initializer_list<std::string_view> frame, size_t n, Stage stage) {
+  absl::Status Deliver(std::initializer_list<std::string_view> frame, size_t message_bytes,
+                       size_t n, Stage stage) {
     std::string why;
     for (int attempt = 0; attempt < 2; ++attempt) {
       // The receiver never writes after its ack: anything readable means it
@@ -820,9 +857,19 @@ class NcclSenderImpl : public NcclSender {
       if (fd_ < 0) {
         if (absl::Status st = Bootstrap(); !st.ok()) {
           Teardown();
-          return absl::UnavailableError(
-              absl::StrCat("cannot reach ", address_, ": ", st.message()));
+          // A failed authentication stays UNAUTHENTICATED: retrying will
+          // not help until the configuration changes.
+          return absl::Status(absl::IsUnauthenticated(st) ? st.code()
+                                                          : absl::StatusCode::kUnavailable,
+                              absl::StrCat("cannot reach ", address_, ": ", st.message()));
         }
+      }
+      if (message_bytes > peer_limit_) {
+        // Refused here rather than by the receiver, which would drop the
+        // link and the message with it.
+        return absl::InvalidArgumentError(absl::StrCat("message of ", message_bytes,
+                                                       " bytes exceeds the limit of ", peer_limit_,
+                                                       " that ", address_, " announced"));
       }
       const void* src = nullptr;
       if constexpr (!std::is_same_v<Stage, std::nullptr_t>) {
@@ -883,6 +930,11 @@ class NcclSenderImpl : public NcclSender {
     absl::StatusOr<int> fd = ConnectSocket(host_, port_, options_.connect_timeout_ms);
     if (!fd.ok()) return fd.status();
     fd_ = *fd;
+    // The receiver's greeting (and, with a secret, the proofs) before the
+    // hello: a mismatch fails here, before any NCCL or CUDA resource.
+    absl::StatusOr<size_t> limit = ConnectHandshake(fd_, WireProtocol::kNccl, transport_, address_);
+    if (!limit.ok()) return limit.status();
+    peer_limit_ = *limit;
     if (absl::Status st = res_.Create(device_); !st.ok()) return st;
     Hello hello;
     hello.version = kProtocolVersion;
@@ -906,7 +958,7 @@ class NcclSenderImpl : public NcclSender {
           pollfd p{fd_, POLLIN, 0};
           if (poll(&p, 1, 0) <= 0) return false;
           std::string body;
-          absl::Status rs = ReadFrame(fd_, &body, kNcclMagic);
+          absl::Status rs = ReadFrame(fd_, &body, kNcclMagic, kMaxHelloBytes);
           if (!rs.ok() || body.empty() || body[0] != kAck) {
             return absl::UnavailableError(absl::StrCat(
                 "the receiver hung up during the bootstrap (is it an nccl:// receiver?)",
@@ -941,10 +993,12 @@ class NcclSenderImpl : public NcclSender {
   std::string host_;
   int port_;
   NcclOptions options_;
+  TransportOptions transport_;
   int device_;
   std::string address_;
   std::string identity_;
   int fd_ = -1;
+  size_t peer_limit_ = kMaxFrameBytes;  // from the receiver's greeting
   LinkResources res_;
   Comm comm_;
   std::shared_ptr<SelfChannel> self_;  // same-device mode
@@ -957,20 +1011,25 @@ class NcclSenderImpl : public NcclSender {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<NcclReceiver>> ListenNccl(const std::string& host, int port,
-                                                         const NcclOptions& options) {
+                                                         const NcclOptions& options,
+                                                         const TransportOptions& transport) {
+  if (absl::Status st = CheckTransportOptions(transport); !st.ok()) return st;
   absl::StatusOr<int> device = PickDevice(options, NcclAddress(host, port));
   if (!device.ok()) return device.status();
   int bound = 0;
   absl::StatusOr<int> fd = ListenSocket(host, port, &bound);
   if (!fd.ok()) return fd.status();
-  return std::make_unique<NcclReceiverImpl>(*fd, NcclAddress(host, bound), options, *device);
+  return std::make_unique<NcclReceiverImpl>(*fd, NcclAddress(host, bound), options, transport,
+                                            *device);
 }
 
 absl::StatusOr<std::unique_ptr<NcclSender>> ConnectNccl(const std::string& host, int port,
-                                                        const NcclOptions& options) {
+                                                        const NcclOptions& options,
+                                                        const TransportOptions& transport) {
+  if (absl::Status st = CheckTransportOptions(transport); !st.ok()) return st;
   absl::StatusOr<int> device = PickDevice(options, NcclAddress(host, port));
   if (!device.ok()) return device.status();
-  return std::make_unique<NcclSenderImpl>(host, port, options, *device);
+  return std::make_unique<NcclSenderImpl>(host, port, options, transport, *device);
 }
 
 }  // namespace specline::transport

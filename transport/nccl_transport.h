@@ -104,12 +104,21 @@ class NcclReceiver : public ActivationReceiver {
   virtual int device() const = 0;
 };
 
-// UNAVAILABLE when no CUDA device is usable or the port cannot be bound.
+// `transport`: the control connection's handshake (cluster secret, as for
+// tcp://: data_plane_auth.h) and the receiver's message limit: a host
+// message, or a device message's header + payload, above
+// transport.max_frame_bytes is refused and its link dropped before any
+// staging is allocated for it.
+// UNAVAILABLE when no CUDA device is usable or the port cannot be bound;
+// INVALID_ARGUMENT for bad transport options.
 absl::StatusOr<std::unique_ptr<NcclReceiver>> ListenNccl(const std::string& host, int port,
-                                                         const NcclOptions& options = {});
-// Lazy like tcp://: the first Send connects and bootstraps the link.
-// UNAVAILABLE when no CUDA device is usable.
+                                                         const NcclOptions& options = {},
+                                                         const TransportOptions& transport = {});
+// Lazy like tcp://: the first Send connects, runs the handshake and
+// bootstraps the link. UNAVAILABLE when no CUDA device is usable;
+// Send gives UNAUTHENTICATED when the handshake fails on the secret.
 absl::StatusOr<std::unique_ptr<NcclSender>> ConnectNccl(const std::string& host, int port,
-                                                        const NcclOptions& options = {});
+                                                        const NcclOptions& options = {},
+                                                        const TransportOptions& transport = {});
 
 }  // namespace specline::transport

@@ -9,6 +9,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -55,14 +56,15 @@ void EncodeFrameHeader(uint32_t length, unsigned char out[kFrameHeaderBytes], ui
 }
 
 absl::StatusOr<uint32_t> DecodeFrameHeader(const unsigned char in[kFrameHeaderBytes],
-                                           uint32_t magic) {
+                                           uint32_t magic, size_t max_bytes) {
   if (GetU32(in) != magic) {
     return absl::InvalidArgumentError("bad frame magic: the peer is not a specline transport");
   }
   uint32_t length = GetU32(in + 4);
-  if (length > kMaxFrameBytes) {
+  const size_t limit = std::min(max_bytes, kMaxFrameBytes);
+  if (length > limit) {
     return absl::InvalidArgumentError(
-        absl::StrCat("frame of ", length, " bytes exceeds the limit of ", kMaxFrameBytes));
+        absl::StrCat("frame of ", length, " bytes exceeds the limit of ", limit));
   }
   return length;
 }
@@ -192,10 +194,20 @@ absl::Status WriteFrameParts(int fd, uint32_t magic,
   return absl::OkStatus();
 }
 
-absl::Status ReadExact(int fd, void* buf, size_t n) {
+absl::Status ReadExact(int fd, void* buf, size_t n, Deadline deadline) {
   char* p = static_cast<char*>(buf);
   size_t got = 0;
   while (got < n) {
+    if (deadline != kNoDeadline) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return absl::DeadlineExceededError("timed out reading");
+      pollfd pfd{fd, POLLIN, 0};
+      const int wait_ms = static_cast<int>(std::min<int64_t>(left.count() + 1, 1 << 30));
+      const int ready = poll(&pfd, 1, wait_ms);
+      if (ready < 0 && errno != EINTR) return absl::UnavailableError(Errno("poll"));
+      if (ready <= 0) continue;  // EINTR or the deadline: checked above
+    }
     ssize_t r = recv(fd, p + got, n - got, 0);
     if (r > 0) {
       got += static_cast<size_t>(r);
@@ -209,13 +221,38 @@ absl::Status ReadExact(int fd, void* buf, size_t n) {
   return absl::OkStatus();
 }
 
-absl::Status ReadFrame(int fd, std::string* payload, uint32_t magic) {
+absl::Status ReadFrame(int fd, std::string* payload, uint32_t magic, size_t max_bytes,
+                       Deadline deadline) {
+  payload->clear();
   unsigned char header[kFrameHeaderBytes];
-  if (absl::Status st = ReadExact(fd, header, sizeof(header)); !st.ok()) return st;
-  absl::StatusOr<uint32_t> length = DecodeFrameHeader(header, magic);
+  if (absl::Status st = ReadExact(fd, header, sizeof(header), deadline); !st.ok()) return st;
+  absl::StatusOr<uint32_t> length = DecodeFrameHeader(header, magic, max_bytes);
   if (!length.ok()) return length.status();
-  payload->assign(*length, '\0');
-  return ReadExact(fd, payload->data(), payload->size());
+  const size_t total = *length;
+  // Grow with the bytes that arrive, never by what the header claims: a
+  // header announcing 1 GiB followed by nothing must cost nothing. Reserved
+  // but untouched capacity is address space, not memory; only what is
+  // resized (zeroed) ahead of a read is touched, and that is bounded by
+  // what arrived before (see kReadStepBytes).
+  size_t got = 0;
+  while (got < total) {
+    const size_t step =
+        std::min({total - got, kReadStepBytes, std::max(kFirstReadStep, got)});
+    if (payload->capacity() < got + step) {
+      payload->reserve(std::min(total, std::max({got + step, 2 * payload->capacity(),
+                                                 kReadStepBytes})));
+    }
+    payload->resize(got + step);
+    absl::Status st = ReadExact(fd, payload->data() + got, step, deadline);
+    if (!st.ok()) {
+      payload->clear();
+      // A clean EOF after the header is still a frame cut short.
+      if (absl::IsOutOfRange(st)) return absl::UnavailableError("connection closed mid-frame");
+      return st;
+    }
+    got += step;
+  }
+  return absl::OkStatus();
 }
 
 bool PeerClosed(int fd) {

@@ -3,6 +3,7 @@
 #include <charconv>
 
 #include "absl/strings/str_cat.h"
+#include "transport/data_plane_auth.h"
 #include "transport/inproc_transport.h"
 #include "transport/tcp_transport.h"
 #ifdef SPECLINE_HAVE_NCCL
@@ -67,25 +68,42 @@ absl::Status NoNccl(const std::string& address) {
 }  // namespace
 #endif
 
-absl::StatusOr<std::unique_ptr<ActivationReceiver>> Listen(const std::string& address) {
+absl::StatusOr<std::unique_ptr<ActivationReceiver>> Listen(const std::string& address,
+                                                           const TransportOptions& options) {
   absl::StatusOr<Address> a = ParseAddress(address);
   if (!a.ok()) return a.status();
+  if (absl::Status st = CheckTransportOptions(options); !st.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot listen on ", address, ": ", st.message()));
+  }
+  // In-process inboxes need no authentication (one address space) and
+  // allocate nothing on anyone's claim.
   if (a->scheme == "inproc") return ListenInproc(a->name);
   if (a->scheme == "nccl") {
 #ifdef SPECLINE_HAVE_NCCL
-    absl::StatusOr<std::unique_ptr<NcclReceiver>> r = ListenNccl(a->host, a->port);
+    absl::StatusOr<std::unique_ptr<NcclReceiver>> r =
+        ListenNccl(a->host, a->port, NcclOptions{}, options);
     if (!r.ok()) return r.status();
     return std::unique_ptr<ActivationReceiver>(std::move(*r));
 #else
     return NoNccl(address);
 #endif
   }
-  return ListenTcp(a->host, a->port);
+  return ListenTcp(a->host, a->port, options);
 }
 
-absl::StatusOr<std::unique_ptr<ActivationSender>> Connect(const std::string& address) {
+absl::StatusOr<std::unique_ptr<ActivationReceiver>> Listen(const std::string& address) {
+  return Listen(address, TransportOptions{});
+}
+
+absl::StatusOr<std::unique_ptr<ActivationSender>> Connect(const std::string& address,
+                                                          const TransportOptions& options) {
   absl::StatusOr<Address> a = ParseAddress(address);
   if (!a.ok()) return a.status();
+  if (absl::Status st = CheckTransportOptions(options); !st.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot connect to ", address, ": ", st.message()));
+  }
   if (a->scheme == "inproc") return ConnectInproc(a->name);
   if (a->port == 0) {
     return absl::InvalidArgumentError(
@@ -93,14 +111,19 @@ absl::StatusOr<std::unique_ptr<ActivationSender>> Connect(const std::string& add
   }
   if (a->scheme == "nccl") {
 #ifdef SPECLINE_HAVE_NCCL
-    absl::StatusOr<std::unique_ptr<NcclSender>> s = ConnectNccl(a->host, a->port);
+    absl::StatusOr<std::unique_ptr<NcclSender>> s =
+        ConnectNccl(a->host, a->port, NcclOptions{}, options);
     if (!s.ok()) return s.status();
     return std::unique_ptr<ActivationSender>(std::move(*s));
 #else
     return NoNccl(address);
 #endif
   }
-  return ConnectTcp(a->host, a->port);
+  return ConnectTcp(a->host, a->port, /*connect_timeout_ms=*/5000, options);
+}
+
+absl::StatusOr<std::unique_ptr<ActivationSender>> Connect(const std::string& address) {
+  return Connect(address, TransportOptions{});
 }
 
 }  // namespace specline::transport

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -41,6 +42,40 @@ class ActivationReceiver {
   virtual size_t pending() const = 0;
 };
 
+// The largest frame any transport accepts (a u32 length; tcp_socket.h). A
+// micro-batch of 64 slots x dim 8192 fp32 is 2 MiB: receivers should set
+// TransportOptions::max_frame_bytes to what their configuration can get.
+inline constexpr size_t kMaxFrameBytes = size_t{1} << 30;
+
+// Security and limits of a socket transport end (tcp://, nccl://'s control
+// connection; inproc:// ignores them). Wire format and reasons:
+// docs/transport.md ("Authentication and frame bounds").
+struct TransportOptions {
+  // Shared cluster secret (any bytes; 32 random bytes recommended). Set on a
+  // receiver, every connection must prove it knows the same secret
+  // (HMAC-SHA256 challenge-response) before any frame is read; set on a
+  // sender, the receiver must prove it too. Empty on both ends: no
+  // authentication. A mismatch (one end without a secret, different
+  // secrets) fails the sender's Send with UNAUTHENTICATED naming the cause.
+  std::string secret;
+  // Receiver: a frame (for nccl://, a message) announcing more is refused
+  // and its connection dropped; memory grows only as bytes arrive. Sender:
+  // larger messages fail with INVALID_ARGUMENT, as do messages above the
+  // limit the receiver announced in the handshake. At most kMaxFrameBytes.
+  size_t max_frame_bytes = kMaxFrameBytes;
+  // Receiver: how long a new connection may take to complete the handshake
+  // before it is dropped. Sender: how long it waits for the receiver's
+  // greeting and verdict.
+  int handshake_timeout_ms = 2000;
+  // Receiver: connections still in the handshake at once; more are closed
+  // at accept, so a flood cannot pin threads (each lasts at most
+  // handshake_timeout_ms).
+  int max_handshakes = 64;
+  // Receiver: open connections at once (handshaking or not); more are
+  // closed at accept.
+  int max_connections = 1024;
+};
+
 // A parsed address: scheme "tcp" or "nccl" (host, port) or "inproc" (name).
 struct Address {
   std::string scheme;
@@ -56,9 +91,15 @@ absl::StatusOr<Address> ParseAddress(const std::string& address);
 // "nccl://HOST:PORT" (control over TCP at HOST:PORT, bulk bytes over NCCL on
 // the current CUDA device; UNIMPLEMENTED in a build without NCCL,
 // UNAVAILABLE without a usable device).
+// INVALID_ARGUMENT for options out of range (max_frame_bytes 0 or above
+// kMaxFrameBytes, a non-positive timeout or limit).
+absl::StatusOr<std::unique_ptr<ActivationReceiver>> Listen(const std::string& address,
+                                                           const TransportOptions& options);
 absl::StatusOr<std::unique_ptr<ActivationReceiver>> Listen(const std::string& address);
-// Connecting is lazy: the first Send connects, so a sender can be made
-// before its peer is up.
+// Connecting is lazy: the first Send connects (and authenticates), so a
+// sender can be made before its peer is up.
+absl::StatusOr<std::unique_ptr<ActivationSender>> Connect(const std::string& address,
+                                                          const TransportOptions& options);
 absl::StatusOr<std::unique_ptr<ActivationSender>> Connect(const std::string& address);
 
 }  // namespace specline::transport

@@ -1,7 +1,9 @@
 """Structural checks of the rendered chart against the real binaries: every
 flag a container passes is one its binary documents, every port a Service,
-probe or ServiceMonitor names is one a container declares and is told to
-listen on, every volume, ConfigMap, claim and scale target exists."""
+probe, ServiceMonitor or NetworkPolicy names is one a container declares and
+is told to listen on, every volume, ConfigMap, Secret, claim and scale
+target exists, and a file a flag names under a Secret's mount is one that
+Secret provides."""
 import os
 import re
 import subprocess
@@ -21,11 +23,24 @@ def flag_name(arg):
     return arg[2:].split("=", 1)[0]
 
 
-def check(m, bin_dir, rule_jobs, existing_claims=()):
-    """existing_claims: PersistentVolumeClaims the cluster already has."""
+def secret_files(volume, secrets):
+    """The file names a secret volume provides: its items' paths, else the
+    rendered Secret's keys; None when the Secret is not rendered (an
+    existing one) and the volume lists no items."""
+    src = volume["secret"]
+    if src.get("items"):
+        return {i["path"] for i in src["items"]}
+    s = secrets.get(src["secretName"])
+    return None if s is None else set(s.get("data", {})) | set(s.get("stringData", {}))
+
+
+def check(m, bin_dir, rule_jobs, existing_claims=(), existing_secrets=()):
+    """existing_claims, existing_secrets: PersistentVolumeClaims and Secrets
+    the cluster already has (named in the values, not rendered)."""
     errors = []
     err = errors.append
     configmaps = {d["metadata"]["name"]: d for d in m.of_kind("ConfigMap")}
+    secrets = {d["metadata"]["name"]: d for d in m.of_kind("Secret")}
     claims = {d["metadata"]["name"] for d in m.of_kind("PersistentVolumeClaim")}
     usages = {}
     for w in m.workloads():
@@ -40,6 +55,16 @@ def check(m, bin_dir, rule_jobs, existing_claims=()):
             pvc = v.get("persistentVolumeClaim")
             if pvc and pvc["claimName"] not in claims and pvc["claimName"] not in existing_claims:
                 err(f"{wname}: volume {v['name']} names claim {pvc['claimName']}, not rendered")
+            sec = v.get("secret")
+            if sec:
+                rendered = secrets.get(sec["secretName"])
+                if rendered is None and sec["secretName"] not in existing_secrets:
+                    err(f"{wname}: volume {v['name']} names Secret {sec['secretName']}, not rendered")
+                keys = set(rendered.get("data", {})) | set(rendered.get("stringData", {})) if rendered else None
+                for item in sec.get("items", []):
+                    if keys is not None and item["key"] not in keys:
+                        err(f"{wname}: volume {v['name']} maps key {item['key']}, which Secret "
+                            f"{sec['secretName']} lacks")
         sc = pod.get("securityContext", {})
         if not sc.get("runAsNonRoot") or int(sc.get("runAsUser", 0)) == 0:
             err(f"{wname}: pods must run as a non-root user")
@@ -50,6 +75,17 @@ def check(m, bin_dir, rule_jobs, existing_claims=()):
                 if vm["name"] not in volumes:
                     err(f"{cname}: mounts undeclared volume {vm['name']}")
             for vm in c.get("volumeMounts", []):
+                v = volumes.get(vm["name"], {})
+                if "secret" in v:
+                    if not vm.get("readOnly"):
+                        err(f"{cname}: Secret volume {vm['name']} is mounted writable")
+                    files = secret_files(v, secrets)
+                    prefix = vm["mountPath"].rstrip("/") + "/"
+                    for a in c.get("args", []):
+                        path = a.split("=", 1)[1] if a.startswith("--") and "=" in a else ""
+                        if path.startswith(prefix) and files is not None and path[len(prefix):] not in files:
+                            err(f"{cname}: {a} names a file Secret volume {vm['name']} does not provide "
+                                f"(it has {sorted(files)})")
                 if vm["mountPath"] == "/etc/specline":
                     cm = configmaps[volumes[vm["name"]]["configMap"]["name"]]
                     for a in c.get("args", []):
@@ -128,6 +164,27 @@ def check(m, bin_dir, rule_jobs, existing_claims=()):
     for pdb in m.of_kind("PodDisruptionBudget"):
         if not m.pods_selected_by(pdb["spec"]["selector"]):
             err(f"PodDisruptionBudget/{pdb['metadata']['name']}: selects no workload")
+    for np in m.of_kind("NetworkPolicy"):
+        npname = f'NetworkPolicy/{np["metadata"]["name"]}'
+        targets = m.pods_selected_by(np["spec"]["podSelector"])
+        if not targets:
+            err(f"{npname}: selects no workload")
+        rules = np["spec"].get("ingress", [])
+        for w in targets:
+            cports = {cp["name"]: cp["containerPort"] for c in containers(w)[1] for cp in c.get("ports", [])}
+            for r in rules:
+                for p in r.get("ports", []):
+                    if p.get("port") not in cports and p.get("port") not in cports.values():
+                        err(f"{npname}: port {p.get('port')} is not a port of {w['metadata']['name']}")
+            # A port the pod declares but no rule admits is unreachable.
+            for name, number in cports.items():
+                if not any(not r.get("ports") or any(p.get("port") in (name, number) for p in r["ports"])
+                           for r in rules):
+                    err(f"{npname}: no ingress rule admits port {name} of {w['metadata']['name']}")
+        for r in rules:
+            for peer in r.get("from", []):
+                if set(peer) == {"podSelector"} and not m.pods_selected_by(peer["podSelector"]):
+                    err(f"{npname}: ingress peer {peer['podSelector']} selects no workload of the chart")
     for hpa in m.of_kind("HorizontalPodAutoscaler"):
         ref = hpa["spec"]["scaleTargetRef"]
         if not m.get(ref["kind"], ref["name"]):

@@ -121,9 +121,16 @@ class Cluster:
 
     # -- pods ----------------------------------------------------------------
     def _mount_target(self, path):
-        if not os.path.isdir(path):
-            os.makedirs(path)
-            self.created_dirs.append(path)
+        """Creates the mount point on the host, remembering every directory
+        made (parents first) so down() leaves the host as it was."""
+        missing = []
+        p = os.path.abspath(path)
+        while not os.path.isdir(p):
+            missing.append(p)
+            p = os.path.dirname(p)
+        for d in reversed(missing):
+            os.mkdir(d)
+            self.created_dirs.append(d)
 
     def _env(self, pod, c):
         env = {"PATH": f"{self.bin_dir}:/usr/local/bin:/usr/bin:/bin", "HOSTNAME": pod.name, "HOME": "/tmp"}

@@ -5,10 +5,10 @@ import subprocess
 
 
 def render(helm_render, chart, values_files=(), sets=(), release="specline", namespace="default",
-           api_versions=()):
+           api_versions=(), extra_args=()):
     """Runs helm-render (or helm-render compatible) and returns the manifests."""
     cmd = [helm_render, "--chart", chart, "--release", release, "--namespace", namespace,
-           "--output", "json"]
+           "--output", "json", *extra_args]
     for v in values_files:
         cmd += ["--values", v]
     for s in sets:
@@ -60,3 +60,77 @@ def replicas(workload):
 def containers(workload):
     spec = workload["spec"]["template"]["spec"]
     return spec.get("initContainers", []), spec["containers"]
+
+
+def selector_matches(selector, labels):
+    """A LabelSelector (matchLabels and matchExpressions) against labels;
+    an empty selector matches everything, as in a NetworkPolicy."""
+    selector = selector or {}
+    if any(labels.get(k) != v for k, v in selector.get("matchLabels", {}).items()):
+        return False
+    for e in selector.get("matchExpressions", []):
+        present, value = e["key"] in labels, labels.get(e["key"])
+        op = e["operator"]
+        if (op == "In" and value not in e.get("values", [])) or \
+           (op == "NotIn" and present and value in e.get("values", [])) or \
+           (op == "Exists" and not present) or (op == "DoesNotExist" and present):
+            return False
+    return True
+
+
+class Source:
+    """Where a connection comes from, for admits(): a pod with `labels` in
+    the release's namespace (same_namespace) or in a namespace with
+    `namespace_labels`, at `ip` (dotted quad, for ipBlock peers)."""
+
+    def __init__(self, labels=None, same_namespace=True, namespace_labels=None, ip=None):
+        self.labels, self.same_namespace = labels or {}, same_namespace
+        self.namespace_labels, self.ip = namespace_labels or {}, ip
+
+
+def _in_cidr(ip, cidr):
+    import ipaddress
+    return ip is not None and ipaddress.ip_address(ip) in ipaddress.ip_network(cidr, strict=False)
+
+
+def _peer_matches(peer, src):
+    if "ipBlock" in peer:
+        b = peer["ipBlock"]
+        return _in_cidr(src.ip, b["cidr"]) and not any(_in_cidr(src.ip, x) for x in b.get("except", []))
+    if "namespaceSelector" in peer:
+        if not selector_matches(peer["namespaceSelector"], src.namespace_labels):
+            return False
+    elif not src.same_namespace:  # a podSelector alone: the policy's namespace
+        return False
+    return selector_matches(peer.get("podSelector"), src.labels)
+
+
+def admits(m, workload, port, src):
+    """Whether the NetworkPolicies of the rendered chart let `src` connect
+    to TCP `port` (a number) of `workload`'s pods: open when no policy
+    selects the pod, else when some ingress rule of a selecting policy
+    matches the port (named ports resolved on the pod) and the source."""
+    labels = workload["spec"]["template"]["metadata"].get("labels", {})
+    named = {cp["name"]: cp["containerPort"] for c in containers(workload)[1] for cp in c.get("ports", [])}
+    policies = [p for p in m.of_kind("NetworkPolicy")
+                if selector_matches(p["spec"]["podSelector"], labels)
+                and "Ingress" in p["spec"].get("policyTypes", ["Ingress"])]
+    if not policies:
+        return True
+    for p in policies:
+        for rule in p["spec"].get("ingress", []):
+            ports = rule.get("ports")
+            if ports:
+                ok = False
+                for rp in ports:
+                    if rp.get("protocol", "TCP") != "TCP":
+                        continue
+                    number = named.get(rp["port"], rp["port"]) if "port" in rp else None
+                    if number is None or (isinstance(number, int) and number <= port <= rp.get("endPort", number)):
+                        ok = True
+                if not ok:
+                    continue
+            peers = rule.get("from")
+            if not peers or any(_peer_matches(peer, src) for peer in peers):
+                return True
+    return False

@@ -12,8 +12,12 @@ against Prometheus; optionally screenshots the report in headless Chromium;
 ends with SIGTERM like `helm uninstall` and checks every pod exits 0.
 
 Needs root (namespaces, a bridge). Usage: deploy/README.md, docs/deploy.md.
+Exit status: 0 passed, 1 failed, 77 (ctest's skip code) when it cannot run
+here, or when everything else passed but the Prometheus checks could not run
+(no `prometheus`; --no-prometheus leaves them out on purpose and passes).
 """
 import argparse
+import base64
 import hashlib
 import json
 import os
@@ -30,11 +34,33 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import chart_checks  # noqa: E402
 import cluster as cluster_mod  # noqa: E402
 import manifests as manifests_mod  # noqa: E402
+from manifests import containers  # noqa: E402
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 CHART = os.path.join(REPO, "deploy", "helm", "specline")
 RULES = os.path.join(REPO, "deploy", "prometheus", "specline-rules.yaml")
 POD_UID = 10001  # the chart's runAsUser / fsGroup
+# The metadata key internal RPCs carry the cluster secret in
+# (common/cluster_secret.h, kClusterSecretMetadata).
+SECRET_METADATA = "x-specline-cluster-secret"
+
+# One internal RPC with an empty request (raw bytes: no generated stubs),
+# optionally carrying the secret; prints the status code's name.
+RPC_PROBE = r"""
+import sys, grpc
+addr, method, stream, secret = sys.argv[1], sys.argv[2], sys.argv[3] == "stream", sys.argv[4]
+ch = grpc.insecure_channel(addr)
+md = [("%s", secret)] if secret else None
+try:
+    if stream:
+        for _ in ch.unary_stream(method)(b"", timeout=10, metadata=md):
+            pass
+    else:
+        ch.unary_unary(method)(b"", timeout=10, metadata=md)
+    print("OK")
+except grpc.RpcError as e:
+    print(e.code().name)
+""" % SECRET_METADATA
 
 
 def log(msg):
@@ -61,10 +87,32 @@ def free_port():
         return s.getsockname()[1]
 
 
+def write_secret_volume(m, pod, v, d):
+    """A secret volume as the kubelet makes it: the Secret's keys (or the
+    volume's items) as files of mode defaultMode, owned by root and the
+    pod's fsGroup."""
+    src = v["secret"]
+    secret = m.get("Secret", src["secretName"])
+    if secret is None:
+        raise RuntimeError(f"volume {v['name']}: Secret {src['secretName']} is not rendered (an existing "
+                           "Secret cannot be emulated)")
+    data = {k: base64.b64decode(x) for k, x in secret.get("data", {}).items()}
+    data.update({k: x.encode() for k, x in secret.get("stringData", {}).items()})
+    items = src.get("items") or [{"key": k, "path": k} for k in data]
+    group = int(pod.spec.get("securityContext", {}).get("fsGroup", 0))
+    for item in items:
+        path = os.path.join(d, item["path"])
+        with open(path, "wb") as f:
+            f.write(data[item["key"]])
+        os.chmod(path, item.get("mode", src.get("defaultMode", 0o644)))
+        os.chown(path, 0, group)
+
+
 def prepare_volumes(m, c, work):
     """Host directories behind each pod's volumes: one directory per
     PersistentVolumeClaim (ReadWriteMany: shared by all pods), one per pod
-    for an emptyDir, the ConfigMap's files. Owned by the pod's fsGroup."""
+    for an emptyDir and for a Secret's files, the ConfigMap's files. Owned by
+    the pod's fsGroup."""
     dirs = {}
     for pod in c.pods:
         for v in pod.spec.get("volumes", []):
@@ -78,6 +126,10 @@ def prepare_volumes(m, c, work):
                 for key, text in m.get("ConfigMap", v["configMap"]["name"])["data"].items():
                     with open(os.path.join(d, key), "w") as f:
                         f.write(text)
+            elif "secret" in v:
+                d = os.path.join(work, "pods", pod.name, v["name"])
+                os.makedirs(d, exist_ok=True)
+                write_secret_volume(m, pod, v, d)
             else:
                 raise RuntimeError(f"volume {v['name']}: kind not emulated")
             os.makedirs(d, exist_ok=True)
@@ -112,6 +164,59 @@ def start_prometheus(m, c, work):
     p = subprocess.Popen(["prometheus", f"--config.file={path}", f"--storage.tsdb.path={work}/tsdb",
                           f"--web.listen-address=127.0.0.1:{port}"], stdout=logf, stderr=subprocess.STDOUT)
     return p, f"http://127.0.0.1:{port}", [j["job_name"] for j in jobs]
+
+
+def grpc_python():
+    """A Python interpreter with grpcio (Debian's python3-grpcio may sit
+    under /usr/bin/python3 only), or None."""
+    for py in (sys.executable, "python3", "/usr/bin/python3"):
+        if shutil.which(py) and subprocess.run([py, "-c", "import grpc"], capture_output=True).returncode == 0:
+            return py
+    return None
+
+
+def secret_file(c, pod):
+    """The host file behind a pod's --cluster-secret-file, or None."""
+    ctr = containers(pod.workload)[1][0]
+    path = next((a.split("=", 1)[1] for a in ctr["args"] if a.startswith("--cluster-secret-file=")), None)
+    for vm in ctr.get("volumeMounts", []) if path else []:
+        if path.startswith(vm["mountPath"].rstrip("/") + "/"):
+            return os.path.join(c.volume_dirs[(pod.name, vm["name"])], path[len(vm["mountPath"].rstrip("/")) + 1:])
+    return None
+
+
+def check_internal_plane(c, python):
+    """From the node (which NetworkPolicies admit, so only the secret stands
+    in the way): the scheduler's and every stage's internal RPCs are refused
+    without the cluster secret and answered with the one the pods mount.
+    Returns what was refused."""
+    def call(pod, port, method, stream, secret):
+        r = subprocess.run([python, "-c", RPC_PROBE, f"{pod.ip}:{port}", method, "stream" if stream else "unary",
+                            secret], capture_output=True, text=True, timeout=60)
+        return r.stdout.strip() or r.stderr.strip()[-300:]
+
+    tried = []
+    for pod in c.pods:
+        args = containers(pod.workload)[1][0]["args"]
+        port = next((a.split("=", 1)[1] for a in args if a.startswith("--grpc-port=")), None)
+        with open(secret_file(c, pod)) as f:
+            value = f.read().rstrip()
+        if pod.labels.get("app.kubernetes.io/component") == "scheduler":
+            probes = [("/specline.internal.Scheduler/GetStats", False), ("/specline.internal.Scheduler/Submit", True)]
+        elif pod.labels.get("app.kubernetes.io/component") == "stage":
+            probes = [("/specline.internal.StageWorker/GetInfo", False)]
+        else:
+            continue
+        for method, stream in probes:
+            without = call(pod, port, method, stream, "")
+            if without != "UNAUTHENTICATED":
+                raise RuntimeError(f"{pod.name} {method} without the cluster secret: {without}, not UNAUTHENTICATED")
+            tried.append(f"{pod.name} {method}")
+        method, stream = probes[0]
+        got = call(pod, port, method, stream, value)
+        if got != "OK":
+            raise RuntimeError(f"{pod.name} {method} with the cluster secret: {got}, not OK")
+    return tried
 
 
 def prom_query(base, query):
@@ -150,7 +255,9 @@ def main():
     ap.add_argument("--slo-tpot-ms", type=float, default=200, help="goodput SLO")
     ap.add_argument("--out", default=os.path.join(REPO, "build", "rehearsal"), help="report, JSON, screenshot")
     ap.add_argument("--screenshot", action="store_true", help="report screenshot with headless Chromium")
-    ap.add_argument("--no-prometheus", action="store_true")
+    ap.add_argument("--no-prometheus", action="store_true",
+                    help="leave out Prometheus and its checks on purpose (passes; without prometheus "
+                         "installed the run ends as skipped)")
     ap.add_argument("--keep-work", action="store_true")
     args = ap.parse_args()
 
@@ -160,9 +267,18 @@ def main():
     if not os.path.isfile(args.model):
         log(f"model {args.model} not found: cannot rehearse")
         return 77
-    if not args.no_prometheus and not shutil.which("prometheus"):
-        log("prometheus not installed (Debian package prometheus): rehearsing without it")
+    # Without prometheus the rest still runs, but the run ends as skipped:
+    # its Prometheus checks did not happen, which is not a pass.
+    skipped = []  # checks that could not run here: the result is then a skip
+    prometheus_missing = not args.no_prometheus and not shutil.which("prometheus")
+    if prometheus_missing:
+        log("prometheus not installed (Debian package prometheus): rehearsing without it; "
+            "the result will be SKIPPED, not passed")
+        skipped.append("the Prometheus checks (every target scraped, the gateways' success counter equal to the "
+                       "load tester's count, the recording rules): prometheus is not installed (Debian package "
+                       "prometheus; scripts/setup.sh installs it)")
         args.no_prometheus = True
+    python_grpc = grpc_python()
     helm_render = args.helm_render or os.path.join(args.build_dir, "deploy", "helm-render")
     os.makedirs(args.out, exist_ok=True)
     # Not under /tmp: each pod gets its own /tmp, which would hide this.
@@ -215,6 +331,18 @@ def main():
             raise RuntimeError(f"specline client failed: {r.stderr}")
         log(f"streamed through the gateway Service: {r.stdout.strip()!r}")
 
+        if not all(secret_file(c, p) for p in c.pods):
+            log("internal plane: no cluster secret in these values (internalAuth.enabled=false); not checked")
+            result["internal_plane"] = "no secret (internalAuth.enabled=false)"
+        elif python_grpc is None:
+            skipped.append("the internal-plane check (RPCs without the cluster secret refused): no Python with "
+                           "grpcio (Debian package python3-grpcio)")
+            result["internal_plane"] = "skipped: no grpcio"
+        else:
+            tried = check_internal_plane(c, python_grpc)
+            log(f"internal plane: {len(tried)} RPCs refused without the cluster secret, answered with it")
+            result["internal_plane"] = {"refused_without_secret": tried}
+
         if not args.no_prometheus:
             prom, prom_url, jobs = start_prometheus(m, c, work)
             wait_for("Prometheus to scrape every target",
@@ -241,8 +369,11 @@ def main():
             log(f"load tester completed {completed} (with the client), gateways counted {served}")
             if served != completed:
                 raise RuntimeError(f"Prometheus counts {served} successful requests, the load tester {completed}")
-            rec = prom_query(prom_url, "specline:time_to_first_token_seconds:p50_5m")
-            result["prometheus_ttft_p50_5m_ms"] = float(rec[0]["value"][1]) * 1e3 if rec else None
+            # The project's recording rules evaluate over the scraped series.
+            rec = wait_for("the recording rule specline:time_to_first_token_seconds:p50_5m", lambda: [
+                r for r in prom_query(prom_url, "specline:time_to_first_token_seconds:p50_5m")
+                if r["value"][1] not in ("NaN", "+Inf", "-Inf")], 30)
+            result["prometheus_ttft_p50_5m_ms"] = float(rec[0]["value"][1]) * 1e3
             alerts = prom_query(prom_url, 'ALERTS{alertstate="firing"}')
             result["firing_alerts"] = sorted({a["metric"]["alertname"] for a in alerts})
 
@@ -280,10 +411,19 @@ def main():
                        check=True, capture_output=True, timeout=120)
         log(f"screenshot: {png}")
         result["screenshot"] = png
+    result["prometheus"] = ("checked" if not args.no_prometheus else
+                            "skipped: prometheus not installed" if prometheus_missing else "left out (--no-prometheus)")
     with open(os.path.join(args.out, "rehearsal.json"), "w") as f:
         json.dump(result, f, indent=1)
-    log("PASSED" if result["ok"] else "FAILED")
-    return 0 if result["ok"] else 1
+    if not result["ok"]:
+        log("FAILED")
+        return 1
+    if skipped:
+        for what in skipped:
+            log(f"SKIPPED: everything else passed, but not {what}")
+        return 77
+    log("PASSED")
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Checks specline's model writers against independent Python readers.
 
-Usage:
-  SPECLINE_WRITER_SAMPLES=/tmp/samples build/tests/formats_test \
-      --gtest_filter=Formats.WriteSamplesForPythonCheck
-  python3 scripts/reference/check_writers.py /tmp/samples
+Usage (scripts/test.sh runs it after ctest, with training/setup.sh's Python:
+numpy, gguf, safetensors and torch; `python3` on PATH may lack them):
+  build/tests/formats_test --gtest_filter=Formats.WriteSamplesForPythonCheck
+  $(bash training/setup.sh | tail -1) scripts/reference/check_writers.py build/writer-samples
+(the test writes to $SPECLINE_WRITER_SAMPLES when set, else <build>/writer-samples).
 
 What it checks (each file is written from the same logical model, seed 42):
   * every .gguf opens with the `gguf` package; its metadata and tensor
@@ -15,8 +16,9 @@ What it checks (each file is written from the same logical model, seed 42):
     the GGUF "llama" tensors (qwen2/qwen3 GGUFs are not permuted);
   * the llama2.c .bin, parsed here with numpy, holds the GGUF tensors;
   * transformers loads each Hugging Face directory, and (when its GGUF support
-    works) the GGUF files too; the logits agree.
-Exits non-zero on the first mismatch.
+    works) the GGUF files too; the logits agree (skipped, saying so, when
+    transformers is not installed).
+Exits non-zero on the first mismatch, and when any sample is missing.
 """
 import json
 import os
@@ -212,10 +214,22 @@ def check_transformers(d):
             print(f"ok  transformers loads {g}: logits match {name} (max diff {diff:.2e})")
 
 
+# What Formats.WriteSamplesForPythonCheck writes: every one is required.
+SAMPLES = ["llama.bin", "llama-F32.gguf", "llama-F16.gguf", "llama-BF16.gguf", "llama-Q8_0.gguf",
+           "llama-Q4_0.gguf", "llama-Q4_1.gguf", "llama-hf/config.json", "llama-hf/model.safetensors",
+           "llama-hf-bf16/config.json", "llama-hf-bf16/model.safetensors", "qwen3-F32.gguf",
+           "qwen3-hf/config.json", "qwen3-hf/model.safetensors", "qwen2-F32.gguf",
+           "qwen2-hf/config.json", "qwen2-hf/model.safetensors"]
+
+
 def main():
     d = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("SPECLINE_WRITER_SAMPLES", "")
     if not d or not os.path.isdir(d):
-        fail("pass the samples directory (see the docstring)")
+        fail(f"no samples directory {d!r}: run Formats.WriteSamplesForPythonCheck first (see the docstring)")
+    missing = [s for s in SAMPLES if not os.path.isfile(os.path.join(d, s)) or
+               os.path.getsize(os.path.join(d, s)) == 0]
+    if missing:
+        fail(f"{d}: samples missing or empty: {', '.join(missing)}")
     cfg = json.load(open(os.path.join(d, "llama-hf", "config.json")))
     ref = check_hf_vs_gguf(os.path.join(d, "llama-hf"), os.path.join(d, "llama-F32.gguf"), True)
     check_hf_vs_gguf(os.path.join(d, "qwen3-hf"), os.path.join(d, "qwen3-F32.gguf"), False)

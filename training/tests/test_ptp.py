@@ -247,6 +247,10 @@ class GoldenTest(unittest.TestCase):
             want = json.load(f)
         self.assertLess(os.path.getsize(GOLDEN), 200_000)
         got = ptp_golden.build()
+        # Same sets of sequences and traces, and per trace the same number of
+        # calls: zip() below would silently stop at the shorter list.
+        self.assertEqual(set(got["sequences"]), set(want["sequences"]))
+        self.assertEqual(set(got["traces"]), set(want["traces"]))
         for name, s in want["sequences"].items():
             self.assertEqual(got["sequences"][name]["tokens"], s["tokens"], name)
             self.assertEqual(got["sequences"][name]["calls"], s["calls"], name)
@@ -255,14 +259,19 @@ class GoldenTest(unittest.TestCase):
             self.assertEqual(ref, s["tokens"], name)
         self.assertEqual(got["u_first_16"], want["u_first_16"])
         for name, tr in want["traces"].items():
+            self.assertGreater(len(tr["calls"]), 0, name)
+            self.assertEqual(len(got["traces"][name]["calls"]), len(tr["calls"]), name)
             for c_want, c_got in zip(tr["calls"], got["traces"][name]["calls"]):
+                self.assertEqual(set(c_got), set(c_want), f"{name} call {c_want['call']}: fields")
                 for key in ("verify_tokens", "aux_u", "proposals", "teacher_tokens", "accepted",
                             "committed_tokens"):
                     self.assertEqual(c_got[key], c_want[key], f"{name} call {c_want['call']} {key}")
                 for key in ("teacher_logits", "aux_logits", "aux_input_embeds"):
                     if key in c_want:
+                        self.assertEqual(torch.tensor(c_got[key]).shape, torch.tensor(c_want[key]).shape, key)
                         d = (torch.tensor(c_got[key]) - torch.tensor(c_want[key])).abs().max()
                         self.assertLess(float(d), 1e-4, key)
+            self.assertIn("teacher_logits", tr["calls"][0], f"{name}: the first call's logits")
 
 
 if __name__ == "__main__":

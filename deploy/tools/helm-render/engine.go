@@ -84,7 +84,9 @@ func installEngineFuncs(t *template.Template, included map[string]int) {
 
 // renderChart executes every template of the chart with Helm's top-level
 // object. All files share one template set, so `define`s are global.
-func renderChart(ch *Chart, vals map[string]interface{}, caps *Capabilities, release, namespace string) (res *rendered, err error) {
+// objects are what `lookup` finds (--lookup-objects; none: helm template).
+func renderChart(ch *Chart, vals map[string]interface{}, caps *Capabilities, release, namespace string,
+	objects []map[string]interface{}) (res *rendered, err error) {
 	// text/template can panic on odd inputs; Helm turns that into an error.
 	defer func() {
 		if r := recover(); r != nil {
@@ -96,6 +98,7 @@ func renderChart(ch *Chart, vals map[string]interface{}, caps *Capabilities, rel
 	// printed as "<no value>", which is then replaced by "" below.
 	t.Option("missingkey=zero")
 	t.Funcs(funcMap())
+	t.Funcs(template.FuncMap{"lookup": lookupIn(objects)})
 	included := map[string]int{}
 	installEngineFuncs(t, included)
 

@@ -3,6 +3,8 @@ package main
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
+	"os"
 	"strings"
 	"text/template"
 
@@ -29,10 +31,9 @@ func funcMap() template.FuncMap {
 		"fromJson":      fromJSON,
 		"fromJsonArray": fromJSONArray,
 		"required":      required,
-		// `helm template` has no cluster, so lookup always finds nothing.
-		"lookup": func(apiVersion, kind, namespace, name string) (map[string]interface{}, error) {
-			return map[string]interface{}{}, nil
-		},
+		// `helm template` has no cluster, so lookup finds nothing unless
+		// --lookup-objects stands in for one (engine.go rebinds it).
+		"lookup": lookupIn(nil),
 		// Placeholders, replaced by engine.go with closures over the set.
 		"include": func(string, interface{}) (string, error) { return "", errors.New("not implemented") },
 		"tpl":     func(string, interface{}) (string, error) { return "", errors.New("not implemented") },
@@ -121,4 +122,72 @@ func required(msg string, val interface{}) (interface{}, error) {
 		return val, errors.New(msg)
 	}
 	return val, nil
+}
+
+// lookupIn is Helm's lookup over a fixed set of objects (--lookup-objects):
+// the object of that apiVersion, kind, namespace and name, or an empty map;
+// with an empty name, a List of every such object in the namespace (all
+// namespaces when it is empty), as Helm returns. An object's namespace is
+// its metadata.namespace ("" for cluster-scoped objects).
+func lookupIn(objects []map[string]interface{}) func(apiVersion, kind, namespace, name string) (map[string]interface{}, error) {
+	return func(apiVersion, kind, namespace, name string) (map[string]interface{}, error) {
+		var items []interface{}
+		for _, o := range objects {
+			meta, _ := o["metadata"].(map[string]interface{})
+			ons, _ := meta["namespace"].(string)
+			oname, _ := meta["name"].(string)
+			if o["apiVersion"] != apiVersion || o["kind"] != kind {
+				continue
+			}
+			if name != "" {
+				if ons == namespace && oname == name {
+					return o, nil
+				}
+				continue
+			}
+			if namespace == "" || ons == namespace {
+				items = append(items, o)
+			}
+		}
+		if name != "" {
+			return map[string]interface{}{}, nil
+		}
+		if items == nil {
+			items = []interface{}{}
+		}
+		return map[string]interface{}{"apiVersion": apiVersion, "kind": kind + "List", "items": items}, nil
+	}
+}
+
+// loadObjects reads --lookup-objects: YAML or JSON holding a list of
+// objects, a List (an object with "items"), or one object.
+func loadObjects(path string) ([]map[string]interface{}, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var v interface{}
+	if err := yaml.Unmarshal(data, &v); err != nil {
+		return nil, fmt.Errorf("--lookup-objects %s: %v", path, err)
+	}
+	if m, ok := v.(map[string]interface{}); ok {
+		if items, ok := m["items"].([]interface{}); ok {
+			v = items
+		} else {
+			v = []interface{}{m}
+		}
+	}
+	list, ok := v.([]interface{})
+	if !ok {
+		return nil, fmt.Errorf("--lookup-objects %s: expected a list of objects, a List or an object", path)
+	}
+	var out []map[string]interface{}
+	for i, x := range list {
+		o, ok := x.(map[string]interface{})
+		if !ok || o["apiVersion"] == nil || o["kind"] == nil {
+			return nil, fmt.Errorf("--lookup-objects %s: item %d is not an object with apiVersion and kind", path, i)
+		}
+		out = append(out, o)
+	}
+	return out, nil
 }

@@ -36,6 +36,7 @@ func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 const usage = `usage: helm-render --chart DIR [--values FILE]... [--set key=value[,key=value]]...
                    [--release NAME] [--namespace NS] [--kube-version 1.30.0]
                    [--api-versions group/version[/Kind][,...]]... [--output yaml|json] [--notes]
+                   [--lookup-objects FILE]
 
 Renders a Helm 3 chart like 'helm template' (see README.md for the exact
 semantics and output formats). Exits non-zero on any template, values or
@@ -53,6 +54,7 @@ type options struct {
 	apiVersions []string
 	output      string
 	notes       bool
+	lookupFile  string
 }
 
 var errHelp = errors.New("help requested")
@@ -76,6 +78,7 @@ func parseArgs(args []string, stderr io.Writer) (*options, error) {
 	fs.Var(&apis, "api-versions", "extra API versions for .Capabilities.APIVersions (repeatable, comma-separated)")
 	fs.StringVar(&o.output, "output", "yaml", "yaml or json")
 	fs.BoolVar(&o.notes, "notes", false, "also render templates/NOTES.txt")
+	fs.StringVar(&o.lookupFile, "lookup-objects", "", "objects lookup finds (YAML/JSON list or List), standing in for a cluster")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, errHelp
@@ -125,7 +128,13 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	rendered, err := renderChart(ch, vals, caps, o.release, o.namespace)
+	var objects []map[string]interface{}
+	if o.lookupFile != "" {
+		if objects, err = loadObjects(o.lookupFile); err != nil {
+			return err
+		}
+	}
+	rendered, err := renderChart(ch, vals, caps, o.release, o.namespace, objects)
 	if err != nil {
 		return err
 	}

@@ -439,3 +439,62 @@ data:
 		t.Errorf("got\n%s\nwant\n%s", out.String(), want)
 	}
 }
+
+// --lookup-objects stands in for a cluster: lookup finds an object by
+// apiVersion, kind, namespace and name (Helm's lookup during install or
+// upgrade), an empty name lists the namespace's objects of that kind as a
+// <Kind>List, and anything else is an empty map as with helm template.
+func TestLookupObjects(t *testing.T) {
+	objs := filepath.Join(t.TempDir(), "objects.yaml")
+	if err := os.WriteFile(objs, []byte(`
+- apiVersion: v1
+  kind: Secret
+  metadata: {name: x, namespace: default}
+  type: Opaque
+  data: {k: dg==}
+- apiVersion: v1
+  kind: Secret
+  metadata: {name: y, namespace: other}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cm := renderJSON(t, "--lookup-objects", objs)["fixture/templates/configmap.yaml"][0]
+	if got := cm["data"].(map[string]interface{})["lookup"]; got != "5" {
+		t.Errorf("lookup of an object the cluster has: len = %v, want 5 (apiVersion, kind, metadata, type, data)", got)
+	}
+	cm = renderJSON(t)["fixture/templates/configmap.yaml"][0]
+	if got := cm["data"].(map[string]interface{})["lookup"]; got != "0" {
+		t.Errorf("lookup without --lookup-objects: len = %v, want 0", got)
+	}
+
+	list, err := loadObjects(objs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lookup := lookupIn(list)
+	for _, c := range []struct {
+		ns, name string
+		want     int // keys of the object, or items of the list
+	}{{"default", "x", 5}, {"other", "x", 0}, {"default", "z", 0}, {"other", "", 1}, {"", "", 2}, {"none", "", 0}} {
+		got, _ := lookup("v1", "Secret", c.ns, c.name)
+		n := len(got)
+		if c.name == "" {
+			if got["kind"] != "SecretList" {
+				t.Errorf("lookup(%q, %q): kind %v, want SecretList", c.ns, c.name, got["kind"])
+			}
+			n = len(got["items"].([]interface{}))
+		}
+		if n != c.want {
+			t.Errorf("lookup(%q, %q) = %v, want %d", c.ns, c.name, got, c.want)
+		}
+	}
+	if got, _ := lookup("v1", "ConfigMap", "default", "x"); len(got) != 0 {
+		t.Errorf("lookup matched another kind: %v", got)
+	}
+
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(bad, []byte("- just a string\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mustFail(t, []string{"--lookup-objects", "item 0"}, "--lookup-objects", bad)
+}

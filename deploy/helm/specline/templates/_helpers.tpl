@@ -175,6 +175,15 @@ volumes:
   # The root filesystem is read-only; scratch space for the runtime.
   - name: tmp
     emptyDir: {}
+  {{- if .Values.internalAuth.enabled }}
+  # The internal plane's shared secret, as the file "secret" whatever the
+  # Secret's key; readable by the pod's group (fsGroup) only.
+  - name: cluster-secret
+    secret:
+      secretName: {{ include "specline.clusterSecretName" . }}
+      items: [{key: {{ .Values.internalAuth.secretKey }}, path: secret}]
+      defaultMode: 0440
+  {{- end }}
 {{- end -}}
 
 {{/* Environment from the ConfigMap; call with (dict "ctx" $ "keys" (list "model" ...)). */}}
@@ -191,6 +200,9 @@ volumes:
 - {name: models, mountPath: {{ .Values.modelCache.mountPath }}, readOnly: true}
 - {name: config, mountPath: /etc/specline, readOnly: true}
 - {name: tmp, mountPath: /tmp}
+{{- if .Values.internalAuth.enabled }}
+- {name: cluster-secret, mountPath: {{ include "specline.clusterSecretDir" . }}, readOnly: true}
+{{- end }}
 {{- end -}}
 
 {{/* Probes on the gRPC health service; liveness is a TCP check so a scheduler waiting for its stages is not restarted. Call with (dict "ctx" $ "port" N "startup" "grpc"|"tcp"). */}}
@@ -229,4 +241,54 @@ pipeline.pipoHead), as container args.
 {{- with .Values.pipeline.pipoHead }}
 - --pipo-head={{ $.Values.modelCache.mountPath }}/{{ . }}
 {{- end }}
+{{- end -}}
+
+
+{{/*
+The internal plane's shared secret (internalAuth): the Secret's name, where
+pods mount it, the flag every binary gets, and the checksum annotation that
+rolls the pods when the value changes.
+*/}}
+{{- define "specline.clusterSecretName" -}}
+{{- default (printf "%s-cluster-secret" (include "specline.fullname" .)) .Values.internalAuth.existingSecret -}}
+{{- end -}}
+
+{{- define "specline.clusterSecretDir" -}}/var/run/secrets/specline/cluster{{- end -}}
+
+{{- define "specline.clusterSecretArgs" -}}
+{{- if .Values.internalAuth.enabled }}
+- --cluster-secret-file={{ include "specline.clusterSecretDir" . }}/secret
+{{- end }}
+{{- end -}}
+
+{{/*
+The secret's value as Secret.data holds it (base64): the value the cluster
+already has (lookup, so `helm upgrade` keeps it), else, for the generated
+Secret, 48 random characters drawn once per render (kept in .Values so the
+Secret and every pod's checksum agree). With internalAuth.existingSecret it
+is that Secret's value where lookup sees it, else "" (helm template).
+*/}}
+{{- define "specline.clusterSecretData" -}}
+{{- $a := .Values.internalAuth -}}
+{{- if not (hasKey $a "_data") -}}
+{{- $data := "" -}}
+{{- $found := lookup "v1" "Secret" .Release.Namespace (include "specline.clusterSecretName" .) -}}
+{{- $foundData := default dict (get $found "data") -}}
+{{- if hasKey $foundData $a.secretKey -}}
+{{- $data = index $foundData $a.secretKey -}}
+{{- else if not $a.existingSecret -}}
+{{- $data = randAlphaNum 48 | b64enc -}}
+{{- end -}}
+{{- $_ := set $a "_data" $data -}}
+{{- end -}}
+{{- $a._data -}}
+{{- end -}}
+
+{{/* Pod annotation: a new secret value restarts the pods, which read it at start. */}}
+{{- define "specline.clusterSecretAnnotation" -}}
+{{- if .Values.internalAuth.enabled -}}
+{{- with include "specline.clusterSecretData" . -}}
+checksum/cluster-secret: {{ sha256sum . }}
+{{- end -}}
+{{- end -}}
 {{- end -}}

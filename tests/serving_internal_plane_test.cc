@@ -1,0 +1,338 @@
+// Attacks on a running deployment (`specline serve`, each role its own
+// process on loopback), as issue 14 tried them: the internal plane refuses
+// callers without the cluster secret (scheduler Submit, stage Reset and
+// GetInfo, micro-batch injection on the data plane), an oversized frame
+// header or garbage bytes cost the stage no memory, one principal cannot
+// abort another's request, server-made ids are unguessable, malformed
+// requests get INVALID_ARGUMENT naming the problem, and public responses
+// carry no file path. After every attack the service still serves.
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <fstream>
+#include <random>
+#include <regex>
+#include <sstream>
+
+#include <grpcpp/generic/generic_stub.h>
+
+#include "absl/strings/escaping.h"
+#include "common/cluster_secret.h"
+#include "model/formats/random_model.h"
+#include "specline/internal/stage.grpc.pb.h"
+#include "tests/serving_stack.h"
+#include "transport/transport.h"
+
+namespace specline::testing {
+namespace {
+
+// Slow enough (a few ms a step) and long enough that a request outlives
+// the calls a test makes while it runs.
+std::string SlowModel() {
+  const ModelConfig c = LlamaShape(256, 768, 8, 8, 4, 256, 4096);
+  const std::string p = TempDir() + "/slow-model.bin";
+  WriteRandomModel(c, ModelFormat::kLlama2c, p, /*seed=*/21);
+  return p;
+}
+
+v1::GenerateRequest Request(int max_tokens, const std::string& id = "") {
+  v1::GenerateRequest req;
+  for (int t : {1, 5, 9, 13}) req.mutable_token_ids()->add_ids(t);
+  req.set_max_tokens(max_tokens);
+  req.set_ignore_eos(true);
+  req.set_request_id(id);
+  return req;
+}
+
+bool ServesOneRequest(const ServingStack& s, const std::string& token = "") {
+  auto stub = v1::Generation::NewStub(s.channel());
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 60s);
+  if (!token.empty()) ctx.AddMetadata("authorization", "Bearer " + token);
+  auto reader = stub->Generate(&ctx, Request(3));
+  v1::GenerateResponse msg;
+  int tokens = 0;
+  while (reader->Read(&msg)) tokens += msg.token_ids_size();
+  return reader->Finish().ok() && tokens == 3;
+}
+
+long RssKb(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+  }
+  return -1;
+}
+
+// A TCP connection to 127.0.0.1:port that writes `bytes` and then waits for
+// the peer to close it (or 5 s); true when the peer closed it.
+bool WriteAndExpectClose(int port, const std::string& bytes) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    close(fd);
+    return false;
+  }
+  (void)!send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+  timeval tv{5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  char buf[256];
+  ssize_t n;
+  while ((n = recv(fd, buf, sizeof buf, 0)) > 0) {
+  }
+  close(fd);
+  return n == 0 || (n < 0 && errno == ECONNRESET);
+}
+
+int PortOf(const std::string& tcp_address) {
+  return std::stoi(tcp_address.substr(tcp_address.rfind(':') + 1));
+}
+
+// Sends raw bytes as one request message of `method` (a generic call, so
+// nothing on the client validates them); the call's final status.
+grpc::Status RawCall(const std::shared_ptr<grpc::Channel>& channel, const std::string& method,
+                     const std::string& bytes) {
+  grpc::GenericStub stub(channel);
+  grpc::CompletionQueue cq;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 30s);
+  void* tag;
+  bool ok;
+  auto call = stub.PrepareCall(&ctx, method, &cq);
+  call->StartCall(reinterpret_cast<void*>(1));
+  cq.Next(&tag, &ok);
+  grpc::Slice slice(bytes);
+  grpc::ByteBuffer out(&slice, 1);
+  call->Write(out, reinterpret_cast<void*>(2));
+  cq.Next(&tag, &ok);
+  call->WritesDone(reinterpret_cast<void*>(3));
+  cq.Next(&tag, &ok);
+  grpc::ByteBuffer in;
+  for (;;) {
+    call->Read(&in, reinterpret_cast<void*>(4));
+    if (!cq.Next(&tag, &ok) || !ok) break;
+  }
+  grpc::Status status;
+  call->Finish(&status, reinterpret_cast<void*>(5));
+  cq.Next(&tag, &ok);
+  return status;
+}
+
+class InternalPlane : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { stack_ = StartStack(SlowModel(), 2).release(); }
+  static void TearDownTestSuite() {
+    delete stack_;
+    stack_ = nullptr;
+  }
+  static ServingStack* stack_;
+};
+ServingStack* InternalPlane::stack_ = nullptr;
+
+TEST_F(InternalPlane, SchedulerRefusesCallsWithoutTheSecret) {
+  const std::string wrong(48, 'x');
+  for (const std::string& secret : {std::string(), wrong}) {
+    auto stub = internal::Scheduler::NewStub(InternalChannel(stack_->scheduler(), secret));
+    {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + 10s);
+      internal::SubmitRequest req;
+      for (int t : {1, 2, 3}) req.add_prompt(t);
+      req.set_max_tokens(4);
+      auto reader = stub->Submit(&ctx, req);
+      internal::SubmitEvent e;
+      EXPECT_FALSE(reader->Read(&e)) << "no token may come back";
+      EXPECT_EQ(reader->Finish().error_code(), grpc::UNAUTHENTICATED);
+    }
+    grpc::ClientContext ctx;
+    internal::SchedulerStats stats;
+    EXPECT_EQ(stub->GetStats(&ctx, internal::StatsRequest(), &stats).error_code(), grpc::UNAUTHENTICATED);
+  }
+  EXPECT_TRUE(ServesOneRequest(*stack_));
+}
+
+TEST_F(InternalPlane, StagesRefuseResetAndInfoWithoutTheSecret) {
+  const nlohmann::json p = stack_->Reload();
+  for (int s = 0; s < 2; ++s) {
+    auto stub = internal::StageWorker::NewStub(
+        InternalChannel("127.0.0.1:" + std::to_string(p["stages"][s]["grpc"].get<int>()), ""));
+    grpc::ClientContext reset_ctx;
+    internal::ResetResponse reset_resp;
+    EXPECT_EQ(stub->Reset(&reset_ctx, internal::ResetRequest(), &reset_resp).error_code(),
+              grpc::UNAUTHENTICATED);
+    grpc::ClientContext info_ctx;
+    internal::StageInfo info;
+    EXPECT_EQ(stub->GetInfo(&info_ctx, internal::StageInfoRequest(), &info).error_code(),
+              grpc::UNAUTHENTICATED);
+  }
+  // With the secret, the scheduler's own view: still up, nothing lost.
+  EXPECT_TRUE(SchedulerStats(*stack_).stage_up(0));
+  EXPECT_TRUE(ServesOneRequest(*stack_));
+}
+
+TEST_F(InternalPlane, DataPlaneRefusesInjectedMicroBatches) {
+  const nlohmann::json p = stack_->Reload();
+  // A batch that would release every sequence id up to 64 on the stage.
+  internal::MicroBatch batch;
+  batch.set_batch_id(1);
+  for (uint64_t id = 1; id <= 64; ++id) batch.add_release(id);
+  for (int s = 0; s < 2; ++s) {
+    const std::string data = p["stages"][s]["data"].get<std::string>();
+    for (const std::string& secret : {std::string(), std::string(48, 'y')}) {
+      transport::TransportOptions o;
+      o.secret = secret;
+      auto sender = transport::Connect(data, o);
+      ASSERT_TRUE(sender.ok());
+      absl::Status st = (*sender)->Send(batch.SerializeAsString());
+      EXPECT_EQ(st.code(), absl::StatusCode::kUnauthenticated) << data << ": " << st;
+    }
+  }
+  EXPECT_TRUE(ServesOneRequest(*stack_));
+}
+
+TEST_F(InternalPlane, OversizedFrameHeadersAndGarbageCostTheStageNoMemory) {
+  const nlohmann::json p = stack_->Reload();
+  const pid_t stage = p["stages"][1]["pid"].get<pid_t>();
+  const int port = PortOf(p["stages"][1]["data"].get<std::string>());
+  const long before = RssKb(stage);
+  ASSERT_GT(before, 0);
+  // A header claiming 1 GiB (any magic: the stage expects the handshake
+  // first), on two connections, then 64 KiB of random bytes.
+  std::string header(8, '\0');
+  header[4] = 0x00, header[5] = 0x00, header[6] = 0x00, header[7] = 0x40;  // 1 << 30 little-endian
+  std::string header_be = header;
+  header_be[4] = 0x40, header_be[7] = 0x00;
+  EXPECT_TRUE(WriteAndExpectClose(port, header));
+  EXPECT_TRUE(WriteAndExpectClose(port, header_be));
+  std::mt19937 rng(3);
+  std::string garbage(64 << 10, '\0');
+  for (char& c : garbage) c = static_cast<char>(rng());
+  EXPECT_TRUE(WriteAndExpectClose(port, garbage));
+  const long after = RssKb(stage);
+  EXPECT_LT(after - before, 16 * 1024) << "the stage's RSS grew from " << before << " to " << after
+                                       << " kB";
+  EXPECT_TRUE(ServesOneRequest(*stack_));
+}
+
+TEST_F(InternalPlane, MalformedRequestsGetInvalidArgumentNamingTheProblem) {
+  std::ifstream in(SourcePath("tests/data/bad_requests/generate.txt"));
+  std::string line;
+  int cases = 0;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream fields(line);
+    std::string name, hex, expect;
+    fields >> name >> hex;
+    std::getline(fields >> std::ws, expect);
+    grpc::Status st = RawCall(stack_->channel(), "/specline.v1.Generation/Generate",
+                              absl::HexStringToBytes(hex));
+    EXPECT_EQ(st.error_code(), grpc::INVALID_ARGUMENT) << name;
+    EXPECT_NE(st.error_message().find(expect), std::string::npos)
+        << name << ": \"" << st.error_message() << "\"";
+    ++cases;
+  }
+  EXPECT_GE(cases, 10);
+  // Random bodies: every one gets a precise code and a message.
+  std::mt19937 rng(16);
+  for (int i = 0; i < 200; ++i) {
+    std::string bytes(1 + rng() % 48, '\0');
+    for (char& c : bytes) c = static_cast<char>(rng());
+    grpc::Status st = RawCall(stack_->channel(), "/specline.v1.Generation/Generate", bytes);
+    EXPECT_NE(st.error_code(), grpc::INTERNAL) << absl::BytesToHexString(bytes);
+    EXPECT_NE(st.error_code(), grpc::UNKNOWN) << absl::BytesToHexString(bytes);
+    if (!st.ok()) {
+      EXPECT_FALSE(st.error_message().empty()) << absl::BytesToHexString(bytes);
+    }
+  }
+  grpc::Status abort = RawCall(stack_->channel(), "/specline.v1.Generation/Abort", "\x0a\x01\xff");
+  EXPECT_EQ(abort.error_code(), grpc::INVALID_ARGUMENT);
+  EXPECT_NE(abort.error_message().find("request_id: not valid UTF-8"), std::string::npos);
+  // No per-request noise: protobuf never got to log the bad UTF-8.
+  const std::string log = ReadFile(stack_->launcher.log_path());
+  EXPECT_EQ(log.find("invalid UTF-8 data"), std::string::npos);
+  EXPECT_TRUE(ServesOneRequest(*stack_));
+}
+
+TEST_F(InternalPlane, ModelInfoNamesTheModelWithoutAPath) {
+  auto stub = v1::Generation::NewStub(stack_->channel());
+  grpc::ClientContext ctx;
+  v1::ModelInfo info;
+  ASSERT_TRUE(stub->GetModelInfo(&ctx, v1::ModelInfoRequest(), &info).ok());
+  EXPECT_EQ(info.model(), "slow-model");
+  EXPECT_EQ(info.model().find('/'), std::string::npos);
+}
+
+TEST(Principals, OneCannotAbortAnothersRequest) {
+  const std::string tokens = TempDir() + "/tokens";
+  std::ofstream(tokens) << "alice tok-alice\nbob tok-bob\n";
+  auto stack = StartStack(SlowModel(), 1, {"--auth-token-file", tokens});
+  auto stub = v1::Generation::NewStub(stack->channel());
+  auto abort = [&](const std::string& token, const std::string& id) {
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("authorization", "Bearer " + token);
+    v1::AbortRequest req;
+    req.set_request_id(id);
+    v1::AbortResponse resp;
+    EXPECT_TRUE(stub->Abort(&ctx, req, &resp).ok());
+    return resp.found();
+  };
+
+  // Alice's request, with a server-made id; long enough to outlive the
+  // aborts below by far (the last one ends it).
+  grpc::ClientContext ctx;
+  ctx.AddMetadata("authorization", "Bearer tok-alice");
+  ctx.set_deadline(std::chrono::system_clock::now() + 120s);
+  auto reader = stub->Generate(&ctx, Request(4000));
+  v1::GenerateResponse msg;
+  ASSERT_TRUE(reader->Read(&msg));
+  const std::string id = msg.request_id();
+  EXPECT_TRUE(std::regex_match(id, std::regex("req-[0-9a-f]{32}"))) << id;
+
+  EXPECT_FALSE(abort("tok-bob", id)) << "bob must not reach alice's request";
+  EXPECT_FALSE(abort("tok-bob", "req-00000000000000000000000000000001"));
+  EXPECT_TRUE(abort("tok-alice", id));
+  v1::FinishReason finish = v1::FINISH_REASON_UNSPECIFIED;
+  int tokens_seen = msg.token_ids_size();
+  while (reader->Read(&msg)) {
+    tokens_seen += msg.token_ids_size();
+    if (msg.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) finish = msg.finish_reason();
+  }
+  EXPECT_TRUE(reader->Finish().ok());
+  EXPECT_EQ(finish, v1::FINISH_REASON_ABORT);
+  EXPECT_LT(tokens_seen, 4000);
+  EXPECT_TRUE(ServesOneRequest(*stack, "tok-bob"));
+}
+
+TEST(Principals, PerPrincipalStreamLimit) {
+  const std::string tokens = TempDir() + "/tokens2";
+  std::ofstream(tokens) << "alice tok-alice\nbob tok-bob\n";
+  auto stack = StartStack(SlowModel(), 1,
+                          {"--auth-token-file", tokens, "--max-streams-per-principal", "1"});
+  auto stub = v1::Generation::NewStub(stack->channel());
+  grpc::ClientContext ctx;
+  ctx.AddMetadata("authorization", "Bearer tok-alice");
+  auto reader = stub->Generate(&ctx, Request(4000, "a-1"));
+  v1::GenerateResponse msg;
+  ASSERT_TRUE(reader->Read(&msg));  // open, and holding alice's one stream
+
+  grpc::ClientContext second;
+  second.AddMetadata("authorization", "Bearer tok-alice");
+  auto refused = stub->Generate(&second, Request(3, "a-2"));
+  while (refused->Read(&msg)) {
+  }
+  grpc::Status st = refused->Finish();
+  EXPECT_EQ(st.error_code(), grpc::RESOURCE_EXHAUSTED);
+  EXPECT_NE(st.error_message().find("alice"), std::string::npos) << st.error_message();
+  EXPECT_TRUE(ServesOneRequest(*stack, "tok-bob")) << "bob has his own allowance";
+  ctx.TryCancel();
+  while (reader->Read(&msg)) {
+  }
+  reader->Finish();
+}
+
+}  // namespace
+}  // namespace specline::testing
