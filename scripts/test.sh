@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds (via setup.sh) and runs the whole test suite, then the model-file
-# fuzz test under AddressSanitizer.
+# fuzz test under AddressSanitizer, then the serving path's suites under
+# AddressSanitizer and ThreadSanitizer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -27,3 +28,24 @@ cmake -S . -B "$ASAN_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DSPECLINE_SANITIZE=address,undefined -DSPECLINE_BUILD_BENCH=OFF -DSPECLINE_ENABLE_CUDA=OFF >/dev/null
 cmake --build "$ASAN_DIR" -j"$(nproc)" --target loader_fuzz_test
 UBSAN_OPTIONS=halt_on_error=1 "$ASAN_DIR/tests/loader_fuzz_test"
+
+# The serving path under sanitizers (docs/testing.md "Sanitizers").
+# ASan + UBSan: the engine, restart and gateway-input suites, and the
+# fault-injection suite with every process of the deployment built with ASan.
+SERVING_BINARIES=(specline specline-stage specline-scheduler specline-gateway)
+ASAN_SUITES=(scheduler_restart_test scheduler_engine_test gateway_input_test serving_fault_test)
+cmake --build "$ASAN_DIR" -j"$(nproc)" --target "${SERVING_BINARIES[@]}" "${ASAN_SUITES[@]}"
+export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+ctest --test-dir "$ASAN_DIR" --output-on-failure -j"$(nproc)" \
+  -R '^(EngineRestart|EngineTest|Stages/EngineStagesTest|RequestParser|Utf8|Principals|ClusterSecret|ServingFault)\.'
+# TSan: the engine's threads (driver, receiver, health, stage runners),
+# restarts and the transport. gRPC, Abseil and Protobuf are not instrumented:
+# tests/tsan.supp says why their frames are suppressed.
+TSAN_DIR=${BUILD_DIR}-tsan
+TSAN_SUITES=(scheduler_restart_test scheduler_engine_test transport_test)
+cmake -S . -B "$TSAN_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DSPECLINE_SANITIZE=thread -DSPECLINE_BUILD_BENCH=OFF -DSPECLINE_ENABLE_CUDA=OFF >/dev/null
+cmake --build "$TSAN_DIR" -j"$(nproc)" --target "${TSAN_SUITES[@]}"
+TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/tsan.supp" \
+  ctest --test-dir "$TSAN_DIR" --output-on-failure -j"$(nproc)" \
+  -R '^(EngineRestart|EngineTest|Stages/EngineStagesTest|Transport|Tcp|Inproc|DataPlaneAuth|Frame)'

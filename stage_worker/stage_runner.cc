@@ -235,7 +235,7 @@ bool StageRunner::Process(internal::MicroBatch& batch) {
   }
   // Copied out of the protobuf string: its bytes carry no float alignment.
   input_.resize(hidden_bytes / sizeof(float));
-  std::memcpy(input_.data(), batch.hidden().data(), hidden_bytes);
+  if (hidden_bytes > 0) std::memcpy(input_.data(), batch.hidden().data(), hidden_bytes);
   SliceOutput out;
   absl::Status st;
   if (n_pipo == 0) {

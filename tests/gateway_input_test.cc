@@ -1,6 +1,7 @@
 // The gateway's input handling without a server: raw request parsing
 // (request_parser.h) against the committed bad-request corpus, the UTF-8
-// rule, and the bearer-token file of principals (principals.h).
+// rule, the bearer-token file of principals (principals.h), and the
+// cluster-secret file every process reads (common/cluster_secret.h).
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -8,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/escaping.h"
+#include "common/cluster_secret.h"
 #include "services/principals.h"
 #include "services/request_parser.h"
 #include "specline/v1/generation.pb.h"
@@ -120,6 +122,30 @@ TEST(Principals, MalformedFilesAreRefusedNamingTheLine) {
   EXPECT_NE(Principals::Parse("alice x\nbob x\n", "f").status().message().find("f:2"),
             std::string_view::npos);
   EXPECT_EQ(Principals::Parse("# nothing\n", "f").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ClusterSecret, FilesTooShortOrMissingAreRefusedNamingTheFile) {
+  const std::string dir = TempDir();
+  std::ofstream(dir + "/short") << "not-long-enough\n";
+  absl::StatusOr<std::string> s = ReadClusterSecret(dir + "/short");
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.status().message().find(dir + "/short"), std::string_view::npos) << s.status();
+  EXPECT_FALSE(ReadClusterSecret(dir + "/absent").ok());
+
+  const std::string made = NewClusterSecret();
+  EXPECT_EQ(made.size(), 64u);
+  EXPECT_NE(made, NewClusterSecret()) << "secrets must be random";
+  std::ofstream(dir + "/good") << made << "\n\n";
+  EXPECT_EQ(ReadClusterSecret(dir + "/good").value_or(""), made) << "trailing whitespace trimmed";
+}
+
+TEST(ClusterSecret, ComparisonIsExact) {
+  EXPECT_TRUE(ConstantTimeEquals("abc", "abc"));
+  EXPECT_FALSE(ConstantTimeEquals("abc", "abd"));
+  EXPECT_FALSE(ConstantTimeEquals("abc", "abcd"));
+  EXPECT_FALSE(ConstantTimeEquals("abcd", "abc"));
+  EXPECT_FALSE(ConstantTimeEquals("", "a"));
+  EXPECT_TRUE(ConstantTimeEquals("", ""));
 }
 
 }  // namespace

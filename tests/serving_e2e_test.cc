@@ -4,6 +4,7 @@
 // compare with the single-process engine (LocalPipeline + Generate).
 #include <signal.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
@@ -235,6 +236,10 @@ TEST(ServingE2E, CancelledAndDeadlineExceededStreamsFreeTheirKv) {
       EXPECT_EQ(late.status.error_code(), grpc::DEADLINE_EXCEEDED) << late.status.error_message();
       if (late.tokens.empty()) deadline *= 2;
       expired_mid_stream = !late.tokens.empty();
+      if (expired_mid_stream) {
+        std::printf("[ deadline ] %lld ms expired after %zu of %d tokens\n",
+                    static_cast<long long>(deadline.count()), late.tokens.size(), kLong);
+      }
     }
     ExpectKvReturns(*stack, initial);
   }

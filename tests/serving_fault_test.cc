@@ -36,14 +36,8 @@ constexpr int kKvTokens = 4 * 38 * 16;
 // Far beyond any recovery here: a stream still open then has hung.
 constexpr auto kStreamDeadline = 90s;
 
-std::string FaultModel() {
-  // Slow enough (a few ms a step) that a stream outlives the time a fault
-  // takes to be noticed, with a context long enough for kMaxTokens.
-  const ModelConfig c = LlamaShape(256, 768, 8, 8, 4, 256, 1024);
-  const std::string p = TempDir() + "/fault-model.bin";
-  WriteRandomModel(c, ModelFormat::kLlama2c, p, /*seed=*/14);
-  return p;
-}
+// A stream outlives the time a fault takes to be noticed.
+std::string FaultModel() { return SlowServingModel(1024, /*seed=*/14); }
 
 v1::GenerateRequest LongRequest(int i) {
   v1::GenerateRequest req;

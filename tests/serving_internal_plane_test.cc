@@ -26,14 +26,7 @@
 namespace specline::testing {
 namespace {
 
-// Slow enough (a few ms a step) and long enough that a request outlives
-// the calls a test makes while it runs.
-std::string SlowModel() {
-  const ModelConfig c = LlamaShape(256, 768, 8, 8, 4, 256, 4096);
-  const std::string p = TempDir() + "/slow-model.bin";
-  WriteRandomModel(c, ModelFormat::kLlama2c, p, /*seed=*/21);
-  return p;
-}
+std::string SlowModel() { return SlowServingModel(4096, /*seed=*/21); }
 
 v1::GenerateRequest Request(int max_tokens, const std::string& id = "") {
   v1::GenerateRequest req;
@@ -68,15 +61,8 @@ long RssKb(pid_t pid) {
 // A TCP connection to 127.0.0.1:port that writes `bytes` and then waits for
 // the peer to close it (or 5 s); true when the peer closed it.
 bool WriteAndExpectClose(int port, const std::string& bytes) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    close(fd);
-    return false;
-  }
+  const int fd = ConnectLoopback(port);
+  if (fd < 0) return false;
   (void)!send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
   timeval tv{5, 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);

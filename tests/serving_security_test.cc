@@ -12,10 +12,7 @@ namespace specline::testing {
 namespace {
 
 std::string TinyModel() {
-  const ModelConfig c = LlamaShape(32, 64, 2, 4, 2, 128, 128);
-  const std::string p = TempDir() + "/tiny.bin";
-  WriteRandomModel(c, ModelFormat::kLlama2c, p, /*seed=*/5);
-  return p;
+  return WriteServingModel(LlamaShape(32, 64, 2, 4, 2, 128, 128), "tiny", /*seed=*/5);
 }
 
 v1::GenerateRequest TokenRequest() {

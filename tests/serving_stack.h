@@ -22,6 +22,7 @@
 
 #include "common/cluster_secret.h"
 #include "model/formats/model_source.h"
+#include "model/formats/random_model.h"
 #include "model/runtime/generator.h"
 #include "model/runtime/local_pipeline.h"
 #include "model/tokenizer/model_tokenizer.h"
@@ -36,6 +37,21 @@ using namespace std::chrono_literals;
 
 inline std::string BinaryPath(const std::string& name) {
   return std::string(SPECLINE_BINARY_DIR) + "/" + name;
+}
+
+// A random llama2.c model of shape `c` in the test's temp dir, named
+// `name` + ".bin" (the gateway serves it as `name`).
+inline std::string WriteServingModel(const ModelConfig& c, const std::string& name, uint64_t seed) {
+  const std::string path = TempDir() + "/" + name + ".bin";
+  WriteRandomModel(c, ModelFormat::kLlama2c, path, seed);
+  return path;
+}
+
+// A model slow enough (a few ms a decoding step on 2 cores) that a long
+// request outlives whatever a test does while it runs (kill a process,
+// abort, open another stream), with a context of `context` positions.
+inline std::string SlowServingModel(int context, uint64_t seed) {
+  return WriteServingModel(LlamaShape(256, 768, 8, 8, 4, 256, context), "slow-model", seed);
 }
 
 // One `specline serve` process and the ports it reported.
@@ -178,8 +194,8 @@ class ReferenceEngine {
   uint64_t seq_ = 1;
 };
 
-// GET http://127.0.0.1:port/metrics; the body, or "" on failure.
-inline std::string ScrapeMetrics(int port) {
+// A TCP connection to 127.0.0.1:port; -1 when it cannot be made.
+inline int ConnectLoopback(int port) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -187,8 +203,15 @@ inline std::string ScrapeMetrics(int port) {
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
     close(fd);
-    return "";
+    return -1;
   }
+  return fd;
+}
+
+// GET http://127.0.0.1:port/metrics; the body, or "" on failure.
+inline std::string ScrapeMetrics(int port) {
+  const int fd = ConnectLoopback(port);
+  if (fd < 0) return "";
   const std::string req = "GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n";
   if (write(fd, req.data(), req.size()) != static_cast<ssize_t>(req.size())) {
     close(fd);
