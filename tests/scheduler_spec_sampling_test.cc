@@ -333,6 +333,16 @@ struct Outputs {
   int64_t drafted = 0, rejected = 0, accepted = 0, calls = 0, bad = 0;
 };
 
+// The three goodness-of-fit tests of a set of outputs: the (t1, t2) joint,
+// the t3 marginal and the (t1, t2, t3) joint.
+struct Fits {
+  ChiSquare g12, g3, g123;
+};
+Fits FitAll(const Exact& exact, const Outputs& out, int64_t n) {
+  return {ChiSquareTest(exact.joint12, out.joint12, n), ChiSquareTest(exact.t3, out.t3, n),
+          ChiSquareTest(exact.joint123, out.joint123, n)};
+}
+
 Outputs DrawOutputs(InprocPipeline& p, const ModeCase& c, const std::vector<int32_t>& reference) {
   Outputs out;
   constexpr int kWindow = 64;  // requests in flight at once
@@ -408,9 +418,7 @@ TEST_P(SampledOutput, MatchesTheExactDistribution) {
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const int64_t n = c.n_requests;
-  const ChiSquare g12 = ChiSquareTest(exact.joint12, out.joint12, n);
-  const ChiSquare g3 = ChiSquareTest(exact.t3, out.t3, n);
-  const ChiSquare g123 = ChiSquareTest(exact.joint123, out.joint123, n);
+  const auto [g12, g3, g123] = FitAll(exact, out, n);
   std::printf("[ %s ] %d requests in %.2f s; drafts %lld accepted %lld rejected %lld; "
               "(t1,t2): chi2 %.1f df %d p %.3g; t3: chi2 %.1f df %d p %.3g; "
               "(t1,t2,t3): chi2 %.1f df %d p %.3g\n",
@@ -541,9 +549,7 @@ TEST(ChiSquare, T3AndJointStatisticsRejectABrokenEngine) {
     const Outputs out = DrawOutputs(p, c, {});
     ASSERT_EQ(out.bad, 0);
     EXPECT_NEAR(static_cast<double>(broken->corrupted()), static_cast<double>(kRequests) / every, 1.0);
-    const ChiSquare g12 = ChiSquareTest(exact.joint12, out.joint12, kRequests);
-    const ChiSquare g3 = ChiSquareTest(exact.t3, out.t3, kRequests);
-    const ChiSquare g123 = ChiSquareTest(exact.joint123, out.joint123, kRequests);
+    const auto [g12, g3, g123] = FitAll(exact, out, kRequests);
     std::printf("[ broken engine, 1 in %llu ] %lld rows corrupted; (t1,t2): chi2 %.1f df %d p %.3g; "
                 "t3: chi2 %.1f df %d p %.3g (%d outside the support); (t1,t2,t3): chi2 %.1f df %d "
                 "p %.3g (%d outside)\n",
