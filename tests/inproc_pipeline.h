@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -298,6 +299,10 @@ class InprocPipeline {
       controls.push_back(
           scheduler::ConnectStageControl("127.0.0.1:" + std::to_string(ports_[i])));
     }
+    // A stage that is stopped here refuses connections at once, so a long
+    // GetInfo deadline costs no detection; a short one could call a stage
+    // of a busy (or sanitizer-slowed) machine down while it is fine.
+    options.health_deadline = std::max(options.health_deadline, std::chrono::milliseconds(3000));
     engine_ = std::make_unique<scheduler::Engine>(model_, std::move(controls), *std::move(inbox),
                                                   options);
     engine_->Start();
