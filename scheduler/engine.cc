@@ -23,6 +23,7 @@ Engine::Engine(std::shared_ptr<const ModelSource> model,
       pool_(std::make_shared<kernels::ThreadPool>(std::max(options.threads, 1))),
       head_(MakeLogitsHead(*model_, pool_, options.device)),
       stage_up_(stages_.size(), false),
+      stage_error_(stages_.size()),
       stage_data_addr_(stages_.size()) {
   if (options_.max_inflight <= 0) options_.max_inflight = std::max<int>(stages_.size(), 1);
   max_drafts_ = options_.spec.max_drafts > 0 ? options_.spec.max_drafts

@@ -255,6 +255,7 @@ class Engine {
   std::map<uint64_t, InFlight> inflight_;  // by batch id
   std::vector<uint64_t> releases_;         // to send on the next batch
   std::vector<bool> stage_up_;
+  std::vector<std::string> stage_error_;  // the last reason a stage did not answer ("" = it did)
   std::vector<std::string> stage_data_addr_;
 
   std::mutex send_mu_;  // the sender is used by the driver and replaced on bring-up

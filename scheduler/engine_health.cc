@@ -50,9 +50,13 @@ void Engine::HealthLoop() {
       for (size_t i = 0; i < infos.size(); ++i) {
         const bool ok = infos[i].ok();
         if (ok) stage_data_addr_[i] = infos[i]->data_address();
-        if (!ok && stage_up_[i]) {
-          spdlog::warn("{} does not answer: {}", StageName(i), infos[i].status().ToString());
+        // Say why a stage is not usable once per distinct reason, also when
+        // it never was (a wrong --cluster-secret-file, a wrong address).
+        const std::string why = ok ? std::string() : infos[i].status().ToString();
+        if (!ok && why != stage_error_[i]) {
+          spdlog::warn("{} does not answer: {}", StageName(i), why);
         }
+        stage_error_[i] = why;
         stage_up_[i] = ok;
         all_ok = all_ok && ok;
         if (!ok && up_) {

@@ -9,6 +9,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <regex>
@@ -318,6 +319,52 @@ TEST(Principals, PerPrincipalStreamLimit) {
   while (reader->Read(&msg)) {
   }
   reader->Finish();
+}
+
+
+// An operator's slip: a stage started with another deployment's secret.
+// The scheduler never brings the pipeline up with it, says why in its log,
+// and refuses requests with UNAVAILABLE instead of serving half a pipeline.
+TEST(ClusterSecretMismatch, PipelineStaysDownAndSaysWhy) {
+  const std::string dir = TempDir() + "/mismatch";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/a") << std::string(40, 'a') << "\n";
+  std::ofstream(dir + "/b") << std::string(40, 'b') << "\n";
+  const std::string model = SlowModel();
+  ChildProcess stage({BinaryPath("specline-stage"), "--model", model, "--layers", "0:8",
+                      "--next", "tcp://127.0.0.1:9", "--metrics-port", "-1", "--threads", "1",
+                      "--cluster-secret-file", dir + "/a", "--port-file", dir + "/stage.json"},
+                     dir + "/stage.log");
+  const nlohmann::json sp = stage.WaitForPortFile(dir + "/stage.json", 60s);
+  ChildProcess scheduler(
+      {BinaryPath("specline-scheduler"), "--model", model, "--stage-grpc",
+       "127.0.0.1:" + std::to_string(sp["grpc"].get<int>()), "--metrics-port", "-1",
+       "--cluster-secret-file", dir + "/b", "--port-file", dir + "/scheduler.json"},
+      dir + "/scheduler.log");
+  const nlohmann::json cp = scheduler.WaitForPortFile(dir + "/scheduler.json", 60s);
+  auto stub = internal::Scheduler::NewStub(InternalChannel(
+      "127.0.0.1:" + std::to_string(cp["grpc"].get<int>()), std::string(40, 'b')));
+  // The health loop has polled the stage (every 250 ms) once the log says so.
+  ASSERT_TRUE([&] {
+    for (int i = 0; i < 600; ++i) {
+      if (ReadFile(dir + "/scheduler.log").find("UNAUTHENTICATED") != std::string::npos) return true;
+      std::this_thread::sleep_for(100ms);
+    }
+    return false;
+  }()) << ReadFile(dir + "/scheduler.log");
+  grpc::ClientContext stats_ctx;
+  internal::SchedulerStats stats;
+  ASSERT_TRUE(stub->GetStats(&stats_ctx, internal::StatsRequest(), &stats).ok());
+  ASSERT_EQ(stats.stage_up_size(), 1);
+  EXPECT_FALSE(stats.stage_up(0));
+  grpc::ClientContext ctx;
+  internal::SubmitRequest req;
+  for (int t : {1, 2, 3}) req.add_prompt(t);
+  req.set_max_tokens(2);
+  auto reader = stub->Submit(&ctx, req);
+  internal::SubmitEvent e;
+  EXPECT_FALSE(reader->Read(&e));
+  EXPECT_EQ(reader->Finish().error_code(), grpc::UNAVAILABLE);
 }
 
 }  // namespace
