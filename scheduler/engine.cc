@@ -344,7 +344,7 @@ void Engine::RetireLocked(Sequence& seq) {
 
 bool Engine::RestartableLocked(const Sequence& seq) const {
   return !stop_ && options_.retry_window.count() > 0 && seq.attempts < options_.max_attempts &&
-         seq.generated() == 0 && seq.first_token == Clock::time_point{} && seq.origin != nullptr;
+         seq.first_token == Clock::time_point{} && seq.origin != nullptr;  // the client saw no token
 }
 
 // Iterates over copies: finishing a sequence removes it from the lists.

@@ -112,7 +112,7 @@ absl::StatusOr<std::unique_ptr<StageProcess>> StageProcess::Start(const StageFla
     std::string address = i == 0 ? flags.data_listen
                                  : absl::StrCat("inproc://stage-", getpid(), "-", flags.stage + i,
                                                 "-", reinterpret_cast<uintptr_t>(p.get()));
-    auto inbox = i == 0 ? transport::Listen(address, data_plane) : transport::Listen(address);
+    auto inbox = transport::Listen(address, data_plane);  // inproc:// ignores the options
     if (!inbox.ok()) return inbox.status();
     inboxes.push_back(std::move(*inbox));
   }
@@ -154,7 +154,7 @@ absl::StatusOr<std::unique_ptr<StageProcess>> StageProcess::Start(const StageFla
   for (int i = 1; i < n; ++i) targets.push_back(inboxes[i]->address());
   targets.push_back(flags.next);
   for (int i = n - 1; i >= 0; --i) {
-    auto out = i == n - 1 ? transport::Connect(targets[i], data_plane) : transport::Connect(targets[i]);
+    auto out = transport::Connect(targets[i], data_plane);
     if (!out.ok()) return out.status();
     p->runners_[i]->Start(std::move(inboxes[i]), std::move(*out));
   }
