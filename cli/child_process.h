@@ -18,8 +18,9 @@ pid_t SpawnProcess(const std::vector<std::string>& argv);
 // wait status (or -1 when the process was already reaped).
 int StopProcess(pid_t pid, int sig, std::chrono::milliseconds grace);
 
-// Picks `n` distinct free TCP ports on 127.0.0.1 by binding port 0; the
-// sockets stay open until all are chosen so none repeats.
+// Picks `n` distinct free TCP ports on 127.0.0.1, below the kernel's
+// ephemeral range (so no outgoing connection takes one before its user
+// binds it); the sockets stay open until all are chosen so none repeats.
 std::vector<int> PickFreePorts(int n);
 
 // The directory of the running executable (/proc/self/exe).

@@ -19,6 +19,7 @@
 #include "model/runtime/local_pipeline.h"
 #include "services/health_check.h"
 #include "common/cluster_secret.h"
+#include "common/listen_error.h"
 #include "common/port_file.h"
 #include "specline/internal/scheduler.grpc.pb.h"
 
@@ -78,7 +79,30 @@ void Launcher::AddDeviceFlags(std::vector<std::string>& argv) const {
   if (!config_.dtype.empty()) argv.insert(argv.end(), {"--dtype", config_.dtype});
 }
 
+// A child that could not bind a port picked for it (kExitCannotListen).
+class Launcher::PortTaken : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 void Launcher::Start(std::chrono::seconds timeout) {
+  // Ports are picked before the children bind them, and another process
+  // can take one in between: then the whole set starts again on fresh ports.
+  constexpr int kAttempts = 3;
+  for (int attempt = 1;; ++attempt) {
+    try {
+      StartOnce(timeout);
+      return;
+    } catch (const PortTaken& e) {
+      if (attempt == kAttempts) throw;
+      spdlog::warn("serve: {}; starting again on fresh ports", e.what());
+      StopChildren();
+    }
+  }
+}
+
+void Launcher::StartOnce(std::chrono::seconds timeout) {
+  stages_.clear();
   const std::string dir = config_.binary_dir.empty() ? ExecutableDir() : config_.binary_dir;
   const std::string stage_bin = RequireBinary(dir, "specline-stage");
   const std::string sched_bin = RequireBinary(dir, "specline-scheduler");
@@ -191,7 +215,7 @@ void Launcher::Start(std::chrono::seconds timeout) {
   for (Child& c : stages_) Spawn(c);
   Spawn(scheduler_);
   Spawn(gateway_);
-  for (const Child& c : stages_) WaitPortFile(c, deadline);
+  for (Child& c : stages_) WaitPortFile(c, deadline);
   WaitPortFile(scheduler_, deadline);
   WaitPortFile(gateway_, deadline);
   WaitStagesUp(deadline);
@@ -201,13 +225,17 @@ void Launcher::Start(std::chrono::seconds timeout) {
                gateway_.metrics_port);
 }
 
-void Launcher::CheckAlive(const Child& c) {
+void Launcher::CheckAlive(Child& c) {
   int status = 0;
-  if (waitpid(c.pid, &status, WNOHANG) == c.pid)
-    throw std::runtime_error(c.name + " " + DescribeExit(status) + " during start-up (see its log above)");
+  if (waitpid(c.pid, &status, WNOHANG) != c.pid) return;
+  c.pid = -1;  // reaped: nothing left to stop
+  const std::string what = c.name + " " + DescribeExit(status) + " during start-up";
+  if (WIFEXITED(status) && WEXITSTATUS(status) == kExitCannotListen)
+    throw PortTaken(what + ": a port picked for it was taken");
+  throw std::runtime_error(what + " (see its log above)");
 }
 
-void Launcher::WaitPortFile(const Child& c, Clock::time_point deadline) {
+void Launcher::WaitPortFile(Child& c, Clock::time_point deadline) {
   while (!fs::exists(c.port_file)) {
     CheckAlive(c);
     if (Clock::now() > deadline) throw std::runtime_error(c.name + " did not start in time");
@@ -311,6 +339,10 @@ void Launcher::Supervise() {
 void Launcher::Shutdown() {
   if (stopping_) return;
   stopping_ = true;
+  StopChildren();
+}
+
+void Launcher::StopChildren() {
   auto stop = [](Child& c, std::chrono::milliseconds grace) {
     if (c.pid <= 0) return;
     const int status = StopProcess(c.pid, SIGTERM, grace);

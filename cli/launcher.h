@@ -48,7 +48,8 @@ class Launcher {
 
   // Starts every process and waits until each has written its port file,
   // the scheduler sees all stages and the gateway reports SERVING. Throws
-  // std::runtime_error (naming the process) on failure or timeout.
+  // std::runtime_error (naming the process) on failure or timeout. A child
+  // that could not bind its port makes it start again on fresh ports (3 tries).
   void Start(std::chrono::seconds timeout);
   // Reaps exited children and restarts due ones. Call from the thread that
   // called Start (children die with that thread, PR_SET_PDEATHSIG).
@@ -71,13 +72,17 @@ class Launcher {
     std::chrono::milliseconds backoff{250};
     bool waiting_restart = false;
   };
+  class PortTaken;
+  void StartOnce(std::chrono::seconds timeout);
+  void StopChildren();  // gateway (drains), scheduler, stages
   void Spawn(Child& c);
   // --device / --dtype for a stage or the scheduler, when serve was given them.
   void AddDeviceFlags(std::vector<std::string>& argv) const;
-  void WaitPortFile(const Child& c, std::chrono::steady_clock::time_point deadline);
+  void WaitPortFile(Child& c, std::chrono::steady_clock::time_point deadline);
   void WaitStagesUp(std::chrono::steady_clock::time_point deadline);
   void WaitGatewayServing(std::chrono::steady_clock::time_point deadline);
-  void CheckAlive(const Child& c);
+  // Throws when c has exited (PortTaken when it could not bind its port).
+  void CheckAlive(Child& c);
   void WriteLauncherPortFile();
 
   LaunchConfig config_;

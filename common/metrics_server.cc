@@ -10,6 +10,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include "common/listen_error.h"
+
 namespace specline {
 namespace {
 
@@ -48,7 +50,7 @@ MetricsServer::MetricsServer(const std::string& host, int port)
       exposer_(std::make_unique<prometheus::Exposer>(host + ":" + std::to_string(port))) {
   const std::vector<int> ports = exposer_->GetListeningPorts();
   if (ports.empty()) {
-    throw std::runtime_error("metrics: cannot listen on " + host + ":" + std::to_string(port));
+    throw ListenError("metrics: cannot listen on " + host + ":" + std::to_string(port));
   }
   port_ = ports.front();
 }

@@ -15,8 +15,8 @@ namespace specline {
 
 class MetricsServer {
  public:
-  // Listens on host:port (port 0 picks one). Throws std::runtime_error when
-  // it cannot.
+  // Listens on host:port (port 0 picks one). Throws ListenError
+  // (common/listen_error.h) when it cannot.
   MetricsServer(const std::string& host, int port);
   ~MetricsServer();
   MetricsServer(const MetricsServer&) = delete;

@@ -18,6 +18,7 @@
 
 #include "nlohmann/json.hpp"
 #include "common/flag_map.h"
+#include "common/listen_error.h"
 #include "common/metrics_server.h"
 #include "common/port_file.h"
 #include "common/stop_signals.h"
@@ -40,7 +41,7 @@ int Run(const SchedulerFlags& flags, const sigset_t& stop_signals) {
   auto inbox = transport::Listen(flags.data_listen, data_plane);
   if (!inbox.ok()) {
     spdlog::critical("--data-listen {}: {}", flags.data_listen, inbox.status().ToString());
-    return 1;
+    return IsCannotListen(inbox.status()) ? kExitCannotListen : 1;
   }
   std::vector<std::unique_ptr<StageControl>> stages;
   for (const std::string& addr : flags.stage_grpc) {
@@ -56,6 +57,9 @@ int Run(const SchedulerFlags& flags, const sigset_t& stop_signals) {
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   SchedulerService service(engine, flags.cluster_secret);
   grpc::ServerBuilder builder;
+  // No SO_REUSEPORT: a second server on a taken port must fail to bind, not
+  // share its connections (common/listen_error.h).
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   // The gateway pings every second to notice a stopped scheduler (gateway
   // keepalive): allow it, also between streams.
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 500);
@@ -68,7 +72,7 @@ int Run(const SchedulerFlags& flags, const sigset_t& stop_signals) {
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || grpc_port == 0) {
     spdlog::critical("cannot listen on {}:{}", flags.host, flags.grpc_port);
-    return 1;
+    return kExitCannotListen;
   }
   std::unique_ptr<MetricsServer> metrics_server;
   int metrics_port = -1;
@@ -151,6 +155,9 @@ int main(int argc, char** argv) {
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ [scheduler] %v");
   try {
     return Run(*flags, stop_signals);
+  } catch (const ListenError& e) {
+    spdlog::critical("cannot start: {}", e.what());
+    return kExitCannotListen;
   } catch (const std::exception& e) {
     spdlog::critical("cannot start: {}", e.what());
     return 1;

@@ -9,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/flag_map.h"
+#include "common/listen_error.h"
 #include "common/stop_signals.h"
 #include "services/gateway_server.h"
 
@@ -94,6 +95,9 @@ int main(int argc, char** argv) {
     gateway.Wait();
     waiter.join();
     return 0;
+  } catch (const specline::ListenError& e) {
+    spdlog::error("{}", e.what());
+    return specline::kExitCannotListen;
   } catch (const std::exception& e) {
     spdlog::error("{}", e.what());
     return 1;

@@ -17,6 +17,7 @@
 #include "model/tokenizer/model_tokenizer.h"
 #include "absl/strings/str_cat.h"
 #include "common/cluster_secret.h"
+#include "common/listen_error.h"
 #include "common/port_file.h"
 
 namespace specline {
@@ -106,11 +107,14 @@ Gateway::Gateway(const GatewayConfig& config) : config_(config) {
     creds = grpc::InsecureServerCredentials();
   }
   grpc::ServerBuilder builder;
+  // No SO_REUSEPORT: a second server on a taken port must fail to bind, not
+  // share its connections (common/listen_error.h).
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddListeningPort(config.host + ":" + std::to_string(config.port), creds, &port_);
   builder.RegisterService(service_.get());
   server_ = builder.BuildAndStart();
   if (!server_ || port_ == 0)
-    throw std::runtime_error("gateway: cannot listen on " + config.host + ":" +
+    throw ListenError("gateway: cannot listen on " + config.host + ":" +
                              std::to_string(config.port));
   server_->GetHealthCheckService()->SetServingStatus(true);
   server_->GetHealthCheckService()->SetServingStatus(kServiceName, true);

@@ -6,6 +6,7 @@
 #include <exception>
 
 #include "common/flag_map.h"
+#include "common/listen_error.h"
 #include "common/port_file.h"
 #include "common/stop_signals.h"
 #include "spdlog/spdlog.h"
@@ -34,7 +35,7 @@ int main(int argc, char** argv) {
     auto started = specline::StageProcess::Start(*flags);
     if (!started.ok()) {
       spdlog::critical("cannot start: {}", started.status().ToString());
-      return 1;
+      return specline::IsCannotListen(started.status()) ? specline::kExitCannotListen : 1;
     }
     process = std::move(*started);
   } catch (const std::exception& e) {

@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/listen_error.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/server_builder.h"
@@ -126,7 +127,7 @@ absl::StatusOr<std::unique_ptr<StageProcess>> StageProcess::Start(const StageFla
     try {
       p->metrics_port_ = p->metrics_->Serve(flags.host, flags.metrics_port);
     } catch (const std::exception& e) {
-      return absl::UnavailableError(absl::StrCat("cannot serve /metrics on ", flags.host, ":",
+      return CannotListenError(absl::StrCat("cannot serve /metrics on ", flags.host, ":",
                                                  flags.metrics_port, ": ", e.what()));
     }
   }
@@ -139,6 +140,9 @@ absl::StatusOr<std::unique_ptr<StageProcess>> StageProcess::Start(const StageFla
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
+  // No SO_REUSEPORT: a second server on a taken port must fail to bind, not
+  // share its connections (common/listen_error.h).
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   const std::string grpc_address = absl::StrCat(
       flags.host.find(':') != std::string::npos ? "[" + flags.host + "]" : flags.host, ":",
       flags.grpc_port);
@@ -146,7 +150,7 @@ absl::StatusOr<std::unique_ptr<StageProcess>> StageProcess::Start(const StageFla
   builder.RegisterService(p->service_.get());
   p->server_ = builder.BuildAndStart();
   if (!p->server_ || p->grpc_port_ == 0) {
-    return absl::UnavailableError("cannot serve gRPC on " + grpc_address);
+    return CannotListenError("cannot serve gRPC on " + grpc_address);
   }
 
   // Start last to first, so no stage sends into a chain that is not up.

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "common/listen_error.h"
 #include "model/formats/random_model.h"
 #include "model/runtime/local_pipeline.h"
 #include "specline/internal/stage.grpc.pb.h"
@@ -371,6 +372,42 @@ TEST(StageWorkerBinary, BadFlagsExitWithUsage) {
   testing::ChildProcess p({binary, "--layers", "3:1", "--model", "x", "--next", "tcp://a:1"}, log);
   EXPECT_EQ(p.Wait(milliseconds(30000)), 2);
   EXPECT_NE(testing::ReadFile(log).find("--layers"), std::string::npos);
+}
+
+// A port that is taken makes the stage exit with kExitCannotListen, which
+// tells `specline serve` to start again on fresh ports; gRPC must not share
+// the port through SO_REUSEPORT.
+TEST(StageWorkerBinary, TakenPortExitsWithTheRetryCode) {
+  const std::string model = testing::TempDir() + "/taken_port_model";
+  WriteRandomModel(LlamaShape(32, 64, 2, 4, 2, 64, 64), ModelFormat::kHuggingFace, model, 1,
+                   DType::kF32);
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  const int one = 1;  // as a gRPC server would hold it
+  setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(listen(fd, 4), 0);
+  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const std::string taken = std::to_string(ntohs(addr.sin_port));
+  const std::string binary = std::string(SPECLINE_BINARY_DIR) + "/specline-stage";
+  const std::vector<std::vector<std::string>> cases = {
+      {"--grpc-port", taken, "--metrics-port", "-1"},
+      {"--metrics-port", taken},
+      {"--data-listen", "tcp://127.0.0.1:" + taken, "--metrics-port", "-1"}};
+  for (size_t i = 0; i < cases.size(); ++i) {
+    std::vector<std::string> argv = {binary, "--model", model, "--layers", "0:2", "--next",
+                                     "tcp://127.0.0.1:1"};
+    argv.insert(argv.end(), cases[i].begin(), cases[i].end());
+    const std::string log = testing::TempDir() + "/taken" + std::to_string(i) + ".log";
+    testing::ChildProcess p(argv, log);
+    EXPECT_EQ(p.Wait(milliseconds(30000)), kExitCannotListen) << testing::ReadFile(log);
+    EXPECT_NE(testing::ReadFile(log).find(taken), std::string::npos) << testing::ReadFile(log);
+  }
+  close(fd);
 }
 
 // --device cuda on a machine without a usable GPU (CI) stops start-up with

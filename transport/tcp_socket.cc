@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/listen_error.h"
 
 namespace specline::transport {
 namespace {
@@ -107,7 +108,7 @@ absl::StatusOr<int> ListenSocket(const std::string& host, int port, int* bound_p
                       : ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
     return fd;
   }
-  return absl::UnavailableError(absl::StrCat("cannot listen on ", host, ":", port, ": ", last));
+  return CannotListenError(absl::StrCat("cannot listen on ", host, ":", port, ": ", last));
 }
 
 absl::StatusOr<int> ConnectSocket(const std::string& host, int port, int timeout_ms) {
