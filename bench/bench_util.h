@@ -8,6 +8,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace specline::bench {
@@ -66,6 +67,41 @@ inline double CopyBandwidthGBs(size_t bytes = size_t{512} << 20, int repeats = 5
     src[r] = dst[bytes - 1 - r];  // keep the copy observable
   }
   return 2.0 * bytes / Median(t) / 1e9;
+}
+
+// Read-only bandwidth in GB/s: `threads` threads each sum their share of a
+// buffer much larger than the caches with AVX2 loads (a streaming sum, the
+// access pattern of a decode step, which only reads weights). This, not
+// memcpy's read-plus-write rate, is the ceiling for decode.
+inline double ReadBandwidthGBs(int threads, size_t bytes = size_t{512} << 20, int repeats = 5) {
+  const size_t n = bytes / sizeof(float);
+  std::vector<float> buf(n, 1.0f);
+  std::vector<double> t;
+  std::vector<float> sums(threads);
+  for (int r = 0; r < repeats; ++r) {
+    const double t0 = Now();
+    std::vector<std::thread> pool;
+    for (int i = 0; i < threads; ++i) {
+      pool.emplace_back([&, i] {
+        const size_t begin = n / threads * i, end = i + 1 == threads ? n : n / threads * (i + 1);
+        // 4 independent accumulators of 8 lanes, so the adds never wait.
+        float acc[32] = {};
+        size_t k = begin;
+        for (; k + 32 <= end; k += 32) {
+          for (int l = 0; l < 32; ++l) acc[l] += buf[k + l];
+        }
+        for (; k < end; ++k) acc[0] += buf[k];
+        float s = 0;
+        for (float a : acc) s += a;
+        sums[i] = s;
+      });
+    }
+    for (auto& th : pool) th.join();
+    t.push_back(Now() - t0);
+  }
+  volatile float keep = sums[0];  // keep the sums observable
+  (void)keep;
+  return static_cast<double>(bytes) / Median(t) / 1e9;
 }
 
 }  // namespace specline::bench

@@ -2,13 +2,46 @@
 // W across the pool. m = 1 takes the streaming GEMV, m > 1 the panel GEMM;
 // both reduce every output in the same canonical order (simd.h), so the
 // result does not depend on m, on the path, or on the thread count.
+#include <atomic>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "kernels/cpu/matmul_internal.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/q8_activation.h"
+#include "kernels/cpu/weight_units.h"
 
 namespace specline::kernels {
+namespace {
+
+bool DefaultQuantizedActivations() {
+  const char* env = std::getenv("SPECLINE_FP32_ACTIVATIONS");
+  return env == nullptr || std::string(env) == "0" || std::string(env).empty();
+}
+
+std::atomic<bool> quantized_activations{DefaultQuantizedActivations()};
+
+// Rows of x quantized per call; a prefill chunk's rows in parallel.
+void QuantizeRows(const float* x, int64_t m, int64_t cols, std::vector<detail::Q8Block>& out,
+                  ThreadPool& pool) {
+  const int64_t blocks = cols / 32;
+  out.resize(m * blocks);
+  auto rows = [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) detail::QuantizeQ8(x + i * cols, cols, out.data() + i * blocks);
+  };
+  if (m * cols < (1 << 16)) {
+    rows(0, m);
+  } else {
+    pool.ParallelFor(m, rows, 1);
+  }
+}
+
+}  // namespace
+
+void SetQuantizedActivations(bool on) { quantized_activations.store(on); }
+bool QuantizedActivations() { return quantized_activations.load(); }
 
 void MatMul(const WeightMatrix& w, const float* x, int64_t m, float* y,
             ThreadPool& pool) {
@@ -19,6 +52,22 @@ void MatMul(const WeightMatrix& w, const float* x, int64_t m, float* y,
         "MatMul: bad weight matrix (" + std::string(DTypeName(w.dtype)) +
         ", cols " + std::to_string(w.cols) + ", row_bytes " +
         std::to_string(w.row_bytes) + ")");
+  }
+  if (detail::HasIntegerPath(w.dtype) && quantized_activations.load(std::memory_order_relaxed)) {
+    thread_local std::vector<detail::Q8Block> xq;
+    QuantizeRows(x, m, w.cols, xq, pool);
+    const detail::Q8Block* q = xq.data();
+    pool.ParallelFor(
+        w.rows,
+        [&](int64_t begin, int64_t end) {
+          if (m == 1) {
+            detail::QuantGemvRange(w, q, y, begin, end);
+          } else {
+            detail::QuantGemmRange(w, q, m, y, begin, end);
+          }
+        },
+        detail::kRowGrain);
+    return;
   }
   if (m == 1) {
     pool.ParallelFor(

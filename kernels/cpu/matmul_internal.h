@@ -1,8 +1,10 @@
-// Entry points of the two MatMul strategies, split by file: gemv.cc streams
+// Entry points of the MatMul strategies, split by file: gemv.cc streams
 // the weights once for a single activation row (decode), gemm.cc reuses a
 // dequantized panel of weight rows across many activation rows (prefill).
 // Both reduce each output with the canonical order of simd.h, so they agree
-// bit for bit and MatMul may pick either for any m.
+// bit for bit and MatMul may pick either for any m. Quantized weights take
+// quant_matmul.cc's integer path instead (unless fp32 activations are
+// asked for), whose GEMV and GEMM also agree bit for bit.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +20,15 @@ void GemvRange(const WeightMatrix& w, const float* x, float* y,
 // y[i, r] = dot(W[r], x[i]) for i < m and r in [row_begin, row_end).
 void GemmRange(const WeightMatrix& w, const float* x, int64_t m, float* y,
                int64_t row_begin, int64_t row_end);
+
+struct Q8Block;
+
+// The integer path for quantized W (quant_matmul.cc), x given as m rows of
+// w.cols / 32 Q8 blocks each.
+void QuantGemvRange(const WeightMatrix& w, const Q8Block* x, float* y, int64_t row_begin,
+                    int64_t row_end);
+void QuantGemmRange(const WeightMatrix& w, const Q8Block* x, int64_t m, float* y,
+                    int64_t row_begin, int64_t row_end);
 
 // Rows of W handed to one thread at a time by MatMul (a multiple of the
 // register blocking of both kernels, so chunks split no register block).

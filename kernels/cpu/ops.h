@@ -26,6 +26,15 @@ struct WeightMatrix {
 void MatMul(const WeightMatrix& w, const float* x, int64_t m, float* y,
             ThreadPool& pool);
 
+// Quantized weights (Q8_0, Q4_0, Q4_1, ...) meet activations quantized to
+// int8 per 32-element block, as in llama.cpp: integer dot products, decode
+// at memory bandwidth. Off (or SPECLINE_FP32_ACTIVATIONS=1 in the
+// environment), they are decoded to fp32 and meet fp32 activations: slower,
+// closer to the unquantized model (docs/kernels.md has the figures).
+// Process-wide; set it before serving, not while MatMuls run.
+void SetQuantizedActivations(bool on);
+bool QuantizedActivations();
+
 // Decodes `n` elements (a multiple of BlockElems(t)) of type `t` into fp32.
 void DequantizeRow(DType t, const void* src, int64_t n, float* dst);
 

@@ -1,0 +1,218 @@
+// The weight side of the integer matmul path: every quantized type is read
+// as "units" of 32 consecutive elements, each a vector of 32 signed int8
+// levels with a per-lane float scale and a float offset:
+//
+//   w[k] = scale[k / 4] * q[k] + offset          (k = 0..31)
+//
+// scale is per 4-element lane so that types with 16-element sub-blocks
+// (Q6_K, Q3_K, Q2_K) keep one scale per half unit. A unit meets an
+// activation block (q8_activation.h) in DotUnit:
+//
+//   lanes[j] = sum_{k=4j..4j+3} q[k] * xq[k]               (exact, int32)
+//   acc[j]   = fma(scale[j] * xd, lanes[j], acc[j])         (8 float lanes)
+//   off      = fma(offset * xd, xsum, off)                  (one float)
+//
+// and a row's result is Reduce(acc) + off. GEMV and GEMM run this same
+// sequence per (weight row, activation row), which keeps their outputs bit
+// identical, and the portable path computes the same integers and the same
+// roundings as the AVX2 one.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/cpu/q8_activation.h"
+#include "kernels/cpu/simd.h"
+#include "kernels/cpu/weight_codec.h"
+#include "kernels/dtype.h"
+
+namespace specline::kernels::detail {
+
+#if SPECLINE_KERNELS_AVX2
+using Bytes32 = __m256i;
+inline Bytes32 LoadBytes32(const int8_t* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+inline void StoreBytes32(int8_t* p, Bytes32 v) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), v);
+}
+#else
+struct Bytes32 {
+  int8_t b[32];
+};
+inline Bytes32 LoadBytes32(const int8_t* p) {
+  Bytes32 v;
+  std::memcpy(v.b, p, 32);
+  return v;
+}
+inline void StoreBytes32(int8_t* p, Bytes32 v) { std::memcpy(p, v.b, 32); }
+#endif
+
+// |q| per byte (as unsigned: |-128| = 128).
+inline Bytes32 AbsBytes(const Bytes32& q) {
+#if SPECLINE_KERNELS_AVX2
+  return _mm256_sign_epi8(q, q);
+#else
+  Bytes32 a;
+  for (int k = 0; k < 32; ++k) a.b[k] = static_cast<int8_t>(q.b[k] < 0 ? -q.b[k] : q.b[k]);
+  return a;
+#endif
+}
+
+struct WeightUnit {
+  Bytes32 q;     // signed levels, |q| <= 128 (so |q| fits a uint8)
+  Bytes32 abs;   // AbsBytes(q), filled by Finish()
+  Vec scale;     // per 4-element lane
+  float offset;     // added to every element (of the first half, for kHalves)
+  float offset_hi;  // added to elements 16..31, for kHalves only
+  void Finish() { abs = AbsBytes(q); }
+};
+
+// How a type's units carry offsets.
+enum class Offsets { kNone, kOne, kHalves };
+
+// The int8 x int8 dot of a unit's levels with an activation block's, as 8
+// int32 lane sums converted to float (exact: |sum| < 2^17). wabs is
+// AbsBytes(wq), which a GEMM panel computes once for all activation rows.
+inline Vec LaneDots(const Bytes32& wq, const Bytes32& wabs, const int8_t* xq) {
+#if SPECLINE_KERNELS_AVX2
+  const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq));
+  // maddubs multiplies unsigned by signed: move w's sign onto x. Pair sums
+  // stay below 2 * 128 * 127 < 2^15, so nothing saturates.
+  const __m256i p16 = _mm256_maddubs_epi16(wabs, _mm256_sign_epi8(x, wq));
+  const __m256i p32 = _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
+  return _mm256_cvtepi32_ps(p32);
+#else
+  (void)wabs;
+  Vec r;
+  for (int j = 0; j < kLanes; ++j) {
+    int32_t s = 0;
+    for (int k = 4 * j; k < 4 * j + 4; ++k) s += int32_t{wq.b[k]} * int32_t{xq[k]};
+    r.v[j] = static_cast<float>(s);
+  }
+  return r;
+#endif
+}
+
+struct RowAccumulator {
+  Vec acc = VZero();
+  float off = 0.0f;
+  float Result() const { return Reduce(acc) + off; }
+};
+
+template <Offsets kOffsets>
+inline void DotUnit(const WeightUnit& u, const Q8Block& x, RowAccumulator& r) {
+  r.acc = VFma(VMul(u.scale, VSet1(x.d)), LaneDots(u.q, u.abs, x.q), r.acc);
+  if constexpr (kOffsets == Offsets::kOne) {
+    r.off = std::fma(u.offset * x.d, static_cast<float>(x.Sum()), r.off);
+  } else if constexpr (kOffsets == Offsets::kHalves) {
+    r.off = std::fma(u.offset * x.d, static_cast<float>(x.sum[0]), r.off);
+    r.off = std::fma(u.offset_hi * x.d, static_cast<float>(x.sum[1]), r.off);
+  }
+}
+
+// Unit loaders, one per GGML block layout (weight_codec.h describes the
+// layouts). kUnitsPerBlock units share one block of kBlockBytes bytes.
+template <DType T>
+struct Units;
+
+// 32 nibbles of a Q4/Q5 block in element order: byte j holds element j (low
+// nibble) and element j + 16 (high nibble).
+inline Bytes32 Nibbles(const uint8_t* qs) {
+#if SPECLINE_KERNELS_AVX2
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m128i m = _mm_set1_epi8(0x0f);
+  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(b, 4), m), _mm_and_si128(b, m));
+#else
+  Bytes32 v;
+  for (int j = 0; j < 16; ++j) {
+    v.b[j] = static_cast<int8_t>(qs[j] & 0x0f);
+    v.b[j + 16] = static_cast<int8_t>(qs[j] >> 4);
+  }
+  return v;
+#endif
+}
+
+// Bit k of the little-endian 32-bit word at qh, as 0x10 in byte k (the fifth
+// bit of a Q5 level).
+inline Bytes32 HighBits(const uint8_t* qh) {
+  uint32_t bits;
+  std::memcpy(&bits, qh, 4);
+#if SPECLINE_KERNELS_AVX2
+  const __m256i spread = _mm256_shuffle_epi8(
+      _mm256_set1_epi32(static_cast<int>(bits)),
+      _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                       2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
+  const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ULL));
+  const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+  return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
+#else
+  Bytes32 v;
+  for (int k = 0; k < 32; ++k) v.b[k] = static_cast<int8_t>(((bits >> k) & 1) << 4);
+  return v;
+#endif
+}
+
+inline Bytes32 AddBytes(Bytes32 a, Bytes32 b) {
+#if SPECLINE_KERNELS_AVX2
+  return _mm256_add_epi8(a, b);
+#else
+  for (int k = 0; k < 32; ++k) a.b[k] = static_cast<int8_t>(a.b[k] + b.b[k]);
+  return a;
+#endif
+}
+
+inline Bytes32 SubBytes(Bytes32 a, int8_t c) {
+#if SPECLINE_KERNELS_AVX2
+  return _mm256_sub_epi8(a, _mm256_set1_epi8(c));
+#else
+  for (int k = 0; k < 32; ++k) a.b[k] = static_cast<int8_t>(a.b[k] - c);
+  return a;
+#endif
+}
+
+template <>
+struct Units<DType::kQ8_0> {
+  static constexpr Offsets kOffsets = Offsets::kNone;
+  static constexpr int kUnitsPerBlock = 1;
+  static constexpr int kBlockBytes = 34;
+  static void Load(const uint8_t* p, int /*unit*/, WeightUnit* u) {
+    u->q = LoadBytes32(reinterpret_cast<const int8_t*>(p + 2));
+    u->scale = VSet1(HalfToFloat(LoadU16(p)));
+    u->offset = 0.0f;
+    u->Finish();
+  }
+};
+
+template <>
+struct Units<DType::kQ4_0> {
+  static constexpr Offsets kOffsets = Offsets::kNone;
+  static constexpr int kUnitsPerBlock = 1;
+  static constexpr int kBlockBytes = 18;
+  static void Load(const uint8_t* p, int /*unit*/, WeightUnit* u) {
+    u->q = SubBytes(Nibbles(p + 2), 8);
+    u->scale = VSet1(HalfToFloat(LoadU16(p)));
+    u->offset = 0.0f;
+    u->Finish();
+  }
+};
+
+template <>
+struct Units<DType::kQ4_1> {
+  static constexpr Offsets kOffsets = Offsets::kOne;
+  static constexpr int kUnitsPerBlock = 1;
+  static constexpr int kBlockBytes = 20;
+  static void Load(const uint8_t* p, int /*unit*/, WeightUnit* u) {
+    u->q = Nibbles(p + 4);
+    u->scale = VSet1(HalfToFloat(LoadU16(p)));
+    u->offset = HalfToFloat(LoadU16(p + 2));
+    u->Finish();
+  }
+};
+
+// True for the types the integer path handles.
+constexpr bool HasIntegerPath(DType t) {
+  return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_1;
+}
+
+}  // namespace specline::kernels::detail
