@@ -5,7 +5,7 @@
 // decoded to fp32 first.
 //
 //   d = max|x| / 127,  q = round-half-even(x * (1/d)),
-//   sum[h] = sum of q over elements 16h .. 16h + 15
+//   ds = d * sum of q,  ds_half[h] = d * sum of q over elements 16h .. 16h + 15
 //
 // The sums let the weight types with an offset (Q4_1, Q5_1, the K-quants'
 // minimums; Q2_K's differ per 16-element half) add their offset term
@@ -21,13 +21,19 @@
 
 namespace specline::kernels::detail {
 
-struct alignas(8) Q8Block {
-  float d;         // scale: x ~= d * q
-  int16_t sum[2];  // sums of q[0..15] and q[16..31]
+struct alignas(16) Q8Block {
+  float d;           // scale: x ~= d * q
+  float ds;          // d * (sum of q[0..31]), what a weight offset multiplies
+  float ds_half[2];  // d * (sum of q[0..15]), d * (sum of q[16..31])
   int8_t q[32];
-  int32_t Sum() const { return int32_t{sum[0]} + sum[1]; }
 };
-static_assert(sizeof(Q8Block) == 40);
+static_assert(sizeof(Q8Block) == 48);
+
+inline void SetSums(const int32_t sum[2], Q8Block* o) {
+  o->ds = o->d * static_cast<float>(sum[0] + sum[1]);
+  o->ds_half[0] = o->d * static_cast<float>(sum[0]);
+  o->ds_half[1] = o->d * static_cast<float>(sum[1]);
+}
 
 // Quantizes n (a multiple of 32) floats into n / 32 blocks. Both paths give
 // the same bits: a max of absolute values, one division, one exactly rounded
@@ -56,13 +62,15 @@ inline void QuantizeQ8(const float* x, int64_t n, Q8Block* out) {
           _mm256_round_ps(_mm256_mul_ps(v[i], id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     }
     // Sums of each half's 16 int32 values, then pack to int8 in element order.
+    int32_t sum[2];
     for (int h = 0; h < 2; ++h) {
       const __m256i s = _mm256_add_epi32(q32[2 * h], q32[2 * h + 1]);
       __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
       s4 = _mm_add_epi32(s4, _mm_unpackhi_epi64(s4, s4));
       s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 1));
-      o.sum[h] = static_cast<int16_t>(_mm_cvtsi128_si32(s4));
+      sum[h] = _mm_cvtsi128_si32(s4);
     }
+    SetSums(sum, &o);
     const __m256i p16a = _mm256_packs_epi32(q32[0], q32[1]);  // lane-interleaved
     const __m256i p16b = _mm256_packs_epi32(q32[2], q32[3]);
     __m256i p8 = _mm256_packs_epi16(p16a, p16b);
@@ -80,8 +88,7 @@ inline void QuantizeQ8(const float* x, int64_t n, Q8Block* out) {
       o.q[i] = static_cast<int8_t>(q);
       sum[i / 16] += q;
     }
-    o.sum[0] = static_cast<int16_t>(sum[0]);
-    o.sum[1] = static_cast<int16_t>(sum[1]);
+    SetSums(sum, &o);
 #endif
   }
 }

@@ -32,10 +32,12 @@ void QGemvBlock(const uint8_t* w, int64_t row_bytes, int64_t ahead, const Q8Bloc
     for (int r = 0; r < R; ++r) __builtin_prefetch(w + r * row_bytes + b * U::kBlockBytes + ahead);
     for (int u = 0; u < U::kUnitsPerBlock; ++u) {
       const Q8Block& xb = x[b * U::kUnitsPerBlock + u];
+      const Bytes32 xq = LoadBytes32(xb.q);
+      const Vec xd = VSet1(xb.d);
       for (int r = 0; r < R; ++r) {
         WeightUnit unit;
         U::Load(w + r * row_bytes + b * U::kBlockBytes, u, &unit);
-        DotUnit<U::kOffsets>(unit, xb, acc[r]);
+        DotUnit<U::kOffsets, U::kSigned>(unit, xb, xq, xd, acc[r]);
       }
     }
   }
@@ -66,21 +68,25 @@ void QGemvTyped(const WeightMatrix& w, const Q8Block* x, float* y, int64_t row_b
 constexpr int kMr = 2;
 constexpr int kNr = 4;
 
-template <Offsets kOffsets, int MR, int NR>
+template <Offsets kOffsets, bool kSigned, int MR, int NR>
 void QTile(const WeightUnit* panel, int64_t units, const Q8Block* x, int64_t x_stride,
            float* y, int64_t ldy) {
   RowAccumulator acc[MR][NR];
   for (int64_t u = 0; u < units; ++u) {
     for (int i = 0; i < MR; ++i) {
       const Q8Block& xb = x[i * x_stride + u];
-      for (int j = 0; j < NR; ++j) DotUnit<kOffsets>(panel[j * units + u], xb, acc[i][j]);
+      const Bytes32 xq = LoadBytes32(xb.q);
+      const Vec xd = VSet1(xb.d);
+      for (int j = 0; j < NR; ++j) {
+        DotUnit<kOffsets, kSigned>(panel[j * units + u], xb, xq, xd, acc[i][j]);
+      }
     }
   }
   for (int i = 0; i < MR; ++i)
     for (int j = 0; j < NR; ++j) y[i * ldy + j] = acc[i][j].Result();
 }
 
-template <Offsets kOffsets>
+template <Offsets kOffsets, bool kSigned>
 void QPanelTimesX(const WeightUnit* panel, int64_t panel_rows, int64_t units, const Q8Block* x,
                   int64_t m, float* y, int64_t ldy) {
   for (int64_t i = 0; i < m; i += kMr) {
@@ -90,14 +96,14 @@ void QPanelTimesX(const WeightUnit* panel, int64_t panel_rows, int64_t units, co
       const Q8Block* xi = x + i * units;
       float* yij = y + i * ldy + j;
       if (full_m && j + kNr <= panel_rows) {
-        QTile<kOffsets, kMr, kNr>(p, units, xi, units, yij, ldy);
+        QTile<kOffsets, kSigned, kMr, kNr>(p, units, xi, units, yij, ldy);
         continue;
       }
       // Edges: one pair at a time, the same DotUnit sequence.
       for (int64_t ii = 0; ii < std::min<int64_t>(kMr, m - i); ++ii)
         for (int64_t jj = 0; jj < std::min<int64_t>(kNr, panel_rows - j); ++jj)
-          QTile<kOffsets, 1, 1>(p + jj * units, units, xi + ii * units, units,
-                               yij + ii * ldy + jj, ldy);
+          QTile<kOffsets, kSigned, 1, 1>(p + jj * units, units, xi + ii * units, units,
+                                         yij + ii * ldy + jj, ldy);
     }
   }
 }
@@ -123,7 +129,7 @@ void QGemmTyped(const WeightMatrix& w, const Q8Block* x, int64_t m, float* y, in
                 static_cast<int>(u % U::kUnitsPerBlock), out + u);
       }
     }
-    QPanelTimesX<U::kOffsets>(buffer.data(), n, units, x, m, y + r, w.rows);
+    QPanelTimesX<U::kOffsets, U::kSigned>(buffer.data(), n, units, x, m, y + r, w.rows);
   }
 }
 

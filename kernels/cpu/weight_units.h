@@ -16,6 +16,28 @@
 // sequence per (weight row, activation row), which keeps their outputs bit
 // identical, and the portable path computes the same integers and the same
 // roundings as the AVX2 one.
+// The weight side of the integer matmul path: every quantized type is read
+// as "units" of 32 consecutive elements, each a vector of 32 int8 levels
+// with a per-lane float scale and float offsets:
+//
+//   w[k] = scale[k / 4] * q[k] + offset[k / 16]          (k = 0..31)
+//
+// scale is per 4-element lane so that types with 16-element sub-blocks
+// (Q6_K, Q3_K, Q2_K) keep one scale per half unit. Every type but Q8_0 is
+// read with unsigned levels (Q4_0's q - 8 becomes q with offset -8d), which
+// AVX2's maddubs (unsigned x signed bytes) takes as they are; Q8_0's signed
+// levels lend their sign to the activation first. A unit meets an
+// activation block (q8_activation.h) in DotUnit:
+//
+//   lanes[j] = sum_{k=4j..4j+3} q[k] * xq[k]                   (exact, int32)
+//   acc[j]   = fma(scale[j] * xd, lanes[j], acc[j])             (8 float lanes)
+//   off      = fma(offset[h], xds[h], off)  per half h, or one fma with the
+//              whole block's xds when both halves share the offset
+//
+// and a row's result is Reduce(acc) + off. GEMV and GEMM run this same
+// sequence per (weight row, activation row), which keeps their outputs bit
+// identical, and the portable path computes the same integers and the same
+// roundings as the AVX2 one.
 #pragma once
 
 #include <cstdint>
@@ -30,64 +52,52 @@ namespace specline::kernels::detail {
 
 #if SPECLINE_KERNELS_AVX2
 using Bytes32 = __m256i;
-inline Bytes32 LoadBytes32(const int8_t* p) {
+inline Bytes32 LoadBytes32(const void* p) {
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-}
-inline void StoreBytes32(int8_t* p, Bytes32 v) {
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), v);
 }
 #else
 struct Bytes32 {
   int8_t b[32];
 };
-inline Bytes32 LoadBytes32(const int8_t* p) {
+inline Bytes32 LoadBytes32(const void* p) {
   Bytes32 v;
   std::memcpy(v.b, p, 32);
   return v;
 }
-inline void StoreBytes32(int8_t* p, Bytes32 v) { std::memcpy(p, v.b, 32); }
 #endif
-
-// |q| per byte (as unsigned: |-128| = 128).
-inline Bytes32 AbsBytes(const Bytes32& q) {
-#if SPECLINE_KERNELS_AVX2
-  return _mm256_sign_epi8(q, q);
-#else
-  Bytes32 a;
-  for (int k = 0; k < 32; ++k) a.b[k] = static_cast<int8_t>(q.b[k] < 0 ? -q.b[k] : q.b[k]);
-  return a;
-#endif
-}
 
 struct WeightUnit {
-  Bytes32 q;     // signed levels, |q| <= 128 (so |q| fits a uint8)
-  Bytes32 abs;   // AbsBytes(q), filled by Finish()
-  Vec scale;     // per 4-element lane
-  float offset;     // added to every element (of the first half, for kHalves)
+  Bytes32 q;        // levels: 0..63 (unsigned types) or -128..127 (Q8_0)
+  Vec scale;        // per 4-element lane
+  float offset;     // added to elements 0..15 (and 16..31 unless kHalves)
   float offset_hi;  // added to elements 16..31, for kHalves only
-  void Finish() { abs = AbsBytes(q); }
 };
 
 // How a type's units carry offsets.
 enum class Offsets { kNone, kOne, kHalves };
 
-// The int8 x int8 dot of a unit's levels with an activation block's, as 8
-// int32 lane sums converted to float (exact: |sum| < 2^17). wabs is
-// AbsBytes(wq), which a GEMM panel computes once for all activation rows.
-inline Vec LaneDots(const Bytes32& wq, const Bytes32& wabs, const int8_t* xq) {
+// The int8 dot of a unit's levels with an activation block's, as 8 int32
+// lane sums converted to float (exact: |sum| < 2^17). Unsigned levels go to
+// maddubs as they are (pair sums <= 2 * 63 * 127 < 2^15: no saturation);
+// signed ones move their sign onto x (|q| <= 128 fits the unsigned side).
+template <bool kSigned>
+inline Vec LaneDots(const Bytes32& wq, const Bytes32& x) {
 #if SPECLINE_KERNELS_AVX2
-  const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq));
-  // maddubs multiplies unsigned by signed: move w's sign onto x. Pair sums
-  // stay below 2 * 128 * 127 < 2^15, so nothing saturates.
-  const __m256i p16 = _mm256_maddubs_epi16(wabs, _mm256_sign_epi8(x, wq));
-  const __m256i p32 = _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
-  return _mm256_cvtepi32_ps(p32);
+  __m256i p16;
+  if constexpr (kSigned) {
+    p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(wq, wq), _mm256_sign_epi8(x, wq));
+  } else {
+    p16 = _mm256_maddubs_epi16(wq, x);
+  }
+  return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
 #else
-  (void)wabs;
   Vec r;
   for (int j = 0; j < kLanes; ++j) {
     int32_t s = 0;
-    for (int k = 4 * j; k < 4 * j + 4; ++k) s += int32_t{wq.b[k]} * int32_t{xq[k]};
+    for (int k = 4 * j; k < 4 * j + 4; ++k) {
+      const int32_t w = kSigned ? int32_t{wq.b[k]} : int32_t{static_cast<uint8_t>(wq.b[k])};
+      s += w * int32_t{x.b[k]};
+    }
     r.v[j] = static_cast<float>(s);
   }
   return r;
@@ -100,14 +110,17 @@ struct RowAccumulator {
   float Result() const { return Reduce(acc) + off; }
 };
 
-template <Offsets kOffsets>
-inline void DotUnit(const WeightUnit& u, const Q8Block& x, RowAccumulator& r) {
-  r.acc = VFma(VMul(u.scale, VSet1(x.d)), LaneDots(u.q, u.abs, x.q), r.acc);
+// One unit against one activation block; xq and xd are the block's levels
+// and scale, loaded once by the caller for all the rows that share them.
+template <Offsets kOffsets, bool kSigned>
+inline void DotUnit(const WeightUnit& u, const Q8Block& x, const Bytes32& xq, const Vec& xd,
+                    RowAccumulator& r) {
+  r.acc = VFma(VMul(u.scale, xd), LaneDots<kSigned>(u.q, xq), r.acc);
   if constexpr (kOffsets == Offsets::kOne) {
-    r.off = std::fma(u.offset * x.d, static_cast<float>(x.Sum()), r.off);
+    r.off = std::fma(u.offset, x.ds, r.off);
   } else if constexpr (kOffsets == Offsets::kHalves) {
-    r.off = std::fma(u.offset * x.d, static_cast<float>(x.sum[0]), r.off);
-    r.off = std::fma(u.offset_hi * x.d, static_cast<float>(x.sum[1]), r.off);
+    r.off = std::fma(u.offset, x.ds_half[0], r.off);
+    r.off = std::fma(u.offset_hi, x.ds_half[1], r.off);
   }
 }
 
@@ -162,51 +175,43 @@ inline Bytes32 AddBytes(Bytes32 a, Bytes32 b) {
 #endif
 }
 
-inline Bytes32 SubBytes(Bytes32 a, int8_t c) {
-#if SPECLINE_KERNELS_AVX2
-  return _mm256_sub_epi8(a, _mm256_set1_epi8(c));
-#else
-  for (int k = 0; k < 32; ++k) a.b[k] = static_cast<int8_t>(a.b[k] - c);
-  return a;
-#endif
-}
-
 template <>
 struct Units<DType::kQ8_0> {
   static constexpr Offsets kOffsets = Offsets::kNone;
+  static constexpr bool kSigned = true;
   static constexpr int kUnitsPerBlock = 1;
   static constexpr int kBlockBytes = 34;
   static void Load(const uint8_t* p, int /*unit*/, WeightUnit* u) {
-    u->q = LoadBytes32(reinterpret_cast<const int8_t*>(p + 2));
+    u->q = LoadBytes32(p + 2);
     u->scale = VSet1(HalfToFloat(LoadU16(p)));
-    u->offset = 0.0f;
-    u->Finish();
   }
 };
 
+// Q4_0: d * (q - 8) = d * q + (-8d).
 template <>
 struct Units<DType::kQ4_0> {
-  static constexpr Offsets kOffsets = Offsets::kNone;
+  static constexpr Offsets kOffsets = Offsets::kOne;
+  static constexpr bool kSigned = false;
   static constexpr int kUnitsPerBlock = 1;
   static constexpr int kBlockBytes = 18;
   static void Load(const uint8_t* p, int /*unit*/, WeightUnit* u) {
-    u->q = SubBytes(Nibbles(p + 2), 8);
-    u->scale = VSet1(HalfToFloat(LoadU16(p)));
-    u->offset = 0.0f;
-    u->Finish();
+    const float d = HalfToFloat(LoadU16(p));
+    u->q = Nibbles(p + 2);
+    u->scale = VSet1(d);
+    u->offset = -8.0f * d;
   }
 };
 
 template <>
 struct Units<DType::kQ4_1> {
   static constexpr Offsets kOffsets = Offsets::kOne;
+  static constexpr bool kSigned = false;
   static constexpr int kUnitsPerBlock = 1;
   static constexpr int kBlockBytes = 20;
   static void Load(const uint8_t* p, int /*unit*/, WeightUnit* u) {
     u->q = Nibbles(p + 4);
     u->scale = VSet1(HalfToFloat(LoadU16(p)));
     u->offset = HalfToFloat(LoadU16(p + 2));
-    u->Finish();
   }
 };
 
