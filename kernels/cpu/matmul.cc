@@ -59,13 +59,7 @@ void MatMul(const WeightMatrix& w, const float* x, int64_t m, float* y,
     const detail::Q8Block* q = xq.data();
     pool.ParallelFor(
         w.rows,
-        [&](int64_t begin, int64_t end) {
-          if (m == 1) {
-            detail::QuantGemvRange(w, q, y, begin, end);
-          } else {
-            detail::QuantGemmRange(w, q, m, y, begin, end);
-          }
-        },
+        [&](int64_t begin, int64_t end) { detail::QuantMatMulRange(w, q, m, y, begin, end); },
         detail::kRowGrain);
     return;
   }

@@ -25,10 +25,8 @@ struct Q8Block;
 
 // The integer path for quantized W (quant_matmul.cc), x given as m rows of
 // w.cols / 32 Q8 blocks each.
-void QuantGemvRange(const WeightMatrix& w, const Q8Block* x, float* y, int64_t row_begin,
-                    int64_t row_end);
-void QuantGemmRange(const WeightMatrix& w, const Q8Block* x, int64_t m, float* y,
-                    int64_t row_begin, int64_t row_end);
+void QuantMatMulRange(const WeightMatrix& w, const Q8Block* x, int64_t m, float* y,
+                      int64_t row_begin, int64_t row_end);
 
 // Rows of W handed to one thread at a time by MatMul (a multiple of the
 // register blocking of both kernels, so chunks split no register block).

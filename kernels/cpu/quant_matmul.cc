@@ -5,13 +5,15 @@
 // was limited by that arithmetic; here a unit costs a handful of integer
 // instructions and decode runs at memory bandwidth.
 //
-// GEMV streams R weight rows at a time, sharing each activation block. GEMM
-// (m > 1) unpacks a panel of weight rows into WeightUnits once, keeps it in
-// L2 and runs every activation row against it, so a verification batch of a
-// few rows reads the weights from memory once. Both run DotUnit in the same
+// Decode (m = 1) streams R weight rows at a time, sharing each activation
+// block; calls of a few rows (verification) do the same for groups of rows,
+// each block of weight rows read from memory once and reused from L1. A
+// prefill (m > 16) unpacks a panel of weight rows into WeightUnits once,
+// keeps it in L2 and runs every activation row against it. Both run DotUnit in the same
 // order for each (weight row, activation row): identical bits for any m and
 // any thread count.
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/matmul_internal.h"
@@ -23,43 +25,67 @@ namespace {
 // Same prefetch distance and reasoning as gemv.cc.
 constexpr int64_t kPrefetchBytes = 32 * 1024;
 
-template <DType T, int R>
-void QGemvBlock(const uint8_t* w, int64_t row_bytes, int64_t ahead, const Q8Block* x,
-                int64_t wblocks, float* y) {
+// R weight rows against G activation rows (stride x_stride blocks, outputs
+// stride ldy), the units unpacked in registers straight from the weights.
+// R = 4, G = 1 is the decode GEMV; a call of a few rows (a verification
+// batch) runs R = 2, G = 4 over each block of weight rows while it is in L1,
+// so the weights still come from memory once.
+template <DType T, int R, int G>
+void QDirectBlock(const uint8_t* w, int64_t row_bytes, int64_t ahead, const Q8Block* x,
+                  int64_t x_stride, int64_t wblocks, float* y, int64_t ldy) {
   using U = Units<T>;
-  RowAccumulator acc[R];
+  RowAccumulator acc[G][R];
   for (int64_t b = 0; b < wblocks; ++b) {
     for (int r = 0; r < R; ++r) __builtin_prefetch(w + r * row_bytes + b * U::kBlockBytes + ahead);
     for (int u = 0; u < U::kUnitsPerBlock; ++u) {
-      const Q8Block& xb = x[b * U::kUnitsPerBlock + u];
-      const Bytes32 xq = LoadBytes32(xb.q);
-      const Vec xd = VSet1(xb.d);
-      for (int r = 0; r < R; ++r) {
-        WeightUnit unit;
-        U::Load(w + r * row_bytes + b * U::kBlockBytes, u, &unit);
-        DotUnit<U::kOffsets, U::kSigned>(unit, xb, xq, xd, acc[r]);
+      WeightUnit unit[R];
+      for (int r = 0; r < R; ++r) U::Load(w + r * row_bytes + b * U::kBlockBytes, u, &unit[r]);
+      for (int g = 0; g < G; ++g) {
+        const Q8Block& xb = x[g * x_stride + b * U::kUnitsPerBlock + u];
+        const Bytes32 xq = LoadBytes32(xb.q);
+        const Vec xd = VSet1(xb.d);
+        for (int r = 0; r < R; ++r) DotUnit<U::kOffsets, U::kSigned>(unit[r], xb, xq, xd, acc[g][r]);
       }
     }
   }
-  for (int r = 0; r < R; ++r) y[r] = acc[r].Result();
+  for (int g = 0; g < G; ++g)
+    for (int r = 0; r < R; ++r) y[g * ldy + r] = acc[g][r].Result();
 }
 
-constexpr int kGemvRows = 4;
-
-template <DType T>
-void QGemvTyped(const WeightMatrix& w, const Q8Block* x, float* y, int64_t row_begin,
-                int64_t row_end) {
+// Rows [row_begin, row_end) of y for m activation rows, direct from the
+// weights: each block of R weight rows meets the activation rows G at a time.
+template <DType T, int R, int G>
+void QDirectTyped(const WeightMatrix& w, const Q8Block* x, int64_t m, float* y,
+                  int64_t row_begin, int64_t row_end) {
   using U = Units<T>;
   const auto* base = static_cast<const uint8_t*>(w.data);
+  const int64_t x_stride = w.cols / 32;  // activation blocks per row
   const int64_t wblocks = w.cols / (32 * U::kUnitsPerBlock);
-  const int64_t block_bytes = kGemvRows * w.row_bytes;
+  const int64_t block_bytes = R * w.row_bytes;
   const int64_t ahead = (kPrefetchBytes + block_bytes - 1) / block_bytes * block_bytes;
-  int64_t r = row_begin;
-  for (; r + kGemvRows <= row_end; r += kGemvRows) {
-    QGemvBlock<T, kGemvRows>(base + r * w.row_bytes, w.row_bytes, ahead, x, wblocks, y + r);
-  }
-  for (; r < row_end; ++r) {
-    QGemvBlock<T, 1>(base + r * w.row_bytes, w.row_bytes, ahead, x, wblocks, y + r);
+  auto rows = [&](const uint8_t* wr, int64_t i, float* yi, auto r_const, auto g_const) {
+    QDirectBlock<T, decltype(r_const)::value, decltype(g_const)::value>(
+        wr, w.row_bytes, ahead, x + i * x_stride, x_stride, wblocks, yi, w.rows);
+  };
+  using RFull = std::integral_constant<int, R>;
+  using ROne = std::integral_constant<int, 1>;
+  using GFull = std::integral_constant<int, G>;
+  using GOne = std::integral_constant<int, 1>;
+  for (int64_t r = row_begin; r < row_end; r += R) {
+    const int64_t n = std::min<int64_t>(R, row_end - r);
+    for (int64_t i = 0; i < m;) {
+      const bool full_g = i + G <= m;
+      if (n == R) {
+        full_g ? rows(base + r * w.row_bytes, i, y + i * w.rows + r, RFull{}, GFull{})
+               : rows(base + r * w.row_bytes, i, y + i * w.rows + r, RFull{}, GOne{});
+      } else {
+        for (int64_t rr = r; rr < r + n; ++rr) {
+          full_g ? rows(base + rr * w.row_bytes, i, y + i * w.rows + rr, ROne{}, GFull{})
+                 : rows(base + rr * w.row_bytes, i, y + i * w.rows + rr, ROne{}, GOne{});
+        }
+      }
+      i += full_g ? G : 1;
+    }
   }
 }
 
@@ -135,23 +161,29 @@ void QGemmTyped(const WeightMatrix& w, const Q8Block* x, int64_t m, float* y, in
 
 }  // namespace
 
-void QuantGemvRange(const WeightMatrix& w, const Q8Block* x, float* y, int64_t row_begin,
-                    int64_t row_end) {
-  switch (w.dtype) {
-    case DType::kQ8_0: return QGemvTyped<DType::kQ8_0>(w, x, y, row_begin, row_end);
-    case DType::kQ4_0: return QGemvTyped<DType::kQ4_0>(w, x, y, row_begin, row_end);
-    case DType::kQ4_1: return QGemvTyped<DType::kQ4_1>(w, x, y, row_begin, row_end);
-    default: return;  // MatMul sends only HasIntegerPath types here
-  }
+namespace {
+
+// Up to this many activation rows, the direct kernel (weights unpacked in
+// registers per group of rows) beats unpacking a panel to memory.
+constexpr int64_t kDirectMaxRows = 16;
+
+template <DType T>
+void QuantMatMulTyped(const WeightMatrix& w, const Q8Block* x, int64_t m, float* y,
+                      int64_t row_begin, int64_t row_end) {
+  if (m == 1) return QDirectTyped<T, 4, 1>(w, x, m, y, row_begin, row_end);
+  if (m <= kDirectMaxRows) return QDirectTyped<T, 2, 4>(w, x, m, y, row_begin, row_end);
+  QGemmTyped<T>(w, x, m, y, row_begin, row_end);
 }
 
-void QuantGemmRange(const WeightMatrix& w, const Q8Block* x, int64_t m, float* y,
-                    int64_t row_begin, int64_t row_end) {
+}  // namespace
+
+void QuantMatMulRange(const WeightMatrix& w, const Q8Block* x, int64_t m, float* y,
+                      int64_t row_begin, int64_t row_end) {
   switch (w.dtype) {
-    case DType::kQ8_0: return QGemmTyped<DType::kQ8_0>(w, x, m, y, row_begin, row_end);
-    case DType::kQ4_0: return QGemmTyped<DType::kQ4_0>(w, x, m, y, row_begin, row_end);
-    case DType::kQ4_1: return QGemmTyped<DType::kQ4_1>(w, x, m, y, row_begin, row_end);
-    default: return;
+    case DType::kQ8_0: return QuantMatMulTyped<DType::kQ8_0>(w, x, m, y, row_begin, row_end);
+    case DType::kQ4_0: return QuantMatMulTyped<DType::kQ4_0>(w, x, m, y, row_begin, row_end);
+    case DType::kQ4_1: return QuantMatMulTyped<DType::kQ4_1>(w, x, m, y, row_begin, row_end);
+    default: return;  // MatMul sends only HasIntegerPath types here
   }
 }
 
