@@ -134,8 +134,7 @@ struct Units;
 inline Bytes32 Nibbles(const uint8_t* qs) {
 #if SPECLINE_KERNELS_AVX2
   const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-  const __m128i m = _mm_set1_epi8(0x0f);
-  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(b, 4), m), _mm_and_si128(b, m));
+  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(b, 4), b), _mm256_set1_epi8(0x0f));
 #else
   Bytes32 v;
   for (int j = 0; j < 16; ++j) {
@@ -143,6 +142,21 @@ inline Bytes32 Nibbles(const uint8_t* qs) {
     v.b[j + 16] = static_cast<int8_t>(qs[j] >> 4);
   }
   return v;
+#endif
+}
+
+// The two consecutive fp16 values at p (a block's d and m) as floats, with
+// one conversion.
+inline void HalfPair(const uint8_t* p, float* a, float* b) {
+#if SPECLINE_KERNELS_AVX2
+  int32_t bits;
+  std::memcpy(&bits, p, 4);
+  const __m128 v = _mm_cvtph_ps(_mm_cvtsi32_si128(bits));
+  *a = _mm_cvtss_f32(v);
+  *b = _mm_cvtss_f32(_mm_movehdup_ps(v));
+#else
+  *a = HalfToFloat(LoadU16(p));
+  *b = HalfToFloat(LoadU16(p + 2));
 #endif
 }
 
@@ -209,9 +223,11 @@ struct Units<DType::kQ4_1> {
   static constexpr int kUnitsPerBlock = 1;
   static constexpr int kBlockBytes = 20;
   static void Load(const uint8_t* p, int /*unit*/, WeightUnit* u) {
+    float d, m;
+    HalfPair(p, &d, &m);
     u->q = Nibbles(p + 4);
-    u->scale = VSet1(HalfToFloat(LoadU16(p)));
-    u->offset = HalfToFloat(LoadU16(p + 2));
+    u->scale = VSet1(d);
+    u->offset = m;
   }
 };
 
