@@ -18,6 +18,7 @@
 
 #include <gtest/gtest.h>
 
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/fp16_portable.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/thread_pool.h"
@@ -263,6 +264,10 @@ TEST_P(MatMulTest, MatchesDoubleReferenceForEveryDType) {
     }
   }
 }
+
+// The machine running the tests has what the build targets (else every
+// pool would abort with the rebuild hint).
+TEST(CpuFeaturesTest, ThisCpuRunsThisBuild) { EXPECT_EQ(MissingCpuFeatures(), ""); }
 
 TEST(MatMulRowTest, F32RowEqualsDot) {
   std::mt19937 rng(3);

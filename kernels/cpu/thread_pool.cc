@@ -14,6 +14,8 @@
 // of ops.h) are bit-identical run to run.
 #include "kernels/cpu/thread_pool.h"
 
+#include "kernels/cpu/cpu_features.h"
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -131,6 +133,7 @@ struct ThreadPool::Impl {
 };
 
 ThreadPool::ThreadPool(int num_threads) : impl_(new Impl) {
+  RequireCpuFeatures();
   if (num_threads <= 0) {
     num_threads = static_cast<int>(std::thread::hardware_concurrency());
   }
