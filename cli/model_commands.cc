@@ -4,6 +4,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "model/formats/gguf.h"
 #include "model/formats/random_model.h"
 #include "model/runtime/draft_head_file.h"
 
@@ -12,19 +13,26 @@ namespace {
 
 const char kRandomUsage[] = R"(usage: specline make-random-model --out PATH [options]
   --format llama2c|gguf|hf   (default gguf)
-  --dtype F32|F16|BF16|Q8_0|Q4_0|Q4_1   weight type (gguf: all; hf: float types;
-                             llama2c: F32)
+  --dtype F32|F16|BF16|Q8_0|Q4_0|Q4_1|Q5_0|Q5_1|Q2_K|Q3_K|Q4_K|Q5_K|Q6_K
+                             weight type (gguf: all, K-quants need dims that
+                             are multiples of 256; hf: float types; llama2c: F32)
   --dim N --hidden-dim N --layers N --heads N --kv-heads N --head-dim N
   --vocab N --seq-len N --rope-theta F --seed N
   --tied                     share the embedding with the LM head
   --arch llama|qwen2|qwen3   qwen2 adds qkv bias, qwen3 q/k norm
+  --vocab-from PATH.gguf     copy the tokenizer.* metadata of a GGUF vocabulary
+                             (e.g. ggml-vocab-llama-spm.gguf) so llama.cpp can
+                             load the model; --vocab defaults to its size
 Shape of stories110M: --dim 768 --hidden-dim 2048 --layers 12 --heads 12 --vocab 32000
 )";
 
 DType ParseDType(const std::string& s) {
   static const std::map<std::string, DType> kTypes = {
       {"F32", DType::kF32},   {"F16", DType::kF16},   {"BF16", DType::kBF16},
-      {"Q8_0", DType::kQ8_0}, {"Q4_0", DType::kQ4_0}, {"Q4_1", DType::kQ4_1}};
+      {"Q8_0", DType::kQ8_0}, {"Q4_0", DType::kQ4_0}, {"Q4_1", DType::kQ4_1},
+      {"Q5_0", DType::kQ5_0}, {"Q5_1", DType::kQ5_1}, {"Q2_K", DType::kQ2_K},
+      {"Q3_K", DType::kQ3_K}, {"Q4_K", DType::kQ4_K}, {"Q5_K", DType::kQ5_K},
+      {"Q6_K", DType::kQ6_K}};
   auto it = kTypes.find(s);
   if (it == kTypes.end()) throw std::invalid_argument("--dtype: unknown type " + s);
   return it->second;
@@ -42,7 +50,7 @@ ModelFormat ParseFormat(const std::string& s) {
 int RandomModelCommand(int argc, char** argv) {
   Args args(argc, argv, 2,
             {"out", "format", "dtype", "dim", "hidden-dim", "layers", "heads", "kv-heads",
-             "head-dim", "vocab", "seq-len", "rope-theta", "seed", "arch"},
+             "head-dim", "vocab", "seq-len", "rope-theta", "seed", "arch", "vocab-from"},
             {"tied", "help"});
   if (args.Has("help") || !args.Has("out")) {
     std::cout << kRandomUsage;
@@ -56,7 +64,17 @@ int RandomModelCommand(int argc, char** argv) {
   c.n_heads = args.Int("heads", 6);
   c.n_kv_heads = args.Int("kv-heads", c.n_heads);
   c.head_dim = args.Int("head-dim", c.n_heads > 0 ? c.dim / c.n_heads : 0);
-  c.vocab_size = args.Int("vocab", 32000);
+  const std::string vocab_from = args.Str("vocab-from", "");
+  int default_vocab = 32000;
+  if (!vocab_from.empty()) {
+    const GgufValue* tokens = GgufFile::Open(vocab_from)->Find("tokenizer.ggml.tokens");
+    if (!tokens || !tokens->AsArray()) {
+      std::cerr << "--vocab-from: " << vocab_from << " has no tokenizer.ggml.tokens\n";
+      return 2;
+    }
+    default_vocab = static_cast<int>(tokens->AsArray()->size());
+  }
+  c.vocab_size = args.Int("vocab", default_vocab);
   c.max_seq_len = args.Int("seq-len", 1024);
   c.rope_theta = static_cast<float>(args.Float("rope-theta", 10000.0));
   c.tied_embeddings = args.Has("tied");
@@ -70,7 +88,7 @@ int RandomModelCommand(int argc, char** argv) {
     return 2;
   }
   WriteRandomModel(c, format, args.Str("out"), args.U64("seed", 1),
-                   ParseDType(args.Str("dtype", "F32")));
+                   ParseDType(args.Str("dtype", "F32")), vocab_from);
   std::cerr << "wrote " << args.Str("out") << "\n";
   return 0;
 }

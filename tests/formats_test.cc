@@ -131,14 +131,14 @@ void ExpectSameShape(const ModelConfig& a, const ModelConfig& b) {
   EXPECT_EQ(a.llama3_scaling.has_value(), b.llama3_scaling.has_value());
 }
 
-template <typename F>
+template <typename E = ModelFormatError, typename F>
 std::string ErrorOf(F&& f) {
   try {
     f();
-  } catch (const ModelFormatError& e) {
+  } catch (const E& e) {
     return e.what();
   }
-  ADD_FAILURE() << "no ModelFormatError thrown";
+  ADD_FAILURE() << "no " << ::testing::internal::GetTypeName<E>() << " thrown";
   return "";
 }
 
@@ -161,7 +161,8 @@ TEST(Formats, GgufRoundTripAllDtypes) {
   // Tolerances relative to each tensor's largest value.
   const std::pair<DType, float> cases[] = {
       {DType::kF32, 0.0f},     {DType::kF16, 1e-3f},   {DType::kBF16, 8e-3f},
-      {DType::kQ8_0, 1e-2f},   {DType::kQ4_0, 0.16f},  {DType::kQ4_1, 0.08f}};
+      {DType::kQ8_0, 1e-2f},   {DType::kQ4_0, 0.16f},  {DType::kQ4_1, 0.08f},
+      {DType::kQ5_0, 0.08f},   {DType::kQ5_1, 0.04f}};
   for (auto [dtype, tol] : cases) {
     SCOPED_TRACE(std::string(DTypeName(dtype)));
     ModelConfig c = SmallConfig();
@@ -177,6 +178,94 @@ TEST(Formats, GgufRoundTripAllDtypes) {
     EXPECT_EQ(src->Require("model.embed_tokens.weight").file_name, "token_embd.weight");
     ExpectLogicalModel(*src, c, 11, tol);
   }
+}
+
+// K-quants need rows of whole 256-element super-blocks.
+TEST(Formats, GgufRoundTripKQuants) {
+  // Largest error relative to the tensor's largest value (measured: Q2_K
+  // 0.41, Q3_K 0.27, Q4_K 0.115, Q5_K 0.066, Q6_K < 0.025): ggml's scale
+  // searches minimize a weighted squared error and may clip the extremes.
+  const std::pair<DType, float> cases[] = {{DType::kQ2_K, 0.5f}, {DType::kQ3_K, 0.33f},
+                                           {DType::kQ4_K, 0.14f}, {DType::kQ5_K, 0.08f},
+                                           {DType::kQ6_K, 0.03f}};
+  ModelConfig c = SmallConfig();
+  c.dim = 256;
+  c.hidden_dim = 512;
+  c.n_layers = 1;
+  c.head_dim = 64;
+  for (auto [dtype, tol] : cases) {
+    SCOPED_TRACE(std::string(DTypeName(dtype)));
+    std::string path = TempDir() + "/model.gguf";
+    WriteRandomModel(c, ModelFormat::kGguf, path, 11, dtype);
+    auto src = OpenModel(path);
+    ExpectSameShape(src->config(), c);
+    EXPECT_EQ(src->Require("model.layers.0.mlp.down_proj.weight").dtype, dtype);
+    EXPECT_EQ(src->Require("model.embed_tokens.weight").dtype, dtype);
+    ExpectLogicalModel(*src, c, 11, tol);
+  }
+  // Rows that are not whole super-blocks are refused with the reason.
+  std::string err = ErrorOf<std::invalid_argument>(
+      [&] { WriteRandomModel(SmallConfig(), ModelFormat::kGguf, TempDir() + "/x.gguf", 1, DType::kQ4_K); });
+  EXPECT_NE(err.find("Q4_K block size"), std::string::npos) << err;
+}
+
+// --vocab-from: the tokenizer.* metadata of a vocabulary GGUF is copied with
+// its stored types, and the model then has that tokenizer.
+TEST(Formats, GgufVocabFrom) {
+  const std::string dir = TempDir();
+  GgufWriter v;
+  v.SetString("general.architecture", "llama");
+  v.SetString("tokenizer.ggml.model", "llama");
+  std::vector<std::string> pieces = {"<unk>", "<s>", "</s>"};
+  for (int i = 0; i < 256; ++i) {
+    char buf[8];
+    std::snprintf(buf, sizeof buf, "<0x%02X>", i);
+    pieces.push_back(buf);
+  }
+  for (int i = 0; pieces.size() < 300; ++i) pieces.push_back("\xe2\x96\x81w" + std::to_string(i));
+  std::vector<float> scores(pieces.size());
+  std::vector<int32_t> types(pieces.size(), 1);
+  types[0] = 2;
+  types[1] = types[2] = 3;
+  for (int i = 3; i < 259; ++i) types[i] = 6;
+  for (size_t i = 0; i < scores.size(); ++i) scores[i] = -float(i);
+  v.SetStringArray("tokenizer.ggml.tokens", pieces);
+  v.SetF32Array("tokenizer.ggml.scores", scores);
+  v.SetI32Array("tokenizer.ggml.token_type", types);
+  v.SetU32("tokenizer.ggml.bos_token_id", 1);
+  v.SetU32("tokenizer.ggml.eos_token_id", 2);
+  v.SetBool("tokenizer.ggml.add_bos_token", true);
+  v.SetString("general.name", "not copied");
+  v.Write(dir + "/vocab.gguf");
+
+  ModelConfig c = SmallConfig();
+  c.vocab_size = 300;
+  WriteRandomModel(c, ModelFormat::kGguf, dir + "/m.gguf", 5, DType::kQ5_0, dir + "/vocab.gguf");
+  auto vocab = GgufFile::Open(dir + "/vocab.gguf");
+  auto m = GgufFile::Open(dir + "/m.gguf");
+  for (const char* key : {"tokenizer.ggml.model", "tokenizer.ggml.tokens", "tokenizer.ggml.scores",
+                          "tokenizer.ggml.token_type", "tokenizer.ggml.bos_token_id",
+                          "tokenizer.ggml.eos_token_id", "tokenizer.ggml.add_bos_token"}) {
+    SCOPED_TRACE(key);
+    ASSERT_NE(m->Find(key), nullptr);
+    EXPECT_EQ(*m->TypeOf(key), *vocab->TypeOf(key));
+  }
+  EXPECT_EQ(*m->TypeOf("tokenizer.ggml.tokens"),
+            (std::vector<GgufType>{GgufType::kArray, GgufType::kString}));
+  EXPECT_EQ(*m->TypeOf("tokenizer.ggml.bos_token_id"), std::vector<GgufType>{GgufType::kUint32});
+  EXPECT_EQ(*m->Find("general.name")->AsString(), "specline-random");
+  EXPECT_EQ(m->Find("tokenizer.ggml.tokens")->AsArray()->size(), 300u);
+  auto src = OpenModel(dir + "/m.gguf");
+  ExpectLogicalModel(*src, c, 5, 0.08f);
+
+  // The vocabulary must have the model's vocab size; only GGUF takes one.
+  c.vocab_size = 299;
+  std::string err = ErrorOf<std::invalid_argument>(
+      [&] { WriteRandomModel(c, ModelFormat::kGguf, dir + "/n.gguf", 5, DType::kF32, dir + "/vocab.gguf"); });
+  EXPECT_NE(err.find("300 pieces"), std::string::npos) << err;
+  EXPECT_THROW(WriteRandomModel(c, ModelFormat::kHuggingFace, dir + "/hf", 5, DType::kF32,
+                                dir + "/vocab.gguf"),
+               std::invalid_argument);
 }
 
 TEST(Formats, HuggingFaceRoundTrip) {
@@ -447,7 +536,8 @@ TEST(Formats, WriteSamplesForPythonCheck) {
   std::vector<Sample> samples = {{"llama.bin", llama, ModelFormat::kLlama2c, DType::kF32, 0.0f}};
   const std::pair<DType, float> gguf_dtypes[] = {
       {DType::kF32, 0.0f},   {DType::kF16, 1e-3f},  {DType::kBF16, 8e-3f},
-      {DType::kQ8_0, 1e-2f}, {DType::kQ4_0, 0.16f}, {DType::kQ4_1, 0.08f}};
+      {DType::kQ8_0, 1e-2f}, {DType::kQ4_0, 0.16f}, {DType::kQ4_1, 0.08f},
+      {DType::kQ5_0, 0.08f}, {DType::kQ5_1, 0.04f}};
   for (auto [d, tol] : gguf_dtypes) {
     samples.push_back({"llama-" + std::string(DTypeName(d)) + ".gguf", llama, ModelFormat::kGguf, d, tol});
   }
@@ -512,16 +602,18 @@ TEST(FormatErrors, UnsupportedGgufType) {
   std::vector<float> x(32, 1.0f);
   w.AddTensorFromF32("blk.0.ffn_up.weight", DType::kF32, {32}, x.data());
   std::string bytes = w.Serialize();
-  // Patch the tensor's type (after name, n_dims, ne[0]) to 14 = Q6_K.
+  // Patch the tensor's type (after name, n_dims, ne[0]) to 20 = IQ4_NL (a
+  // 32-element block type of the IQ family, which stays unsupported).
   size_t pos = bytes.find("blk.0.ffn_up.weight") + 19 + 4 + 8;
-  uint32_t q6k = 14;
-  std::memcpy(&bytes[pos], &q6k, 4);
-  std::string p = TempDir() + "/q6k.gguf";
+  uint32_t iq4_nl = 20;
+  std::memcpy(&bytes[pos], &iq4_nl, 4);
+  std::string p = TempDir() + "/iq4nl.gguf";
   WriteBytes(p, bytes);
   std::string err = ErrorOf([&] { GgufFile::Open(p); });
   EXPECT_NE(err.find(p), std::string::npos) << err;
   EXPECT_NE(err.find("blk.0.ffn_up.weight"), std::string::npos) << err;
-  EXPECT_NE(err.find("Q6_K"), std::string::npos) << err;
+  EXPECT_NE(err.find("IQ4_NL"), std::string::npos) << err;
+  EXPECT_NE(err.find("Q6_K"), std::string::npos) << "the supported list: " << err;
 }
 
 TEST(FormatErrors, UnsupportedSafetensorsDtype) {

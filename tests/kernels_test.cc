@@ -22,13 +22,34 @@
 #include "kernels/cpu/fp16_portable.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/thread_pool.h"
+#include "kernels/cpu/weight_codec.h"
 #include "kernels/dtype.h"
 
 namespace specline::kernels {
 namespace {
 
-constexpr DType kAllTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16,
-                               DType::kQ8_0, DType::kQ4_0, DType::kQ4_1};
+constexpr DType kAllTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0,
+                               DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1,
+                               DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K,
+                               DType::kQ6_K};
+
+// Byte offsets of a quant block's fp16 scale(s): {d, second or -1}. The
+// second is Q4_1/Q5_1's min m or a K-quant's dmin.
+std::pair<int, int> ScaleOffsets(DType t) {
+  switch (t) {
+    case DType::kQ8_0:
+    case DType::kQ4_0:
+    case DType::kQ5_0: return {0, -1};
+    case DType::kQ4_1:
+    case DType::kQ5_1:
+    case DType::kQ4_K:
+    case DType::kQ5_K: return {0, 2};
+    case DType::kQ2_K: return {80, 82};
+    case DType::kQ3_K: return {108, -1};
+    case DType::kQ6_K: return {208, -1};
+    default: return {-1, -1};
+  }
+}
 
 float Bits(uint32_t u) { return detail::BitsToF32(u); }
 uint32_t Bits(float f) { return detail::F32ToBits(f); }
@@ -124,6 +145,129 @@ TEST(DequantizeRowTest, RejectsPartialBlocks) {
   EXPECT_NO_THROW(DequantizeRow(DType::kQ4_0, bytes, 0, out));
 }
 
+TEST(DequantizeRowTest, KQuantsRejectPartialSuperBlocks) {
+  std::vector<uint8_t> bytes(2 * 210);
+  std::vector<float> out(512);
+  for (DType t : {DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+    EXPECT_THROW(DequantizeRow(t, bytes.data(), 32, out.data()), std::invalid_argument);
+    EXPECT_THROW(DequantizeRow(t, bytes.data(), 288, out.data()), std::invalid_argument);
+    EXPECT_NO_THROW(DequantizeRow(t, bytes.data(), 256, out.data()));
+    EXPECT_EQ(RowBytes(t, 100), std::nullopt);
+  }
+  EXPECT_EQ(RowBytes(DType::kQ2_K, 512), 168);
+  EXPECT_EQ(RowBytes(DType::kQ3_K, 256), 110);
+  EXPECT_EQ(RowBytes(DType::kQ4_K, 256), 144);
+  EXPECT_EQ(RowBytes(DType::kQ5_K, 256), 176);
+  EXPECT_EQ(RowBytes(DType::kQ6_K, 256), 210);
+  EXPECT_EQ(RowBytes(DType::kQ5_0, 64), 44);
+  EXPECT_EQ(RowBytes(DType::kQ5_1, 64), 48);
+}
+
+TEST(DequantizeRowTest, Q5_0HighBits) {
+  // Element j's 5th bit is bit j of the little-endian u32 qh.
+  std::vector<uint8_t> bytes;
+  PutU16(bytes, 0x3800);  // d = 0.5
+  const uint32_t qh = 0xA5C3F00Fu;
+  for (int i = 0; i < 4; ++i) bytes.push_back(static_cast<uint8_t>(qh >> (8 * i)));
+  for (int j = 0; j < 16; ++j) bytes.push_back(static_cast<uint8_t>(j | ((15 - j) << 4)));
+  std::vector<float> out(32);
+  DequantizeRow(DType::kQ5_0, bytes.data(), 32, out.data());
+  auto bit = [&](int e) { return static_cast<int>((qh >> e) & 1) << 4; };
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(out[j], 0.5f * ((j | bit(j)) - 16)) << j;
+    EXPECT_EQ(out[j + 16], 0.5f * (((15 - j) | bit(j + 16)) - 16)) << j;
+  }
+}
+
+TEST(DequantizeRowTest, Q4_KHandBuiltSuperBlock) {
+  // d = 0.5, dmin = 0.25; sub-block j has scale j + 1 and min 2 * j + 1
+  // (j >= 4: 6-bit values split over bytes 0-3 / 4-7 and 8-11).
+  std::vector<uint8_t> b(144, 0);
+  const uint16_t d = 0x3800, dmin = 0x3400;
+  std::memcpy(b.data(), &d, 2);
+  std::memcpy(b.data() + 2, &dmin, 2);
+  uint8_t* sc = b.data() + 4;
+  int scale[8], mn[8];
+  for (int j = 0; j < 8; ++j) {
+    scale[j] = j < 4 ? j + 1 : 40 + j;  // >= 16 for j >= 4: uses the high bits
+    mn[j] = j < 4 ? 2 * j + 1 : 50 + j;
+    if (j < 4) {
+      sc[j] = static_cast<uint8_t>(scale[j]);
+      sc[j + 4] = static_cast<uint8_t>(mn[j]);
+    } else {
+      sc[j + 4] = static_cast<uint8_t>((scale[j] & 0xF) | ((mn[j] & 0xF) << 4));
+      sc[j - 4] |= static_cast<uint8_t>((scale[j] >> 4) << 6);
+      sc[j] |= static_cast<uint8_t>((mn[j] >> 4) << 6);
+    }
+  }
+  for (int i = 0; i < 128; ++i) b[16 + i] = static_cast<uint8_t>((i * 37 + 11) & 0xff);
+  std::vector<float> out(256);
+  DequantizeRow(DType::kQ4_K, b.data(), 256, out.data());
+  for (int e = 0; e < 256; ++e) {
+    const int j = e / 32, l = e % 32;
+    const int q = (b[16 + 32 * (j / 2) + l] >> (4 * (j % 2))) & 0xF;
+    const float want = 0.5f * scale[j] * q - 0.25f * mn[j];  // all exact here
+    ASSERT_EQ(out[e], want) << e;
+  }
+}
+
+// The portable decoders (DecodeScalar, what a non-AVX2 build runs) against
+// the compiled Decode (AVX2 on x86-64-v3) on random blocks: same bits.
+template <DType T>
+void CheckPortableDecoder(std::mt19937& rng) {
+  using C = detail::Codec<T>;
+  constexpr int kSub = detail::kSubSteps<T>;
+  constexpr int64_t kBytes = detail::BlockBytesOf<T>();
+  static_assert(kBytes == BlockBytes(T));
+  static_assert(C::kStepElems * kSub == BlockElems(T));
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<uint8_t> block(kBytes);
+  for (int iter = 0; iter < 2000; ++iter) {
+    for (auto& b : block) b = static_cast<uint8_t>(rng());
+    // Finite scales of any magnitude and sign (random fp16 bits may be
+    // NaN, whose payload is not part of the contract); sometimes zero.
+    const auto [d_off, m_off] = ScaleOffsets(T);
+    for (int off : {d_off, m_off}) {
+      if (off < 0) continue;
+      uint16_t h = static_cast<uint16_t>(rng());
+      if ((h & 0x7c00) == 0x7c00) h &= 0xbfff;
+      if (iter % 17 == 0) h = 0;
+      std::memcpy(block.data() + off, &h, 2);
+    }
+    for (int j = 0; j < kSub; ++j) {
+      float want[32], got[32];
+      detail::Vec v[4];
+      if constexpr (kSub == 1) {
+        C::DecodeScalar(block.data(), want);
+        C::Decode(block.data(), v);
+      } else {
+        C::DecodeScalar(block.data(), j, want);
+        C::Decode(block.data(), j, v);
+      }
+      for (int i = 0; i < 4; ++i) detail::VStore(got + 8 * i, v[i]);
+      for (int e = 0; e < 32; ++e) {
+        ASSERT_EQ(Bits(got[e]), Bits(want[e]))
+            << DTypeName(T) << " iter " << iter << " sub " << j << " elem " << e
+            << ": " << got[e] << " vs " << want[e];
+      }
+    }
+  }
+}
+
+TEST(DequantizeRowTest, PortableDecodersMatchCompiledDecoders) {
+  std::mt19937 rng(99);
+  CheckPortableDecoder<DType::kQ5_0>(rng);
+  CheckPortableDecoder<DType::kQ5_1>(rng);
+  CheckPortableDecoder<DType::kQ2_K>(rng);
+  CheckPortableDecoder<DType::kQ3_K>(rng);
+  CheckPortableDecoder<DType::kQ4_K>(rng);
+  CheckPortableDecoder<DType::kQ5_K>(rng);
+  CheckPortableDecoder<DType::kQ6_K>(rng);
+  if (!SPECLINE_KERNELS_AVX2) {
+    GTEST_SKIP() << "portable build: Decode is DecodeScalar (compared with itself)";
+  }
+}
+
 // ---------------------------------------------------------------------------
 // MatMul against a double-precision reference over the dequantized weights.
 
@@ -154,15 +298,20 @@ std::vector<uint8_t> RandomWeights(DType t, int64_t rows, int64_t cols,
           h = F32ToBF16(u(rng));
           std::memcpy(p, &h, 2);
           break;
-        case DType::kQ4_1:
-          h = F32ToF16(u(rng) * 0.5f);
-          std::memcpy(p + 2, &h, 2);
-          [[fallthrough]];
-        case DType::kQ8_0:
-        case DType::kQ4_0:
-          h = F32ToF16(scale(rng));
-          std::memcpy(p, &h, 2);
+        default: {
+          // Quant types: random quants, sane fp16 scales (a K-quant's
+          // sub-block scales multiply these by up to 63 or 127).
+          const auto [d_off, m_off] = ScaleOffsets(t);
+          const float k = BlockElems(t) == 256 ? 0.02f : 1.0f;
+          h = F32ToF16(scale(rng) * k);
+          std::memcpy(p + d_off, &h, 2);
+          if (m_off >= 0) {
+            h = F32ToF16(t == DType::kQ4_1 || t == DType::kQ5_1 ? u(rng) * 0.5f
+                                                                 : scale(rng) * k);
+            std::memcpy(p + m_off, &h, 2);
+          }
           break;
+        }
       }
     }
   }
@@ -228,7 +377,10 @@ TEST_P(MatMulTest, MatchesDoubleReferenceForEveryDType) {
   for (DType t : kAllTypes) {
     const bool quant = BlockElems(t) > 1;
     std::vector<Case> cases;
-    if (quant) {
+    if (BlockElems(t) == 256) {
+      cases = {{1, 256, 1, 0},  {5, 512, 3, 0},   {37, 256, 7, 0}, {50, 768, 1, 6},
+               {29, 256, 17, 0}, {27, 1024, 5, 2}, {9, 2048, 66, 4}};
+    } else if (quant) {
       cases = {{1, 32, 1, 0},  {5, 64, 3, 0},   {37, 96, 7, 0},  {50, 320, 1, 6},
                {29, 32, 17, 0}, {101, 128, 5, 2}, {70, 256, 8, 0}, {9, 2048, 66, 4}};
     } else {

@@ -8,9 +8,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <random>
 #include <filesystem>
 #include <fstream>
 
+#include "kernels/cpu/ops.h"
 #include "model/formats/gguf.h"
 #include "model/formats/gguf_writer.h"
 #include "model/formats/random_model.h"
@@ -153,7 +155,7 @@ TEST(LoaderFuzz, Gguf) {
   std::string dir = TempDir();
   Stats st;
   uint64_t seed = 200;
-  for (DType dtype : {DType::kF32, DType::kQ4_1, DType::kQ8_0}) {
+  for (DType dtype : {DType::kF32, DType::kQ4_1, DType::kQ8_0, DType::kQ5_0}) {
     WriteRandomModel(TinyConfig(), ModelFormat::kGguf, dir + "/m.gguf", 1, dtype);
     std::string valid = ReadFile(dir + "/m.gguf");
     ASSERT_TRUE(OpenAndTouch(dir + "/m.gguf"));
@@ -161,6 +163,67 @@ TEST(LoaderFuzz, Gguf) {
     FuzzFile(valid, 2600, 700, seed++, dir + "/f.gguf", OpenAndTouch, &st);
   }
   EXPECT_GT(st.rejected, 0);
+}
+
+// A model whose matrices are K-quants (rows of whole 256-element blocks).
+TEST(LoaderFuzz, GgufKQuantModel) {
+  ModelConfig c = TinyConfig();
+  c.dim = 256;
+  c.hidden_dim = 256;
+  c.n_layers = 1;
+  c.head_dim = 128;
+  std::string dir = TempDir();
+  Stats st;
+  uint64_t seed = 250;
+  for (DType dtype : {DType::kQ4_K, DType::kQ6_K}) {
+    WriteRandomModel(c, ModelFormat::kGguf, dir + "/m.gguf", 1, dtype);
+    std::string valid = ReadFile(dir + "/m.gguf");
+    ASSERT_TRUE(OpenAndTouch(dir + "/m.gguf"));
+    FuzzFile(valid, 1500, 400, seed++, dir + "/f.gguf", OpenAndTouch, &st);
+  }
+  EXPECT_GT(st.rejected, 0);
+}
+
+// One small tensor of every quantized type, opened and every row decoded
+// with DequantizeRow: damage that turns one type id into another, or
+// changes a shape, must be caught by the size checks before any decoder
+// reads past the data.
+TEST(LoaderFuzz, GgufEveryQuantTypeDecoded) {
+  GgufWriter w;
+  w.SetString("general.architecture", "llama");
+  std::mt19937 rng(4);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  std::vector<float> v(2 * 256);
+  for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1,
+                  DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+    for (float& x : v) x = g(rng);
+    w.AddTensorFromF32(std::string("t.") + std::string(DTypeName(t)), t, {2, 256}, v.data());
+  }
+  const std::string valid = w.Serialize();
+  const std::string path = TempDir() + "/q.gguf";
+  auto open = [](const std::string& p) {
+    try {
+      auto f = GgufFile::Open(p);
+      for (const auto& [name, t] : f->tensors()) {
+        if (t.shape.empty() || t.numel() == 0) continue;
+        const int64_t cols = t.shape.back(), rows = t.numel() / cols;
+        const int64_t row_bytes = *RowBytes(t.dtype, cols);
+        std::vector<float> out(cols);
+        for (int64_t r = 0; r < rows; ++r) {
+          kernels::DequantizeRow(t.dtype, static_cast<const uint8_t*>(t.data) + r * row_bytes,
+                                 cols, out.data());
+        }
+      }
+      return true;
+    } catch (const ModelFormatError&) {
+      return false;
+    }
+  };
+  ASSERT_TRUE(open((WriteBytes(path, valid), path)));
+  Stats st;
+  FuzzFile(valid, 1200, 1500, 600, path, open, &st);
+  EXPECT_GT(st.rejected, 0);
+  EXPECT_GT(st.opened, 0);
 }
 
 // Metadata-heavy GGUF (a vocabulary-like file with nested arrays, no model),

@@ -22,6 +22,13 @@ void DequantizeRow(DType t, const void* src, int64_t n, float* dst) {
     case DType::kQ8_0: return detail::DecodeRow<DType::kQ8_0>(p, n, dst);
     case DType::kQ4_0: return detail::DecodeRow<DType::kQ4_0>(p, n, dst);
     case DType::kQ4_1: return detail::DecodeRow<DType::kQ4_1>(p, n, dst);
+    case DType::kQ5_0: return detail::DecodeRow<DType::kQ5_0>(p, n, dst);
+    case DType::kQ5_1: return detail::DecodeRow<DType::kQ5_1>(p, n, dst);
+    case DType::kQ2_K: return detail::DecodeRow<DType::kQ2_K>(p, n, dst);
+    case DType::kQ3_K: return detail::DecodeRow<DType::kQ3_K>(p, n, dst);
+    case DType::kQ4_K: return detail::DecodeRow<DType::kQ4_K>(p, n, dst);
+    case DType::kQ5_K: return detail::DecodeRow<DType::kQ5_K>(p, n, dst);
+    case DType::kQ6_K: return detail::DecodeRow<DType::kQ6_K>(p, n, dst);
   }
 }
 

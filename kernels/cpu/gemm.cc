@@ -108,6 +108,13 @@ void DecodePanelAny(const WeightMatrix& w, int64_t row, int64_t n, float* dst,
     case DType::kQ8_0: return DecodePanel<DType::kQ8_0>(w, row, n, dst, ldw);
     case DType::kQ4_0: return DecodePanel<DType::kQ4_0>(w, row, n, dst, ldw);
     case DType::kQ4_1: return DecodePanel<DType::kQ4_1>(w, row, n, dst, ldw);
+    case DType::kQ5_0: return DecodePanel<DType::kQ5_0>(w, row, n, dst, ldw);
+    case DType::kQ5_1: return DecodePanel<DType::kQ5_1>(w, row, n, dst, ldw);
+    case DType::kQ2_K: return DecodePanel<DType::kQ2_K>(w, row, n, dst, ldw);
+    case DType::kQ3_K: return DecodePanel<DType::kQ3_K>(w, row, n, dst, ldw);
+    case DType::kQ4_K: return DecodePanel<DType::kQ4_K>(w, row, n, dst, ldw);
+    case DType::kQ5_K: return DecodePanel<DType::kQ5_K>(w, row, n, dst, ldw);
+    case DType::kQ6_K: return DecodePanel<DType::kQ6_K>(w, row, n, dst, ldw);
   }
 }
 

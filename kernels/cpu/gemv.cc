@@ -20,26 +20,32 @@ void GemvBlock(const uint8_t* w, int64_t row_bytes, int64_t ahead,
                const float* x, int64_t cols, float* y) {
   using C = Codec<T>;
   constexpr int kVecs = C::kStepElems / kLanes;
-  const int64_t steps = cols / C::kStepElems;
+  // K-quants: kSub 32-element steps per stored super-block.
+  constexpr int kSub = kSubSteps<T>;
+  constexpr int64_t kBlockBytes = BlockBytesOf<T>();
+  const int64_t blocks = cols / (C::kStepElems * kSub);
   Vec acc[R];
   for (int r = 0; r < R; ++r) acc[r] = VZero();
-  for (int64_t s = 0; s < steps; ++s) {
-    Vec xv[kVecs];
-    for (int i = 0; i < kVecs; ++i) xv[i] = VLoad(x + s * C::kStepElems + i * kLanes);
-    for (int r = 0; r < R; ++r) {
-      const uint8_t* p = w + r * row_bytes + s * C::kStepBytes;
-      __builtin_prefetch(p + ahead);
-      Vec wv[kVecs];
-      C::Decode(p, wv);
-      for (int i = 0; i < kVecs; ++i) acc[r] = VFma(wv[i], xv[i], acc[r]);
+  for (int64_t b = 0; b < blocks; ++b) {
+    for (int j = 0; j < kSub; ++j) {
+      const float* xs = x + (b * kSub + j) * C::kStepElems;
+      Vec xv[kVecs];
+      for (int i = 0; i < kVecs; ++i) xv[i] = VLoad(xs + i * kLanes);
+      for (int r = 0; r < R; ++r) {
+        const uint8_t* p = w + r * row_bytes + b * kBlockBytes;
+        if (kSub == 1 || j % 2 == 0) __builtin_prefetch(p + 64 * (j / 2) + ahead);
+        Vec wv[kVecs];
+        DecodeStep<T>(p, j, wv);
+        for (int i = 0; i < kVecs; ++i) acc[r] = VFma(wv[i], xv[i], acc[r]);
+      }
     }
   }
   if constexpr (kHasPartialSteps<T>) {
-    const int rest = static_cast<int>(cols - steps * C::kStepElems);
+    const int rest = static_cast<int>(cols - blocks * C::kStepElems);
     if (rest > 0) {
-      const Vec xv = VLoadPartial(x + steps * C::kStepElems, rest);
+      const Vec xv = VLoadPartial(x + blocks * C::kStepElems, rest);
       for (int r = 0; r < R; ++r) {
-        const Vec wv = C::DecodePartial(w + r * row_bytes + steps * C::kStepBytes, rest);
+        const Vec wv = C::DecodePartial(w + r * row_bytes + blocks * C::kStepBytes, rest);
         acc[r] = VFma(wv, xv, acc[r]);
       }
     }
@@ -82,6 +88,13 @@ void GemvRange(const WeightMatrix& w, const float* x, float* y,
     case DType::kQ8_0: return GemvTyped<DType::kQ8_0>(w, x, y, row_begin, row_end);
     case DType::kQ4_0: return GemvTyped<DType::kQ4_0>(w, x, y, row_begin, row_end);
     case DType::kQ4_1: return GemvTyped<DType::kQ4_1>(w, x, y, row_begin, row_end);
+    case DType::kQ5_0: return GemvTyped<DType::kQ5_0>(w, x, y, row_begin, row_end);
+    case DType::kQ5_1: return GemvTyped<DType::kQ5_1>(w, x, y, row_begin, row_end);
+    case DType::kQ2_K: return GemvTyped<DType::kQ2_K>(w, x, y, row_begin, row_end);
+    case DType::kQ3_K: return GemvTyped<DType::kQ3_K>(w, x, y, row_begin, row_end);
+    case DType::kQ4_K: return GemvTyped<DType::kQ4_K>(w, x, y, row_begin, row_end);
+    case DType::kQ5_K: return GemvTyped<DType::kQ5_K>(w, x, y, row_begin, row_end);
+    case DType::kQ6_K: return GemvTyped<DType::kQ6_K>(w, x, y, row_begin, row_end);
   }
 }
 

@@ -1,12 +1,23 @@
 // Decoders from each weight dtype's in-memory layout to fp32 vectors, shared
 // by DequantizeRow, GEMV and the GEMM panel packer so that all three produce
 // exactly the same floats. A row is decoded in "steps": 8 elements for the
-// float types, one 32-element block (4 vectors) for the GGML quant types.
+// float types, one 32-element block (4 vectors) for the 32-element GGML quant
+// types, and one 32-element sub-block of a 256-element super-block for the
+// K-quants (kSubSteps = 8 steps per block; Decode takes the sub-block index,
+// so a step still fits in 4 registers).
 //
-// Dequantized values (one rounding each, identical on both code paths):
+// Dequantized values (one rounding per operation, identical on both paths):
 //   Q8_0: d * q            Q4_0: d * (q - 8)            Q4_1: fma(q, d, m)
-// GGML nibble order: byte j of a Q4 block holds element j in its low nibble
-// and element j + 16 in its high nibble.
+//   Q5_0: d * (q - 16)     Q5_1: (d * q) + m
+//   Q2_K: (d * sc) * q - (dmin * m)     Q3_K: (d * (sc - 32)) * (q - 4h)
+//   Q4_K, Q5_K: (d * sc) * q - (dmin * m)   Q6_K: (d * sc) * (q - 32)
+// with every product rounded to fp32 before the next operation: the order
+// and rounding of the `gguf` Python package's NumPy dequantizer
+// (gguf.quants.dequantize), which the golden test (kquant_golden_test)
+// checks bit for bit. Q4_1 keeps its historical fma (NumPy rounds d * q
+// first, so Q4_1 may differ from NumPy by one ulp).
+// GGML nibble order: byte j of a Q4/Q5 block holds element j in its low
+// nibble and element j + 16 in its high nibble.
 #pragma once
 
 #include <cstdint>
@@ -34,6 +45,49 @@ inline float HalfToFloat(uint16_t h) {
 
 template <DType T>
 struct Codec;
+
+// `x` as a rounded fp32 value the compiler cannot fuse into a following add:
+// GCC contracts a * b - c into an fma under -ffp-contract=fast (its default
+// for C++, intrinsics included), while the reference rounds the product.
+inline float Rounded(float x) {
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+  asm("" : "+x"(x));
+#elif defined(__GNUC__) && defined(__aarch64__)
+  asm("" : "+w"(x));
+#else
+  volatile float v = x;
+  x = v;
+#endif
+  return x;
+}
+
+#if SPECLINE_KERNELS_AVX2
+inline Vec VRounded(Vec v) {
+  asm("" : "+x"(v));
+  return v;
+}
+
+// 8 bytes at p, zero-extended to 8 int32 lanes.
+inline __m256i Load8U(const uint8_t* p) {
+  return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+}
+
+// (v >> shift) & mask per int32 lane.
+inline __m256i ShiftMask(__m256i v, int shift, int mask) {
+  return _mm256_and_si256(_mm256_srl_epi32(v, _mm_cvtsi32_si128(shift)),
+                          _mm256_set1_epi32(mask));
+}
+
+// Round(Round(q * s) - m): the K-quant affine decode, unfused.
+inline Vec MulSub(__m256i q, Vec s, Vec m) {
+  return _mm256_sub_ps(VRounded(VMul(_mm256_cvtepi32_ps(q), s)), m);
+}
+#endif
+
+// Copies 32 floats into 4 vectors (the portable paths decode into arrays).
+inline void ToVecs(const float* f, Vec* out) {
+  for (int i = 0; i < 4; ++i) out[i] = VLoad(f + 8 * i);
+}
 
 // First n (< 8) elements of a 16-bit type, rest zero, via a zero-padded copy
 // so no byte past the row is read.
@@ -164,6 +218,357 @@ struct Codec<DType::kQ4_1> {
   }
 };
 
+// --- Q5_0 / Q5_1: 32 elements, 4 low bits in nibbles, the 5th bit of
+// element j in bit j of the little-endian u32 qh.
+
+template <>
+struct Codec<DType::kQ5_0> {
+  static constexpr int kStepElems = 32;
+  static constexpr int kStepBytes = 22;
+  static void DecodeScalar(const uint8_t* p, float* out) {
+    const float d = HalfToFloat(LoadU16(p));
+    uint32_t qh;
+    std::memcpy(&qh, p + 2, 4);
+    const uint8_t* qs = p + 6;
+    for (int j = 0; j < 16; ++j) {
+      const int lo = (qs[j] & 0x0f) | (((qh >> j) & 1) << 4);
+      const int hi = (qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4);
+      out[j] = d * static_cast<float>(lo - 16);
+      out[j + 16] = d * static_cast<float>(hi - 16);
+    }
+  }
+  static void Decode(const uint8_t* p, Vec* out) {
+#if SPECLINE_KERNELS_AVX2
+    const Vec vd = VSet1(HalfToFloat(LoadU16(p)));
+    uint32_t qh;
+    std::memcpy(&qh, p + 2, 4);
+    const __m256i vqh = _mm256_set1_epi32(static_cast<int>(qh));
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i sixteen = _mm256_set1_epi32(16);
+    for (int i = 0; i < 4; ++i) {
+      const __m256i b = Load8U(p + 6 + 8 * (i & 1));
+      const __m256i nib = ShiftMask(b, 4 * (i >> 1), 0x0f);
+      const __m256i hb = _mm256_and_si256(
+          _mm256_srlv_epi32(vqh, _mm256_add_epi32(lane, _mm256_set1_epi32(8 * i))),
+          _mm256_set1_epi32(1));
+      const __m256i q = _mm256_sub_epi32(_mm256_or_si256(nib, _mm256_slli_epi32(hb, 4)), sixteen);
+      out[i] = VMul(vd, _mm256_cvtepi32_ps(q));
+    }
+#else
+    float f[32];
+    DecodeScalar(p, f);
+    ToVecs(f, out);
+#endif
+  }
+};
+
+template <>
+struct Codec<DType::kQ5_1> {
+  static constexpr int kStepElems = 32;
+  static constexpr int kStepBytes = 24;
+  static void DecodeScalar(const uint8_t* p, float* out) {
+    const float d = HalfToFloat(LoadU16(p));
+    const float m = HalfToFloat(LoadU16(p + 2));
+    uint32_t qh;
+    std::memcpy(&qh, p + 4, 4);
+    const uint8_t* qs = p + 8;
+    for (int j = 0; j < 16; ++j) {
+      const int lo = (qs[j] & 0x0f) | (((qh >> j) & 1) << 4);
+      const int hi = (qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4);
+      out[j] = Rounded(d * static_cast<float>(lo)) + m;
+      out[j + 16] = Rounded(d * static_cast<float>(hi)) + m;
+    }
+  }
+  static void Decode(const uint8_t* p, Vec* out) {
+#if SPECLINE_KERNELS_AVX2
+    const Vec vd = VSet1(HalfToFloat(LoadU16(p)));
+    const Vec vm = VSet1(HalfToFloat(LoadU16(p + 2)));
+    uint32_t qh;
+    std::memcpy(&qh, p + 4, 4);
+    const __m256i vqh = _mm256_set1_epi32(static_cast<int>(qh));
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    for (int i = 0; i < 4; ++i) {
+      const __m256i b = Load8U(p + 8 + 8 * (i & 1));
+      const __m256i nib = ShiftMask(b, 4 * (i >> 1), 0x0f);
+      const __m256i hb = _mm256_and_si256(
+          _mm256_srlv_epi32(vqh, _mm256_add_epi32(lane, _mm256_set1_epi32(8 * i))),
+          _mm256_set1_epi32(1));
+      const __m256i q = _mm256_or_si256(nib, _mm256_slli_epi32(hb, 4));
+      out[i] = VAdd(VRounded(VMul(vd, _mm256_cvtepi32_ps(q))), vm);
+    }
+#else
+    float f[32];
+    DecodeScalar(p, f);
+    ToVecs(f, out);
+#endif
+  }
+};
+
+// --- K-quants: a 256-element super-block decoded one 32-element sub-block
+// (step) at a time; Decode(block, sub, out) with sub in [0, 8).
+
+// Q4_K/Q5_K 6-bit scale and min of sub-block j (ggml's get_scale_min_k4).
+inline void ScaleMinK4(int j, const uint8_t* q, int* sc, int* m) {
+  if (j < 4) {
+    *sc = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *sc = (q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4);
+    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+// Q3_K 6-bit scale i (of 16), minus 32.
+inline int ScaleQ3K(int i, const uint8_t* s) {
+  const int lo = i < 8 ? (s[i] & 0x0f) : (s[i - 8] >> 4);
+  const int hi = (s[8 + (i & 3)] >> (2 * (i >> 2))) & 3;
+  return (lo | (hi << 4)) - 32;
+}
+
+// Q2_K: 16 sub-blocks of 16, byte sc = 4-bit min << 4 | 4-bit scale. Step
+// j's 32 elements are 2-bit fields (shift 2 * (j % 4)) of qs[32 * (j / 4)..].
+template <>
+struct Codec<DType::kQ2_K> {
+  static constexpr int kStepElems = 32;
+  static constexpr int kSubSteps = 8;
+  static constexpr int kBlockBytes = 84;
+  static void DecodeScalar(const uint8_t* p, int j, float* out) {
+    const float d = HalfToFloat(LoadU16(p + 80));
+    const float dmin = HalfToFloat(LoadU16(p + 82));
+    const uint8_t* q = p + 16 + 32 * (j >> 2);
+    const int shift = 2 * (j & 3);
+    for (int h = 0; h < 2; ++h) {
+      const int sc = p[2 * j + h];
+      const float dl = Rounded(d * static_cast<float>(sc & 0x0f));
+      const float ml = Rounded(dmin * static_cast<float>(sc >> 4));
+      for (int l = 0; l < 16; ++l) {
+        const int v = (q[16 * h + l] >> shift) & 3;
+        out[16 * h + l] = Rounded(dl * static_cast<float>(v)) - ml;
+      }
+    }
+  }
+  static void Decode(const uint8_t* p, int j, Vec* out) {
+#if SPECLINE_KERNELS_AVX2
+    const float d = HalfToFloat(LoadU16(p + 80));
+    const float dmin = HalfToFloat(LoadU16(p + 82));
+    const uint8_t* q = p + 16 + 32 * (j >> 2);
+    const int shift = 2 * (j & 3);
+    for (int h = 0; h < 2; ++h) {
+      const int sc = p[2 * j + h];
+      const Vec dl = VSet1(Rounded(d * static_cast<float>(sc & 0x0f)));
+      const Vec ml = VSet1(Rounded(dmin * static_cast<float>(sc >> 4)));
+      out[2 * h] = MulSub(ShiftMask(Load8U(q + 16 * h), shift, 3), dl, ml);
+      out[2 * h + 1] = MulSub(ShiftMask(Load8U(q + 16 * h + 8), shift, 3), dl, ml);
+    }
+#else
+    float f[32];
+    DecodeScalar(p, j, f);
+    ToVecs(f, out);
+#endif
+  }
+};
+
+// Q3_K: 16 sub-blocks of 16 with signed 6-bit scales; q = 2 low bits (as
+// Q2_K) minus 4 unless element l's bit j of hmask[l % 32] is set.
+template <>
+struct Codec<DType::kQ3_K> {
+  static constexpr int kStepElems = 32;
+  static constexpr int kSubSteps = 8;
+  static constexpr int kBlockBytes = 110;
+  static void DecodeScalar(const uint8_t* p, int j, float* out) {
+    const float d = HalfToFloat(LoadU16(p + 108));
+    const uint8_t* q = p + 32 + 32 * (j >> 2);
+    const int shift = 2 * (j & 3);
+    for (int h = 0; h < 2; ++h) {
+      const float dl = Rounded(d * static_cast<float>(ScaleQ3K(2 * j + h, p + 96)));
+      for (int l = 16 * h; l < 16 * h + 16; ++l) {
+        const int v = ((q[l] >> shift) & 3) - (((p[l] >> j) & 1) ? 0 : 4);
+        out[l] = dl * static_cast<float>(v);
+      }
+    }
+  }
+  static void Decode(const uint8_t* p, int j, Vec* out) {
+#if SPECLINE_KERNELS_AVX2
+    const float d = HalfToFloat(LoadU16(p + 108));
+    const uint8_t* q = p + 32 + 32 * (j >> 2);
+    const int shift = 2 * (j & 3);
+    const __m256i four = _mm256_set1_epi32(4);
+    for (int h = 0; h < 2; ++h) {
+      const Vec dl = VSet1(Rounded(d * static_cast<float>(ScaleQ3K(2 * j + h, p + 96))));
+      for (int k = 0; k < 2; ++k) {
+        const int off = 16 * h + 8 * k;
+        const __m256i lo = ShiftMask(Load8U(q + off), shift, 3);
+        const __m256i hb = ShiftMask(Load8U(p + off), j, 1);
+        // lo - 4 * (1 - hb) = lo + 4 * hb - 4
+        const __m256i v = _mm256_sub_epi32(_mm256_add_epi32(lo, _mm256_slli_epi32(hb, 2)), four);
+        out[2 * h + k] = VMul(dl, _mm256_cvtepi32_ps(v));
+      }
+    }
+#else
+    float f[32];
+    DecodeScalar(p, j, f);
+    ToVecs(f, out);
+#endif
+  }
+};
+
+// Q4_K: 8 sub-blocks of 32; sub-block j is the low (j even) or high nibble
+// of qs[32 * (j / 2)..].
+template <>
+struct Codec<DType::kQ4_K> {
+  static constexpr int kStepElems = 32;
+  static constexpr int kSubSteps = 8;
+  static constexpr int kBlockBytes = 144;
+  static void DecodeScalar(const uint8_t* p, int j, float* out) {
+    int sc, m;
+    ScaleMinK4(j, p + 4, &sc, &m);
+    const float dl = Rounded(HalfToFloat(LoadU16(p)) * static_cast<float>(sc));
+    const float ml = Rounded(HalfToFloat(LoadU16(p + 2)) * static_cast<float>(m));
+    const uint8_t* q = p + 16 + 32 * (j >> 1);
+    const int shift = 4 * (j & 1);
+    for (int l = 0; l < 32; ++l) {
+      out[l] = Rounded(dl * static_cast<float>((q[l] >> shift) & 0x0f)) - ml;
+    }
+  }
+  static void Decode(const uint8_t* p, int j, Vec* out) {
+#if SPECLINE_KERNELS_AVX2
+    int sc, m;
+    ScaleMinK4(j, p + 4, &sc, &m);
+    const Vec dl = VSet1(Rounded(HalfToFloat(LoadU16(p)) * static_cast<float>(sc)));
+    const Vec ml = VSet1(Rounded(HalfToFloat(LoadU16(p + 2)) * static_cast<float>(m)));
+    const uint8_t* q = p + 16 + 32 * (j >> 1);
+    const int shift = 4 * (j & 1);
+    for (int i = 0; i < 4; ++i) out[i] = MulSub(ShiftMask(Load8U(q + 8 * i), shift, 0x0f), dl, ml);
+#else
+    float f[32];
+    DecodeScalar(p, j, f);
+    ToVecs(f, out);
+#endif
+  }
+};
+
+// Q5_K: Q4_K plus a 5th bit: bit j of qh[l] for element l of sub-block j.
+template <>
+struct Codec<DType::kQ5_K> {
+  static constexpr int kStepElems = 32;
+  static constexpr int kSubSteps = 8;
+  static constexpr int kBlockBytes = 176;
+  static void DecodeScalar(const uint8_t* p, int j, float* out) {
+    int sc, m;
+    ScaleMinK4(j, p + 4, &sc, &m);
+    const float dl = Rounded(HalfToFloat(LoadU16(p)) * static_cast<float>(sc));
+    const float ml = Rounded(HalfToFloat(LoadU16(p + 2)) * static_cast<float>(m));
+    const uint8_t* qh = p + 16;
+    const uint8_t* q = p + 48 + 32 * (j >> 1);
+    const int shift = 4 * (j & 1);
+    for (int l = 0; l < 32; ++l) {
+      const int v = ((q[l] >> shift) & 0x0f) | (((qh[l] >> j) & 1) << 4);
+      out[l] = Rounded(dl * static_cast<float>(v)) - ml;
+    }
+  }
+  static void Decode(const uint8_t* p, int j, Vec* out) {
+#if SPECLINE_KERNELS_AVX2
+    int sc, m;
+    ScaleMinK4(j, p + 4, &sc, &m);
+    const Vec dl = VSet1(Rounded(HalfToFloat(LoadU16(p)) * static_cast<float>(sc)));
+    const Vec ml = VSet1(Rounded(HalfToFloat(LoadU16(p + 2)) * static_cast<float>(m)));
+    const uint8_t* qh = p + 16;
+    const uint8_t* q = p + 48 + 32 * (j >> 1);
+    const int shift = 4 * (j & 1);
+    for (int i = 0; i < 4; ++i) {
+      const __m256i lo = ShiftMask(Load8U(q + 8 * i), shift, 0x0f);
+      const __m256i hb = ShiftMask(Load8U(qh + 8 * i), j, 1);
+      out[i] = MulSub(_mm256_or_si256(lo, _mm256_slli_epi32(hb, 4)), dl, ml);
+    }
+#else
+    float f[32];
+    DecodeScalar(p, j, f);
+    ToVecs(f, out);
+#endif
+  }
+};
+
+// Q6_K: 16 sub-blocks of 16 with int8 scales. In half H = j / 4, step
+// k = j % 4 takes the low (k < 2) or high nibble of ql[64 H + 32 (k % 2)..]
+// and bits 2k..2k+1 of qh[32 H..] as bits 4-5; q - 32.
+template <>
+struct Codec<DType::kQ6_K> {
+  static constexpr int kStepElems = 32;
+  static constexpr int kSubSteps = 8;
+  static constexpr int kBlockBytes = 210;
+  static void DecodeScalar(const uint8_t* p, int j, float* out) {
+    const float d = HalfToFloat(LoadU16(p + 208));
+    const int k = j & 3;
+    const uint8_t* ql = p + 64 * (j >> 2) + 32 * (k & 1);
+    const uint8_t* qh = p + 128 + 32 * (j >> 2);
+    const int8_t* scales = reinterpret_cast<const int8_t*>(p + 192);
+    const int lshift = 4 * (k >> 1);
+    for (int h = 0; h < 2; ++h) {
+      const float dl = Rounded(d * static_cast<float>(scales[2 * j + h]));
+      for (int l = 16 * h; l < 16 * h + 16; ++l) {
+        const int v = (((ql[l] >> lshift) & 0x0f) | (((qh[l] >> (2 * k)) & 3) << 4)) - 32;
+        out[l] = dl * static_cast<float>(v);
+      }
+    }
+  }
+  static void Decode(const uint8_t* p, int j, Vec* out) {
+#if SPECLINE_KERNELS_AVX2
+    const float d = HalfToFloat(LoadU16(p + 208));
+    const int k = j & 3;
+    const uint8_t* ql = p + 64 * (j >> 2) + 32 * (k & 1);
+    const uint8_t* qh = p + 128 + 32 * (j >> 2);
+    const int8_t* scales = reinterpret_cast<const int8_t*>(p + 192);
+    const int lshift = 4 * (k >> 1);
+    const __m256i off = _mm256_set1_epi32(32);
+    for (int h = 0; h < 2; ++h) {
+      const Vec dl = VSet1(Rounded(d * static_cast<float>(scales[2 * j + h])));
+      for (int i = 2 * h; i < 2 * h + 2; ++i) {
+        const __m256i lo = ShiftMask(Load8U(ql + 8 * i), lshift, 0x0f);
+        const __m256i hi = ShiftMask(Load8U(qh + 8 * i), 2 * k, 3);
+        const __m256i v = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), off);
+        out[i] = VMul(dl, _mm256_cvtepi32_ps(v));
+      }
+    }
+#else
+    float f[32];
+    DecodeScalar(p, j, f);
+    ToVecs(f, out);
+#endif
+  }
+};
+
+// Steps per stored block: kSubSteps for the K-quants, else 1.
+template <typename C>
+constexpr int SubStepsOf() {
+  if constexpr (requires { C::kSubSteps; }) {
+    return C::kSubSteps;
+  } else {
+    return 1;
+  }
+}
+template <DType T>
+constexpr int kSubSteps = SubStepsOf<Codec<T>>();
+
+// Bytes of one stored block (kSubSteps steps).
+template <DType T>
+constexpr int64_t BlockBytesOf() {
+  if constexpr (kSubSteps<T> == 1) {
+    return Codec<T>::kStepBytes;
+  } else {
+    return Codec<T>::kBlockBytes;
+  }
+}
+
+// Decodes step `sub` of the block at p.
+template <DType T>
+inline void DecodeStep(const uint8_t* p, int sub, Vec* out) {
+  if constexpr (kSubSteps<T> == 1) {
+    Codec<T>::Decode(p, out);
+  } else {
+    Codec<T>::Decode(p, sub, out);
+  }
+}
+
 // True for the types whose rows may end in a partial step (any cols).
 template <DType T>
 constexpr bool kHasPartialSteps = Codec<T>::kStepElems == 8;
@@ -174,17 +579,21 @@ template <DType T>
 void DecodeRow(const uint8_t* src, int64_t n, float* dst) {
   using C = Codec<T>;
   constexpr int kVecs = C::kStepElems / kLanes;
-  const int64_t steps = n / C::kStepElems;
+  constexpr int kSub = kSubSteps<T>;
+  const int64_t blocks = n / (C::kStepElems * kSub);
   Vec v[kVecs];
-  for (int64_t s = 0; s < steps; ++s) {
-    C::Decode(src + s * C::kStepBytes, v);
-    for (int i = 0; i < kVecs; ++i) VStore(dst + s * C::kStepElems + i * kLanes, v[i]);
+  for (int64_t b = 0; b < blocks; ++b) {
+    for (int j = 0; j < kSub; ++j) {
+      DecodeStep<T>(src + b * BlockBytesOf<T>(), j, v);
+      float* out = dst + (b * kSub + j) * C::kStepElems;
+      for (int i = 0; i < kVecs; ++i) VStore(out + i * kLanes, v[i]);
+    }
   }
   if constexpr (kHasPartialSteps<T>) {
-    const int rest = static_cast<int>(n - steps * C::kStepElems);
+    const int rest = static_cast<int>(n - blocks * C::kStepElems);
     if (rest > 0) {
-      VStorePartial(dst + steps * C::kStepElems,
-                    C::DecodePartial(src + steps * C::kStepBytes, rest), rest);
+      VStorePartial(dst + blocks * C::kStepElems,
+                    C::DecodePartial(src + blocks * C::kStepBytes, rest), rest);
     }
   }
 }

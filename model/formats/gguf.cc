@@ -61,9 +61,12 @@ std::string ReadString(ByteReader& r, const char* what) {
   return r.ReadBytes(len, what);
 }
 
+// `sig` collects the value's type and, for arrays, the element type of each
+// level (as read from the array headers, so empty arrays keep theirs).
 GgufValue ReadValue(ByteReader& r, uint32_t type, int depth,
-                    const std::string& key) {
+                    const std::string& key, std::vector<GgufType>* sig) {
   GgufValue out;
+  if (sig->size() == static_cast<size_t>(depth)) sig->push_back(static_cast<GgufType>(type));
   switch (static_cast<GgufType>(type)) {
     case GgufType::kUint8: out.v = uint64_t{r.Read<uint8_t>("u8 value")}; break;
     case GgufType::kInt8: out.v = int64_t{r.Read<int8_t>("i8 value")}; break;
@@ -88,6 +91,9 @@ GgufValue ReadValue(ByteReader& r, uint32_t type, int depth,
         r.Fail("metadata key '" + key + "': unknown array element type " +
                std::to_string(elem_type));
       }
+      if (sig->size() == static_cast<size_t>(depth) + 1) {
+        sig->push_back(static_cast<GgufType>(elem_type));
+      }
       uint64_t count = r.Read<uint64_t>("array length");
       if (count > r.remaining() / min_bytes) {
         r.Fail("metadata key '" + key + "': array length " +
@@ -97,7 +103,7 @@ GgufValue ReadValue(ByteReader& r, uint32_t type, int depth,
       auto arr = std::make_shared<GgufValue::Array>();
       arr->reserve(count);
       for (uint64_t i = 0; i < count; ++i) {
-        arr->push_back(ReadValue(r, elem_type, depth + 1, key));
+        arr->push_back(ReadValue(r, elem_type, depth + 1, key, sig));
       }
       out.v = std::move(arr);
       break;
@@ -117,7 +123,14 @@ std::optional<DType> DTypeFromGgmlType(uint32_t t) {
     case 1: return DType::kF16;
     case 2: return DType::kQ4_0;
     case 3: return DType::kQ4_1;
+    case 6: return DType::kQ5_0;
+    case 7: return DType::kQ5_1;
     case 8: return DType::kQ8_0;
+    case 10: return DType::kQ2_K;
+    case 11: return DType::kQ3_K;
+    case 12: return DType::kQ4_K;
+    case 13: return DType::kQ5_K;
+    case 14: return DType::kQ6_K;
     case 30: return DType::kBF16;
   }
   return std::nullopt;
@@ -129,7 +142,14 @@ uint32_t GgmlTypeOf(DType d) {
     case DType::kF16: return 1;
     case DType::kQ4_0: return 2;
     case DType::kQ4_1: return 3;
+    case DType::kQ5_0: return 6;
+    case DType::kQ5_1: return 7;
     case DType::kQ8_0: return 8;
+    case DType::kQ2_K: return 10;
+    case DType::kQ3_K: return 11;
+    case DType::kQ4_K: return 12;
+    case DType::kQ5_K: return 13;
+    case DType::kQ6_K: return 14;
     case DType::kBF16: return 30;
   }
   return 0;
@@ -180,6 +200,11 @@ const GgufValue::Array* GgufValue::AsArray() const {
 
 GgufFile::~GgufFile() = default;
 
+const std::vector<GgufType>* GgufFile::TypeOf(const std::string& key) const {
+  auto it = kv_types_.find(key);
+  return it == kv_types_.end() ? nullptr : &it->second;
+}
+
 const GgufValue* GgufFile::Find(const std::string& key) const {
   auto it = kv_.find(key);
   return it == kv_.end() ? nullptr : &it->second;
@@ -213,10 +238,12 @@ std::unique_ptr<GgufFile> GgufFile::Open(const std::string& path) {
   for (uint64_t i = 0; i < n_kv; ++i) {
     std::string key = ReadString(r, "metadata key");
     uint32_t type = r.Read<uint32_t>("metadata value type");
-    GgufValue value = ReadValue(r, type, 0, key);
+    std::vector<GgufType> sig;
+    GgufValue value = ReadValue(r, type, 0, key, &sig);
     if (!f->kv_.emplace(key, std::move(value)).second) {
       r.Fail("duplicate metadata key '" + key + "'");
     }
+    f->kv_types_.emplace(key, std::move(sig));
   }
 
   uint64_t alignment = kDefaultAlignment;
@@ -263,7 +290,8 @@ std::unique_ptr<GgufFile> GgufFile::Open(const std::string& path) {
       throw ModelFormatError(path + ": tensor '" + e.name + "' has type " +
                              GgmlTypeName(ggml_type) +
                              ", which specline does not support (supported: "
-                             "F32, F16, BF16, Q8_0, Q4_0, Q4_1)");
+                             "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, "
+                             "Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)");
     }
     e.dtype = *dtype;
     auto row = RowBytes(e.dtype, ne[0]);

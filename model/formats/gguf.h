@@ -36,7 +36,8 @@ enum class GgufType : uint32_t {
 };
 
 // GGML tensor type ids of the dtypes specline reads (F32 0, F16 1, Q4_0 2,
-// Q4_1 3, Q8_0 8, BF16 30).
+// Q4_1 3, Q5_0 6, Q5_1 7, Q8_0 8, Q2_K 10, Q3_K 11, Q4_K 12, Q5_K 13,
+// Q6_K 14, BF16 30). The IQ types, Q8_1/Q8_K and the rest are refused.
 std::optional<DType> DTypeFromGgmlType(uint32_t ggml_type);
 uint32_t GgmlTypeOf(DType dtype);
 // "Q6_K", "IQ2_XS", ... for messages; "type 123" when unknown.
@@ -66,6 +67,11 @@ class GgufFile {
   uint32_t version() const { return version_; }
   const std::map<std::string, GgufValue>& metadata() const { return kv_; }
   const GgufValue* Find(const std::string& key) const;
+  // A key's stored type: the value's GgufType followed by the element type of
+  // each array level ({kArray, kString} for tokenizer.ggml.tokens), the form
+  // GgufWriter::Set takes, so metadata can be copied with its exact types.
+  // Null for a missing key.
+  const std::vector<GgufType>* TypeOf(const std::string& key) const;
   // Tensors under their in-file GGUF names ("blk.0.attn_q.weight"), shape in
   // PyTorch order. Only supported dtypes appear; an unsupported one raises
   // ModelFormatError naming the tensor and its type when opened.
@@ -77,6 +83,7 @@ class GgufFile {
   uint32_t version_ = 0;
   std::shared_ptr<MappedFile> map_;
   std::map<std::string, GgufValue> kv_;
+  std::map<std::string, std::vector<GgufType>> kv_types_;
   std::map<std::string, TensorInfo> tensors_;
 };
 

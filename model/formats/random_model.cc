@@ -142,13 +142,41 @@ uint32_t GgufFileType(DType d) {
     case DType::kQ4_0: return 2;
     case DType::kQ4_1: return 3;
     case DType::kQ8_0: return 7;
+    case DType::kQ5_0: return 8;
+    case DType::kQ5_1: return 9;
+    case DType::kQ2_K: return 10;
+    case DType::kQ3_K: return 11;  // the *_S ("small": all one type) variants
+    case DType::kQ4_K: return 14;
+    case DType::kQ5_K: return 16;
+    case DType::kQ6_K: return 18;
     case DType::kBF16: return 32;
   }
   return 0;
 }
 
+// Copies the tokenizer.* metadata (tokenizer.ggml.tokens, scores, token
+// types, special ids, merges, chat template...) of a GGUF vocabulary with
+// their stored types. The vocabulary must have exactly vocab_size pieces.
+void CopyVocab(const std::string& vocab_path, int64_t vocab_size, GgufWriter& w) {
+  auto vocab = GgufFile::Open(vocab_path);  // ModelFormatError when malformed
+  const GgufValue* tokens = vocab->Find("tokenizer.ggml.tokens");
+  if (!tokens || !tokens->AsArray()) {
+    throw std::invalid_argument(vocab_path + " has no tokenizer.ggml.tokens array");
+  }
+  if (static_cast<int64_t>(tokens->AsArray()->size()) != vocab_size) {
+    throw std::invalid_argument("the vocabulary in " + vocab_path + " has " +
+                                std::to_string(tokens->AsArray()->size()) +
+                                " pieces, the model's vocab size is " +
+                                std::to_string(vocab_size));
+  }
+  for (const auto& [key, value] : vocab->metadata()) {
+    if (key.rfind("tokenizer.", 0) != 0) continue;
+    w.Set(key, *vocab->TypeOf(key), value);
+  }
+}
+
 void WriteGguf(const ModelConfig& c, const std::vector<RandomTensor>& tensors,
-               const std::string& path, DType dtype) {
+               const std::string& path, DType dtype, const std::string& vocab_from) {
   GgufWriter w;
   const std::string a = c.arch + ".";
   w.SetString("general.architecture", c.arch);
@@ -166,6 +194,7 @@ void WriteGguf(const ModelConfig& c, const std::vector<RandomTensor>& tensors,
   w.SetF32(a + "rope.freq_base", c.rope_theta);
   w.SetF32(a + "attention.layer_norm_rms_epsilon", c.norm_eps);
   w.SetU32(a + "vocab_size", c.vocab_size);
+  if (!vocab_from.empty()) CopyVocab(vocab_from, c.vocab_size, w);
   const bool interleave = IsInterleavedArch(c.arch);
   for (const RandomTensor& t : tensors) {
     std::vector<float> v = interleave ? ToFileLayout(t, c) : t.values;
@@ -297,11 +326,15 @@ std::vector<RandomTensor> RandomModelTensors(const ModelConfig& c, uint64_t seed
 }
 
 void WriteRandomModel(const ModelConfig& config, ModelFormat format,
-                      const std::string& path, uint64_t seed, DType weight_dtype) {
+                      const std::string& path, uint64_t seed, DType weight_dtype,
+                      const std::string& vocab_from) {
+  if (!vocab_from.empty() && format != ModelFormat::kGguf) {
+    throw std::invalid_argument("a vocabulary can only be copied into a GGUF model");
+  }
   std::vector<RandomTensor> tensors = RandomModelTensors(config, seed);
   switch (format) {
     case ModelFormat::kLlama2c: WriteLlama2c(config, tensors, path, weight_dtype); break;
-    case ModelFormat::kGguf: WriteGguf(config, tensors, path, weight_dtype); break;
+    case ModelFormat::kGguf: WriteGguf(config, tensors, path, weight_dtype, vocab_from); break;
     case ModelFormat::kHuggingFace: WriteHf(config, tensors, path, weight_dtype); break;
   }
 }

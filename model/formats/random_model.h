@@ -42,9 +42,12 @@ std::vector<RandomTensor> RandomModelTensors(const ModelConfig& config,
 //    head_dim * n_heads == dim, theta 10000, eps 1e-5, no biases, q/k norms
 //    or rope scaling).
 //  - kGguf: matrices in `weight_dtype` (any DType; quantized ones need the
-//    row length to be a multiple of 32), 1-D tensors in F32 as llama.cpp
+//    row length to be a multiple of 32, 256 for the K-quants), 1-D tensors in F32 as llama.cpp
 //    does; Llama 3 scaling as a rope_freqs.weight tensor. Metadata is the
-//    architecture keys only (no tokenizer).
+//    architecture keys, plus, when `vocab_from` names a GGUF file, its
+//    tokenizer.* keys copied with their types (so llama.cpp, which refuses
+//    a GGUF without a vocabulary, loads the model); its piece count must
+//    equal config.vocab_size.
 //  - kHuggingFace: config.json + model.safetensors, every tensor in
 //    `weight_dtype` (F32, F16 or BF16).
 // The config's rope_style is ignored (the format decides it). Throws
@@ -52,6 +55,7 @@ std::vector<RandomTensor> RandomModelTensors(const ModelConfig& config,
 // config, std::runtime_error on I/O errors.
 void WriteRandomModel(const ModelConfig& config, ModelFormat format,
                       const std::string& path, uint64_t seed,
-                      DType weight_dtype = DType::kF32);
+                      DType weight_dtype = DType::kF32,
+                      const std::string& vocab_from = "");
 
 }  // namespace specline
