@@ -180,10 +180,20 @@ void QuantMatMulTyped(const WeightMatrix& w, const Q8Block* x, int64_t m, float*
 void QuantMatMulRange(const WeightMatrix& w, const Q8Block* x, int64_t m, float* y,
                       int64_t row_begin, int64_t row_end) {
   switch (w.dtype) {
-    case DType::kQ8_0: return QuantMatMulTyped<DType::kQ8_0>(w, x, m, y, row_begin, row_end);
-    case DType::kQ4_0: return QuantMatMulTyped<DType::kQ4_0>(w, x, m, y, row_begin, row_end);
-    case DType::kQ4_1: return QuantMatMulTyped<DType::kQ4_1>(w, x, m, y, row_begin, row_end);
-    default: return;  // MatMul sends only HasIntegerPath types here
+#define SPECLINE_QUANT_CASE(T) \
+  case DType::T: return QuantMatMulTyped<DType::T>(w, x, m, y, row_begin, row_end);
+    SPECLINE_QUANT_CASE(kQ8_0)
+    SPECLINE_QUANT_CASE(kQ4_0)
+    SPECLINE_QUANT_CASE(kQ4_1)
+    SPECLINE_QUANT_CASE(kQ5_0)
+    SPECLINE_QUANT_CASE(kQ5_1)
+    SPECLINE_QUANT_CASE(kQ2_K)
+    SPECLINE_QUANT_CASE(kQ3_K)
+    SPECLINE_QUANT_CASE(kQ4_K)
+    SPECLINE_QUANT_CASE(kQ5_K)
+    SPECLINE_QUANT_CASE(kQ6_K)
+#undef SPECLINE_QUANT_CASE
+    default: return;  // the float types take gemv.cc / gemm.cc
   }
 }
 

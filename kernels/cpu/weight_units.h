@@ -231,9 +231,178 @@ struct Units<DType::kQ4_1> {
   }
 };
 
-// True for the types the integer path handles.
-constexpr bool HasIntegerPath(DType t) {
-  return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_1;
+// Q5_0: d * (q - 16) = d * q + (-16d), q = nibble | fifth bit.
+template <>
+struct Units<DType::kQ5_0> {
+  static constexpr Offsets kOffsets = Offsets::kOne;
+  static constexpr bool kSigned = false;
+  static constexpr int kUnitsPerBlock = 1;
+  static constexpr int kBlockBytes = 22;
+  static void Load(const uint8_t* p, int /*unit*/, WeightUnit* u) {
+    const float d = HalfToFloat(LoadU16(p));
+    u->q = AddBytes(Nibbles(p + 6), HighBits(p + 2));
+    u->scale = VSet1(d);
+    u->offset = -16.0f * d;
+  }
+};
+
+template <>
+struct Units<DType::kQ5_1> {
+  static constexpr Offsets kOffsets = Offsets::kOne;
+  static constexpr bool kSigned = false;
+  static constexpr int kUnitsPerBlock = 1;
+  static constexpr int kBlockBytes = 24;
+  static void Load(const uint8_t* p, int /*unit*/, WeightUnit* u) {
+    float d, m;
+    HalfPair(p, &d, &m);
+    u->q = AddBytes(Nibbles(p + 8), HighBits(p + 4));
+    u->scale = VSet1(d);
+    u->offset = m;
+  }
+};
+
+// --- K-quants: 8 units per 256-element super-block; unit j is the codec's
+// sub-block j (weight_codec.h has the layouts and the scale decoders).
+
+// Lanes 0..3 get lo, lanes 4..7 get hi (a unit's two 16-element halves).
+inline Vec TwoScales(float lo, float hi) {
+#if SPECLINE_KERNELS_AVX2
+  return _mm256_set_m128(_mm_set1_ps(hi), _mm_set1_ps(lo));
+#else
+  Vec v;
+  for (int i = 0; i < kLanes; ++i) v.v[i] = i < 4 ? lo : hi;
+  return v;
+#endif
 }
+
+// The 32 bytes at p, each shifted right by `shift` and masked with `mask`
+// (the mask drops what the 16-bit shift brings over from the next byte).
+inline Bytes32 Fields(const uint8_t* p, int shift, uint8_t mask) {
+#if SPECLINE_KERNELS_AVX2
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(shift)),
+                          _mm256_set1_epi8(static_cast<char>(mask)));
+#else
+  Bytes32 v;
+  for (int k = 0; k < 32; ++k) v.b[k] = static_cast<int8_t>((p[k] >> shift) & mask);
+  return v;
+#endif
+}
+
+// Each byte shifted left; the values are small enough not to carry over.
+inline Bytes32 ShiftLeftBytes(Bytes32 a, int shift) {
+#if SPECLINE_KERNELS_AVX2
+  return _mm256_sll_epi16(a, _mm_cvtsi32_si128(shift));
+#else
+  for (int k = 0; k < 32; ++k) a.b[k] = static_cast<int8_t>(a.b[k] << shift);
+  return a;
+#endif
+}
+
+// Q4_K: (d * sc) * q - dmin * m over 8 sub-blocks of 32.
+template <>
+struct Units<DType::kQ4_K> {
+  static constexpr Offsets kOffsets = Offsets::kOne;
+  static constexpr bool kSigned = false;
+  static constexpr int kUnitsPerBlock = 8;
+  static constexpr int kBlockBytes = 144;
+  static void Load(const uint8_t* p, int j, WeightUnit* u) {
+    int sc, m;
+    ScaleMinK4(j, p + 4, &sc, &m);
+    float d, dmin;
+    HalfPair(p, &d, &dmin);
+    u->q = Fields(p + 16 + 32 * (j >> 1), 4 * (j & 1), 0x0f);
+    u->scale = VSet1(d * static_cast<float>(sc));
+    u->offset = -(dmin * static_cast<float>(m));
+  }
+};
+
+// Q5_K: Q4_K plus a fifth bit, bit j of qh[l].
+template <>
+struct Units<DType::kQ5_K> {
+  static constexpr Offsets kOffsets = Offsets::kOne;
+  static constexpr bool kSigned = false;
+  static constexpr int kUnitsPerBlock = 8;
+  static constexpr int kBlockBytes = 176;
+  static void Load(const uint8_t* p, int j, WeightUnit* u) {
+    int sc, m;
+    ScaleMinK4(j, p + 4, &sc, &m);
+    float d, dmin;
+    HalfPair(p, &d, &dmin);
+    u->q = AddBytes(Fields(p + 48 + 32 * (j >> 1), 4 * (j & 1), 0x0f),
+                    ShiftLeftBytes(Fields(p + 16, j, 1), 4));
+    u->scale = VSet1(d * static_cast<float>(sc));
+    u->offset = -(dmin * static_cast<float>(m));
+  }
+};
+
+// Q6_K: unit j = 4 * half + k takes the low (k < 2) or high nibbles of
+// ql[64 * half + 32 * (k & 1) ..] and 2 high bits (shift 2k) of
+// qh[32 * half ..]; level q - 32 with scales[8 * half + 2k] (+1 for its
+// second 16 elements): d * s * (q - 32) = (d * s) * q + (-32 * d * s).
+template <>
+struct Units<DType::kQ6_K> {
+  static constexpr Offsets kOffsets = Offsets::kHalves;
+  static constexpr bool kSigned = false;
+  static constexpr int kUnitsPerBlock = 8;
+  static constexpr int kBlockBytes = 210;
+  static void Load(const uint8_t* p, int j, WeightUnit* u) {
+    const int half = j >> 2, k = j & 3;
+    const uint8_t* ql = p + 64 * half + 32 * (k & 1);
+    const uint8_t* qh = p + 128 + 32 * half;
+    const auto* scales = reinterpret_cast<const int8_t*>(p + 192);
+    u->q = AddBytes(Fields(ql, 4 * (k >> 1), 0x0f), ShiftLeftBytes(Fields(qh, 2 * k, 3), 4));
+    const float d = HalfToFloat(LoadU16(p + 208));
+    const float lo = d * static_cast<float>(scales[8 * half + 2 * k]);
+    const float hi = d * static_cast<float>(scales[8 * half + 2 * k + 1]);
+    u->scale = TwoScales(lo, hi);
+    u->offset = -32.0f * lo;
+    u->offset_hi = -32.0f * hi;
+  }
+};
+
+// Q3_K: unit j's levels are 2-bit fields (shift 2 * (j & 3)) of
+// qs[32 * (j >> 2) ..] plus 4 where bit j of hmask[l] is set, minus 4:
+// (d * s) * q + (-4 * d * s) with s the 6-bit scale of each half.
+template <>
+struct Units<DType::kQ3_K> {
+  static constexpr Offsets kOffsets = Offsets::kHalves;
+  static constexpr bool kSigned = false;
+  static constexpr int kUnitsPerBlock = 8;
+  static constexpr int kBlockBytes = 110;
+  static void Load(const uint8_t* p, int j, WeightUnit* u) {
+    u->q = AddBytes(Fields(p + 32 + 32 * (j >> 2), 2 * (j & 3), 3),
+                    ShiftLeftBytes(Fields(p, j, 1), 2));
+    const float d = HalfToFloat(LoadU16(p + 108));
+    const float lo = d * static_cast<float>(ScaleQ3K(2 * j, p + 96));
+    const float hi = d * static_cast<float>(ScaleQ3K(2 * j + 1, p + 96));
+    u->scale = TwoScales(lo, hi);
+    u->offset = -4.0f * lo;
+    u->offset_hi = -4.0f * hi;
+  }
+};
+
+// Q2_K: unit j's levels are 2-bit fields (shift 2 * (j & 3)) of
+// qs[32 * (j >> 2) ..]; each half has its own 4-bit scale and min
+// (scales[2j], scales[2j + 1]: min << 4 | scale).
+template <>
+struct Units<DType::kQ2_K> {
+  static constexpr Offsets kOffsets = Offsets::kHalves;
+  static constexpr bool kSigned = false;
+  static constexpr int kUnitsPerBlock = 8;
+  static constexpr int kBlockBytes = 84;
+  static void Load(const uint8_t* p, int j, WeightUnit* u) {
+    float d, dmin;
+    HalfPair(p + 80, &d, &dmin);
+    const uint8_t lo = p[2 * j], hi = p[2 * j + 1];
+    u->q = Fields(p + 16 + 32 * (j >> 2), 2 * (j & 3), 3);
+    u->scale = TwoScales(d * static_cast<float>(lo & 0x0f), d * static_cast<float>(hi & 0x0f));
+    u->offset = -(dmin * static_cast<float>(lo >> 4));
+    u->offset_hi = -(dmin * static_cast<float>(hi >> 4));
+  }
+};
+
+// Every quantized type has the integer path.
+constexpr bool HasIntegerPath(DType t) { return BlockElems(t) > 1; }
 
 }  // namespace specline::kernels::detail
