@@ -203,6 +203,9 @@ TEST(Quantize, RejectsPartialSuperBlocks) {
 // runs without an importance matrix: re-quantizing the fixtures' source
 // values (the same random model) must give what llama-quantize wrote, up to
 // rare rounding ties the two compilers resolve differently (fma contraction).
+// The source values are RandomModelTensors' for the manifest's arguments: a
+// change to the random model writer needs the fixtures regenerated
+// (scripts/reference/kquant_golden.py).
 TEST(Quantize, CloseToLlamaQuantize) {
   auto fixtures = OpenFixtures();
   std::map<std::string, std::unique_ptr<GgufFile>> sources;
