@@ -145,9 +145,20 @@ std::vector<uint8_t> RandomWeights(DType t, int64_t rows, int64_t cols,
       for (auto& b : buf) b = static_cast<uint8_t>(rng());
       const int64_t bb = specline::BlockBytes(t);
       const uint16_t d = F32ToF16(0.01f);
+      // Offsets of the fp16 scales: d, and m / dmin where there is one.
+      int d_off = 0, m_off = -1;
+      switch (t) {
+        case DType::kQ4_1: case DType::kQ5_1: case DType::kQ4_K: case DType::kQ5_K:
+          m_off = 2;
+          break;
+        case DType::kQ2_K: d_off = 80; m_off = 82; break;
+        case DType::kQ3_K: d_off = 108; break;
+        case DType::kQ6_K: d_off = 208; break;
+        default: break;
+      }
       for (size_t off = 0; off + bb <= buf.size(); off += bb) {
-        std::memcpy(p + off, &d, 2);
-        if (t == DType::kQ4_1) std::memcpy(p + off + 2, &d, 2);
+        std::memcpy(p + off + d_off, &d, 2);
+        if (m_off >= 0) std::memcpy(p + off + m_off, &d, 2);
       }
     }
   }
@@ -287,8 +298,10 @@ int main(int argc, char** argv) {
   const double min_s = quick ? 0.05 : 0.4;
   std::mt19937 rng(1234);
   const std::vector<Shape> shapes = {{768, 768}, {2048, 768}, {768, 2048}, {32000, 768}};
-  const DType all[] = {DType::kF32, DType::kF16, DType::kBF16,
-                       DType::kQ8_0, DType::kQ4_0, DType::kQ4_1};
+  const DType all[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0,
+                       DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1,
+                       DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K,
+                       DType::kQ6_K};
 
   // The machine may be shared: record how busy it was, for reading the numbers.
   double load1 = -1;

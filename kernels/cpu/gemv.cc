@@ -33,6 +33,8 @@ void GemvBlock(const uint8_t* w, int64_t row_bytes, int64_t ahead,
       for (int i = 0; i < kVecs; ++i) xv[i] = VLoad(xs + i * kLanes);
       for (int r = 0; r < R; ++r) {
         const uint8_t* p = w + r * row_bytes + b * kBlockBytes;
+        // A K-quant block (84-210 bytes) is read over 8 steps: prefetch its
+        // lines ahead on every other one.
         if (kSub == 1 || j % 2 == 0) __builtin_prefetch(p + 64 * (j / 2) + ahead);
         Vec wv[kVecs];
         DecodeStep<T>(p, j, wv);

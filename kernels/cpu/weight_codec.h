@@ -6,16 +6,19 @@
 // K-quants (kSubSteps = 8 steps per block; Decode takes the sub-block index,
 // so a step still fits in 4 registers).
 //
-// Dequantized values (one rounding per operation, identical on both paths):
-//   Q8_0: d * q            Q4_0: d * (q - 8)            Q4_1: fma(q, d, m)
-//   Q5_0: d * (q - 16)     Q5_1: (d * q) + m
-//   Q2_K: (d * sc) * q - (dmin * m)     Q3_K: (d * (sc - 32)) * (q - 4h)
-//   Q4_K, Q5_K: (d * sc) * q - (dmin * m)   Q6_K: (d * sc) * (q - 32)
-// with every product rounded to fp32 before the next operation: the order
-// and rounding of the `gguf` Python package's NumPy dequantizer
-// (gguf.quants.dequantize), which the golden test (kquant_golden_test)
-// checks bit for bit. Q4_1 keeps its historical fma (NumPy rounds d * q
-// first, so Q4_1 may differ from NumPy by one ulp).
+// Dequantized values:
+//   Q8_0: d * q            Q4_0: d * (q - 8)            Q4_1: d * q + m
+//   Q5_0: d * (q - 16)     Q5_1: d * q + m
+//   Q2_K: (d * sc) * q - dmin * m        Q3_K: (d * (sc - 32)) * (q - 4h)
+//   Q4_K, Q5_K: (d * sc) * q - dmin * m  Q6_K: (d * sc) * (q - 32)
+// d, dmin and m are fp16 (11 significant bits) and sc, m, q small integers,
+// so every product is exact in fp32 (at most 11 + 7 + 6 = 24 bits, for
+// Q6_K) and the only rounding is the final add or subtract. Fused or
+// unfused, in any order, the result is therefore the same, and equal to
+// the `gguf` Python package's NumPy dequantizer (gguf.quants.dequantize,
+// which rounds each product), bit for bit on both code paths:
+// kquants_test checks it on llama-quantize output (tests/data/kquants).
+// The AVX2 paths use an fma for "q * s + m" where that saves an instruction.
 // GGML nibble order: byte j of a Q4/Q5 block holds element j in its low
 // nibble and element j + 16 in its high nibble.
 #pragma once
@@ -46,42 +49,37 @@ inline float HalfToFloat(uint16_t h) {
 template <DType T>
 struct Codec;
 
-// `x` as a rounded fp32 value the compiler cannot fuse into a following add:
-// GCC contracts a * b - c into an fma under -ffp-contract=fast (its default
-// for C++, intrinsics included), while the reference rounds the product.
-inline float Rounded(float x) {
-#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
-  asm("" : "+x"(x));
-#elif defined(__GNUC__) && defined(__aarch64__)
-  asm("" : "+w"(x));
-#else
-  volatile float v = x;
-  x = v;
-#endif
-  return x;
-}
-
 #if SPECLINE_KERNELS_AVX2
-inline Vec VRounded(Vec v) {
-  asm("" : "+x"(v));
-  return v;
+inline __m128i Load16(const uint8_t* p) {
+  return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
 }
 
-// 8 bytes at p, zero-extended to 8 int32 lanes.
-inline __m256i Load8U(const uint8_t* p) {
-  return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+// (b >> shift) & mask per byte, for fields that do not cross bytes: the
+// 16-bit shift moves bits of the next byte only above the mask.
+inline __m128i ShiftMask8(__m128i b, int shift, int mask) {
+  return _mm_and_si128(_mm_srl_epi16(b, _mm_cvtsi32_si128(shift)),
+                       _mm_set1_epi8(static_cast<char>(mask)));
 }
 
-// (v >> shift) & mask per int32 lane.
-inline __m256i ShiftMask(__m256i v, int shift, int mask) {
-  return _mm256_and_si256(_mm256_srl_epi32(v, _mm_cvtsi32_si128(shift)),
-                          _mm256_set1_epi32(mask));
+// Bytes 0-7 / 8-15 of 16 bytes, widened to int32 lanes.
+inline __m256i U8Lo(__m128i b) { return _mm256_cvtepu8_epi32(b); }
+inline __m256i U8Hi(__m128i b) { return _mm256_cvtepu8_epi32(_mm_srli_si128(b, 8)); }
+inline __m256i I8Lo(__m128i b) { return _mm256_cvtepi8_epi32(b); }
+inline __m256i I8Hi(__m128i b) { return _mm256_cvtepi8_epi32(_mm_srli_si128(b, 8)); }
+
+// Byte i = 0x10 where bit i of the low 16 bits of x is set, else 0.
+inline __m128i HighBits16(uint32_t x) {
+  const __m128i b = _mm_shuffle_epi8(_mm_cvtsi32_si128(static_cast<int>(x & 0xffff)),
+                                     _mm_set_epi64x(0x0101010101010101LL, 0));
+  const __m128i bits = _mm_set1_epi64x(static_cast<long long>(0x8040201008040201ULL));
+  return _mm_and_si128(_mm_cmpeq_epi8(_mm_and_si128(b, bits), bits), _mm_set1_epi8(0x10));
 }
 
-// Round(Round(q * s) - m): the K-quant affine decode, unfused.
-inline Vec MulSub(__m256i q, Vec s, Vec m) {
-  return _mm256_sub_ps(VRounded(VMul(_mm256_cvtepi32_ps(q), s)), m);
-}
+inline Vec ToF32(__m256i q) { return _mm256_cvtepi32_ps(q); }
+
+// q * s - m with one rounding: the product is exact (see the top), so this
+// is also NumPy's round(round(q * s) - m).
+inline Vec MulSub(__m256i q, Vec s, Vec neg_m) { return VFma(ToF32(q), s, neg_m); }
 #endif
 
 // Copies 32 floats into 4 vectors (the portable paths decode into arrays).
@@ -242,17 +240,13 @@ struct Codec<DType::kQ5_0> {
     const Vec vd = VSet1(HalfToFloat(LoadU16(p)));
     uint32_t qh;
     std::memcpy(&qh, p + 2, 4);
-    const __m256i vqh = _mm256_set1_epi32(static_cast<int>(qh));
-    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    const __m256i sixteen = _mm256_set1_epi32(16);
-    for (int i = 0; i < 4; ++i) {
-      const __m256i b = Load8U(p + 6 + 8 * (i & 1));
-      const __m256i nib = ShiftMask(b, 4 * (i >> 1), 0x0f);
-      const __m256i hb = _mm256_and_si256(
-          _mm256_srlv_epi32(vqh, _mm256_add_epi32(lane, _mm256_set1_epi32(8 * i))),
-          _mm256_set1_epi32(1));
-      const __m256i q = _mm256_sub_epi32(_mm256_or_si256(nib, _mm256_slli_epi32(hb, 4)), sixteen);
-      out[i] = VMul(vd, _mm256_cvtepi32_ps(q));
+    const __m128i qs = Load16(p + 6);
+    for (int h = 0; h < 2; ++h) {
+      const __m128i nib = ShiftMask8(qs, 4 * h, 0x0f);
+      const __m128i q = _mm_sub_epi8(_mm_or_si128(nib, HighBits16(qh >> (16 * h))),
+                                     _mm_set1_epi8(16));
+      out[2 * h] = VMul(vd, ToF32(I8Lo(q)));
+      out[2 * h + 1] = VMul(vd, ToF32(I8Hi(q)));
     }
 #else
     float f[32];
@@ -275,8 +269,8 @@ struct Codec<DType::kQ5_1> {
     for (int j = 0; j < 16; ++j) {
       const int lo = (qs[j] & 0x0f) | (((qh >> j) & 1) << 4);
       const int hi = (qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4);
-      out[j] = Rounded(d * static_cast<float>(lo)) + m;
-      out[j + 16] = Rounded(d * static_cast<float>(hi)) + m;
+      out[j] = d * static_cast<float>(lo) + m;
+      out[j + 16] = d * static_cast<float>(hi) + m;
     }
   }
   static void Decode(const uint8_t* p, Vec* out) {
@@ -285,16 +279,11 @@ struct Codec<DType::kQ5_1> {
     const Vec vm = VSet1(HalfToFloat(LoadU16(p + 2)));
     uint32_t qh;
     std::memcpy(&qh, p + 4, 4);
-    const __m256i vqh = _mm256_set1_epi32(static_cast<int>(qh));
-    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    for (int i = 0; i < 4; ++i) {
-      const __m256i b = Load8U(p + 8 + 8 * (i & 1));
-      const __m256i nib = ShiftMask(b, 4 * (i >> 1), 0x0f);
-      const __m256i hb = _mm256_and_si256(
-          _mm256_srlv_epi32(vqh, _mm256_add_epi32(lane, _mm256_set1_epi32(8 * i))),
-          _mm256_set1_epi32(1));
-      const __m256i q = _mm256_or_si256(nib, _mm256_slli_epi32(hb, 4));
-      out[i] = VAdd(VRounded(VMul(vd, _mm256_cvtepi32_ps(q))), vm);
+    const __m128i qs = Load16(p + 8);
+    for (int h = 0; h < 2; ++h) {
+      const __m128i q = _mm_or_si128(ShiftMask8(qs, 4 * h, 0x0f), HighBits16(qh >> (16 * h)));
+      out[2 * h] = VFma(ToF32(U8Lo(q)), vd, vm);
+      out[2 * h + 1] = VFma(ToF32(U8Hi(q)), vd, vm);
     }
 #else
     float f[32];
@@ -339,11 +328,11 @@ struct Codec<DType::kQ2_K> {
     const int shift = 2 * (j & 3);
     for (int h = 0; h < 2; ++h) {
       const int sc = p[2 * j + h];
-      const float dl = Rounded(d * static_cast<float>(sc & 0x0f));
-      const float ml = Rounded(dmin * static_cast<float>(sc >> 4));
+      const float dl = d * static_cast<float>(sc & 0x0f);
+      const float ml = dmin * static_cast<float>(sc >> 4);
       for (int l = 0; l < 16; ++l) {
         const int v = (q[16 * h + l] >> shift) & 3;
-        out[16 * h + l] = Rounded(dl * static_cast<float>(v)) - ml;
+        out[16 * h + l] = dl * static_cast<float>(v) - ml;
       }
     }
   }
@@ -355,10 +344,11 @@ struct Codec<DType::kQ2_K> {
     const int shift = 2 * (j & 3);
     for (int h = 0; h < 2; ++h) {
       const int sc = p[2 * j + h];
-      const Vec dl = VSet1(Rounded(d * static_cast<float>(sc & 0x0f)));
-      const Vec ml = VSet1(Rounded(dmin * static_cast<float>(sc >> 4)));
-      out[2 * h] = MulSub(ShiftMask(Load8U(q + 16 * h), shift, 3), dl, ml);
-      out[2 * h + 1] = MulSub(ShiftMask(Load8U(q + 16 * h + 8), shift, 3), dl, ml);
+      const Vec dl = VSet1(d * static_cast<float>(sc & 0x0f));
+      const Vec ml = VSet1(-(dmin * static_cast<float>(sc >> 4)));
+      const __m128i v = ShiftMask8(Load16(q + 16 * h), shift, 3);
+      out[2 * h] = MulSub(U8Lo(v), dl, ml);
+      out[2 * h + 1] = MulSub(U8Hi(v), dl, ml);
     }
 #else
     float f[32];
@@ -380,7 +370,7 @@ struct Codec<DType::kQ3_K> {
     const uint8_t* q = p + 32 + 32 * (j >> 2);
     const int shift = 2 * (j & 3);
     for (int h = 0; h < 2; ++h) {
-      const float dl = Rounded(d * static_cast<float>(ScaleQ3K(2 * j + h, p + 96)));
+      const float dl = d * static_cast<float>(ScaleQ3K(2 * j + h, p + 96));
       for (int l = 16 * h; l < 16 * h + 16; ++l) {
         const int v = ((q[l] >> shift) & 3) - (((p[l] >> j) & 1) ? 0 : 4);
         out[l] = dl * static_cast<float>(v);
@@ -392,17 +382,14 @@ struct Codec<DType::kQ3_K> {
     const float d = HalfToFloat(LoadU16(p + 108));
     const uint8_t* q = p + 32 + 32 * (j >> 2);
     const int shift = 2 * (j & 3);
-    const __m256i four = _mm256_set1_epi32(4);
     for (int h = 0; h < 2; ++h) {
-      const Vec dl = VSet1(Rounded(d * static_cast<float>(ScaleQ3K(2 * j + h, p + 96))));
-      for (int k = 0; k < 2; ++k) {
-        const int off = 16 * h + 8 * k;
-        const __m256i lo = ShiftMask(Load8U(q + off), shift, 3);
-        const __m256i hb = ShiftMask(Load8U(p + off), j, 1);
-        // lo - 4 * (1 - hb) = lo + 4 * hb - 4
-        const __m256i v = _mm256_sub_epi32(_mm256_add_epi32(lo, _mm256_slli_epi32(hb, 2)), four);
-        out[2 * h + k] = VMul(dl, _mm256_cvtepi32_ps(v));
-      }
+      const Vec dl = VSet1(d * static_cast<float>(ScaleQ3K(2 * j + h, p + 96)));
+      const __m128i lo = ShiftMask8(Load16(q + 16 * h), shift, 3);
+      const __m128i hb = ShiftMask8(Load16(p + 16 * h), j, 1);
+      // lo - 4 * (1 - hb) = (lo | hb << 2) - 4, in [-4, 3]
+      const __m128i v = _mm_sub_epi8(_mm_or_si128(lo, _mm_slli_epi16(hb, 2)), _mm_set1_epi8(4));
+      out[2 * h] = VMul(dl, ToF32(I8Lo(v)));
+      out[2 * h + 1] = VMul(dl, ToF32(I8Hi(v)));
     }
 #else
     float f[32];
@@ -422,23 +409,27 @@ struct Codec<DType::kQ4_K> {
   static void DecodeScalar(const uint8_t* p, int j, float* out) {
     int sc, m;
     ScaleMinK4(j, p + 4, &sc, &m);
-    const float dl = Rounded(HalfToFloat(LoadU16(p)) * static_cast<float>(sc));
-    const float ml = Rounded(HalfToFloat(LoadU16(p + 2)) * static_cast<float>(m));
+    const float dl = HalfToFloat(LoadU16(p)) * static_cast<float>(sc);
+    const float ml = HalfToFloat(LoadU16(p + 2)) * static_cast<float>(m);
     const uint8_t* q = p + 16 + 32 * (j >> 1);
     const int shift = 4 * (j & 1);
     for (int l = 0; l < 32; ++l) {
-      out[l] = Rounded(dl * static_cast<float>((q[l] >> shift) & 0x0f)) - ml;
+      out[l] = dl * static_cast<float>((q[l] >> shift) & 0x0f) - ml;
     }
   }
   static void Decode(const uint8_t* p, int j, Vec* out) {
 #if SPECLINE_KERNELS_AVX2
     int sc, m;
     ScaleMinK4(j, p + 4, &sc, &m);
-    const Vec dl = VSet1(Rounded(HalfToFloat(LoadU16(p)) * static_cast<float>(sc)));
-    const Vec ml = VSet1(Rounded(HalfToFloat(LoadU16(p + 2)) * static_cast<float>(m)));
+    const Vec dl = VSet1(HalfToFloat(LoadU16(p)) * static_cast<float>(sc));
+    const Vec ml = VSet1(-(HalfToFloat(LoadU16(p + 2)) * static_cast<float>(m)));
     const uint8_t* q = p + 16 + 32 * (j >> 1);
     const int shift = 4 * (j & 1);
-    for (int i = 0; i < 4; ++i) out[i] = MulSub(ShiftMask(Load8U(q + 8 * i), shift, 0x0f), dl, ml);
+    for (int h = 0; h < 2; ++h) {
+      const __m128i v = ShiftMask8(Load16(q + 16 * h), shift, 0x0f);
+      out[2 * h] = MulSub(U8Lo(v), dl, ml);
+      out[2 * h + 1] = MulSub(U8Hi(v), dl, ml);
+    }
 #else
     float f[32];
     DecodeScalar(p, j, f);
@@ -456,29 +447,31 @@ struct Codec<DType::kQ5_K> {
   static void DecodeScalar(const uint8_t* p, int j, float* out) {
     int sc, m;
     ScaleMinK4(j, p + 4, &sc, &m);
-    const float dl = Rounded(HalfToFloat(LoadU16(p)) * static_cast<float>(sc));
-    const float ml = Rounded(HalfToFloat(LoadU16(p + 2)) * static_cast<float>(m));
+    const float dl = HalfToFloat(LoadU16(p)) * static_cast<float>(sc);
+    const float ml = HalfToFloat(LoadU16(p + 2)) * static_cast<float>(m);
     const uint8_t* qh = p + 16;
     const uint8_t* q = p + 48 + 32 * (j >> 1);
     const int shift = 4 * (j & 1);
     for (int l = 0; l < 32; ++l) {
       const int v = ((q[l] >> shift) & 0x0f) | (((qh[l] >> j) & 1) << 4);
-      out[l] = Rounded(dl * static_cast<float>(v)) - ml;
+      out[l] = dl * static_cast<float>(v) - ml;
     }
   }
   static void Decode(const uint8_t* p, int j, Vec* out) {
 #if SPECLINE_KERNELS_AVX2
     int sc, m;
     ScaleMinK4(j, p + 4, &sc, &m);
-    const Vec dl = VSet1(Rounded(HalfToFloat(LoadU16(p)) * static_cast<float>(sc)));
-    const Vec ml = VSet1(Rounded(HalfToFloat(LoadU16(p + 2)) * static_cast<float>(m)));
+    const Vec dl = VSet1(HalfToFloat(LoadU16(p)) * static_cast<float>(sc));
+    const Vec ml = VSet1(-(HalfToFloat(LoadU16(p + 2)) * static_cast<float>(m)));
     const uint8_t* qh = p + 16;
     const uint8_t* q = p + 48 + 32 * (j >> 1);
     const int shift = 4 * (j & 1);
-    for (int i = 0; i < 4; ++i) {
-      const __m256i lo = ShiftMask(Load8U(q + 8 * i), shift, 0x0f);
-      const __m256i hb = ShiftMask(Load8U(qh + 8 * i), j, 1);
-      out[i] = MulSub(_mm256_or_si256(lo, _mm256_slli_epi32(hb, 4)), dl, ml);
+    for (int h = 0; h < 2; ++h) {
+      const __m128i lo = ShiftMask8(Load16(q + 16 * h), shift, 0x0f);
+      const __m128i hb = ShiftMask8(Load16(qh + 16 * h), j, 1);
+      const __m128i v = _mm_or_si128(lo, _mm_slli_epi16(hb, 4));
+      out[2 * h] = MulSub(U8Lo(v), dl, ml);
+      out[2 * h + 1] = MulSub(U8Hi(v), dl, ml);
     }
 #else
     float f[32];
@@ -504,7 +497,7 @@ struct Codec<DType::kQ6_K> {
     const int8_t* scales = reinterpret_cast<const int8_t*>(p + 192);
     const int lshift = 4 * (k >> 1);
     for (int h = 0; h < 2; ++h) {
-      const float dl = Rounded(d * static_cast<float>(scales[2 * j + h]));
+      const float dl = d * static_cast<float>(scales[2 * j + h]);
       for (int l = 16 * h; l < 16 * h + 16; ++l) {
         const int v = (((ql[l] >> lshift) & 0x0f) | (((qh[l] >> (2 * k)) & 3) << 4)) - 32;
         out[l] = dl * static_cast<float>(v);
@@ -519,15 +512,13 @@ struct Codec<DType::kQ6_K> {
     const uint8_t* qh = p + 128 + 32 * (j >> 2);
     const int8_t* scales = reinterpret_cast<const int8_t*>(p + 192);
     const int lshift = 4 * (k >> 1);
-    const __m256i off = _mm256_set1_epi32(32);
     for (int h = 0; h < 2; ++h) {
-      const Vec dl = VSet1(Rounded(d * static_cast<float>(scales[2 * j + h])));
-      for (int i = 2 * h; i < 2 * h + 2; ++i) {
-        const __m256i lo = ShiftMask(Load8U(ql + 8 * i), lshift, 0x0f);
-        const __m256i hi = ShiftMask(Load8U(qh + 8 * i), 2 * k, 3);
-        const __m256i v = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), off);
-        out[i] = VMul(dl, _mm256_cvtepi32_ps(v));
-      }
+      const Vec dl = VSet1(d * static_cast<float>(scales[2 * j + h]));
+      const __m128i lo = ShiftMask8(Load16(ql + 16 * h), lshift, 0x0f);
+      const __m128i hi = ShiftMask8(Load16(qh + 16 * h), 2 * k, 3);
+      const __m128i v = _mm_sub_epi8(_mm_or_si128(lo, _mm_slli_epi16(hi, 4)), _mm_set1_epi8(32));
+      out[2 * h] = VMul(dl, ToF32(I8Lo(v)));
+      out[2 * h + 1] = VMul(dl, ToF32(I8Hi(v)));
     }
 #else
     float f[32];

@@ -68,9 +68,10 @@ class GgufFile {
   const std::map<std::string, GgufValue>& metadata() const { return kv_; }
   const GgufValue* Find(const std::string& key) const;
   // A key's stored type: the value's GgufType followed by the element type of
-  // each array level ({kArray, kString} for tokenizer.ggml.tokens), the form
-  // GgufWriter::Set takes, so metadata can be copied with its exact types.
-  // Null for a missing key.
+  // each array level ({kArray, kString} for tokenizer.ggml.tokens; nested
+  // arrays as their first element has them), the form GgufWriter::Set
+  // takes, so metadata can be copied with its exact types. Null for a
+  // missing key.
   const std::vector<GgufType>* TypeOf(const std::string& key) const;
   // Tensors under their in-file GGUF names ("blk.0.attn_q.weight"), shape in
   // PyTorch order. Only supported dtypes appear; an unsupported one raises

@@ -1,6 +1,9 @@
 // Encoding fp32 values into the weight dtypes (the GGML block layouts for the
 // quantized ones), for the model writers. The reference rounding of ggml's
-// quantize_row_*_ref, so files match what llama.cpp's tools would write.
+// quantize_row_*_ref (for the K-quants, ports of its scale searches), so
+// files match what llama.cpp's tools would write: llama-quantize without an
+// importance matrix writes the same bytes up to rare rounding ties
+// (kquants_test measures it).
 #pragma once
 
 #include <cstdint>

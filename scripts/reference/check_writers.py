@@ -110,7 +110,8 @@ def check_hf_vs_gguf(hf_dir, gguf_path, permuted):
 
 
 def check_dtypes(d, ref):
-    tol = {"F16": 1e-3, "BF16": 8e-3, "Q8_0": 1e-2, "Q4_0": 0.16, "Q4_1": 0.08}
+    tol = {"F16": 1e-3, "BF16": 8e-3, "Q8_0": 1e-2, "Q4_0": 0.16, "Q4_1": 0.08,
+           "Q5_0": 0.08, "Q5_1": 0.04}
     for name, t in tol.items():
         path = os.path.join(d, f"llama-{name}.gguf")
         r, g = gguf_tensors(path)
@@ -216,7 +217,7 @@ def check_transformers(d):
 
 # What Formats.WriteSamplesForPythonCheck writes: every one is required.
 SAMPLES = ["llama.bin", "llama-F32.gguf", "llama-F16.gguf", "llama-BF16.gguf", "llama-Q8_0.gguf",
-           "llama-Q4_0.gguf", "llama-Q4_1.gguf", "llama-hf/config.json", "llama-hf/model.safetensors",
+           "llama-Q4_0.gguf", "llama-Q4_1.gguf", "llama-Q5_0.gguf", "llama-Q5_1.gguf", "llama-hf/config.json", "llama-hf/model.safetensors",
            "llama-hf-bf16/config.json", "llama-hf-bf16/model.safetensors", "qwen3-F32.gguf",
            "qwen3-hf/config.json", "qwen3-hf/model.safetensors", "qwen2-F32.gguf",
            "qwen2-hf/config.json", "qwen2-hf/model.safetensors"]
