@@ -34,6 +34,14 @@
 namespace specline {
 namespace {
 
+// The bit-for-bit comparisons with fp32 MatMul over the dequantized values
+// hold on the fp32-activation path; the default int8 path is checked
+// against a double reference in kernels_test (Activations/MatMulTest).
+struct Fp32Activations {
+  Fp32Activations() { kernels::SetQuantizedActivations(false); }
+  ~Fp32Activations() { kernels::SetQuantizedActivations(true); }
+};
+
 using nlohmann::json;
 
 uint32_t Bits(float f) {
@@ -94,10 +102,11 @@ TEST(KQuantGolden, DequantizeRowMatchesNumpyBitForBit) {
                                           "Q3_K", "Q4_K", "Q5_K", "Q6_K"}));
 }
 
-// MatMul (GEMV for m = 1, GEMM for m > 1) over the quantized fixtures gives
-// the same bits as fp32 MatMul over NumPy's values: the decoders inside the
+// MatMul (GEMV for m = 1, GEMM for m > 1) over the quantized fixtures, with
+// fp32 activations, gives the same bits as fp32 MatMul over NumPy's values: the decoders inside the
 // kernels are the golden ones too, and the reduction order is dtype-blind.
 TEST(KQuantGolden, MatMulEqualsF32MatMulOverGoldenValues) {
+  Fp32Activations fp32;
   auto fixtures = OpenFixtures();
   const std::vector<float> golden = ReadGolden();
   kernels::ThreadPool pool(2);
@@ -287,6 +296,7 @@ DType MixedType(const std::string& name) {
 }
 
 TEST(MixedTypeModel, LoadsAndRunsLikeItsDequantizedF32Copy) {
+  Fp32Activations fp32;
   ModelConfig c;
   c.arch = "llama";
   c.dim = 256;
