@@ -184,38 +184,17 @@ void StageSlice::Lora(int local, LoraTarget target, const float* x, int64_t x_wi
 void StageSlice::Attention(int local, std::span<const SlotRef> slots, const float* q,
                            float* out) {
   const ModelConfig& c = config_;
-  const int64_t n = static_cast<int64_t>(slots.size());
-  const int hd = c.head_dim;
-  const int group = c.n_heads / c.n_kv_heads;
   const int bs = kv_.shape().block_size;
   const int64_t row = kv_.row_elems();
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const int64_t q_dim = int64_t{c.n_heads} * hd;
-
-  pool_->ParallelFor(n * c.n_heads, [&](int64_t lo, int64_t hi) {
-    thread_local std::vector<float> scores;
-    for (int64_t task = lo; task < hi; ++task) {
-      const int64_t i = task / c.n_heads;
-      const int h = static_cast<int>(task % c.n_heads);
-      const int kvh = h / group;
-      const SlotRef& s = slots[i];
-      const float* qh = q + i * q_dim + int64_t{h} * hd;
-      float* oh = out + i * q_dim + int64_t{h} * hd;
-      std::span<const int32_t> table = kv_.BlockTable(s.seq_id);
-      const int32_t len = s.pos + 1;  // causal: positions [0, pos]
-      scores.resize(len);
-      for (int32_t t = 0; t < len; ++t) {
-        const float* krow = kv_.KBlock(local, table[t / bs]) + (t % bs) * row + kvh * hd;
-        scores[t] = kernels::Dot(qh, krow, hd) * scale;
-      }
-      kernels::Softmax(scores.data(), len);
-      std::fill_n(oh, hd, 0.0f);
-      for (int32_t t = 0; t < len; ++t) {
-        const float* vrow = kv_.VBlock(local, table[t / bs]) + (t % bs) * row + kvh * hd;
-        kernels::Axpy(scores[t], vrow, oh, hd);
-      }
-    }
-  });
+  // One layer's K/V: block b starts at KBlock(local, 0) + b * bs * row.
+  const kernels::PagedKvView view{kv_.KBlock(local, 0), kv_.VBlock(local, 0), bs * row, row, bs};
+  attn_rows_.resize(slots.size());
+  for (size_t i = 0; i < slots.size(); ++i) {
+    attn_rows_[i] = {kv_.BlockTable(slots[i].seq_id).data(), slots[i].pos};
+  }
+  const kernels::AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim,
+                                      1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+  kernels::PagedAttention(shape, view, attn_rows_, q, out, *pool_);
 }
 
 }  // namespace specline

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/thread_pool.h"
 #include "model/formats/model_source.h"
 #include "model/runtime/kv_cache.h"
@@ -64,6 +65,7 @@ class StageSlice : public SliceBackend {
   Rope rope_;
   // Scratch reused across calls (a slice is driven by one thread at a time).
   std::vector<float> xb_, q_, k_, v_, att_, hb_, hb2_, cos_, sin_;
+  std::vector<kernels::AttentionRow> attn_rows_;
 };
 
 }  // namespace specline
