@@ -52,6 +52,12 @@ class StageSlice : public SliceBackend {
   void Lora(int local, LoraTarget target, const float* x, int64_t x_width, float* y,
             int64_t y_width);
   void Attention(int local, std::span<const SlotRef> slots, const float* q, float* out);
+  // fn(i) for every row i in [0, n): over the pool for a prefill-sized n (the
+  // per-row steps, RMSNorm, RoPE and the KV write, SwiGLU, are independent
+  // per row, so the split changes no result), inline for decode-sized ones.
+  template <typename Fn>
+  void ForEachRow(int64_t n, const Fn& fn);
+  static constexpr int64_t kParallelRows = 32;
 
   ModelConfig config_;
   int begin_, end_;
