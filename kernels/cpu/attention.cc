@@ -13,8 +13,10 @@
 // KV head's group) walks the chunks once and applies each to every row-head
 // whose causal limit reaches it: the K/V chunk is fetched from memory once per
 // tile and then read from L1. Whether one task walks a tile's segments in
-// order (kPerTile) or each segment is its own task and the merge runs after
-// (kSplitK), the same operations happen on the same values.
+// order (kPerTile: tasks are (tile, KV head)) or each segment is its own task
+// and the merge runs after (kSplitK: tasks are (tile, segment), all KV heads
+// or one, for decode and short verification batches), the same operations
+// happen on the same values.
 #include "kernels/cpu/attention.h"
 
 #include <algorithm>
@@ -344,55 +346,66 @@ void ChunkRows(const Ctx& c, const int32_t* table, int32_t c0, int n, int kvh, c
   }
 }
 
-// Computes segment `seg` of every row-head of (tile, kvh) whose row reaches
-// it into st (indexed r * group + g).
-void RunSegment(const Ctx& c, const Tile& tile, int kvh, int seg, SegmentState& st) {
+// The KV heads [kvh_begin, kvh_end) of a tile: a task's share of it. Its
+// row-heads are indexed (row - row_begin) * heads() + (h - first_head()).
+struct HeadRange {
+  int kvh_begin, kvh_end;
+  int group;
+  int heads() const { return (kvh_end - kvh_begin) * group; }
+  int first_head() const { return kvh_begin * group; }
+};
+
+// Computes segment `seg` of every row-head of (tile, heads) whose row
+// reaches it into st. Chunks are the outer loop, so with several KV heads a
+// chunk's K/V rows (adjacent in the cache) are read together.
+void RunSegment(const Ctx& c, const Tile& tile, const HeadRange& hr, int seg, SegmentState& st) {
   const int hd = c.shape.head_dim;
   const int32_t start = seg * kSegment;
   const int32_t stop = std::min(start + kSegment, tile.limit);
   const float* k[kChunk];
   const float* v[kChunk];
   for (int32_t c0 = start; c0 < stop; c0 += kChunk) {
-    ChunkRows(c, tile.table, c0, std::min(kChunk, tile.limit - c0), kvh, k, v);
     const bool first = c0 == start;
-    for (int32_t r = tile.row_begin; r < tile.row_end; ++r) {
-      const int32_t pos = c.rows[r].pos;
-      if (pos < c0) continue;  // causal: this chunk and the rest are past the row
-      const int n_valid = std::min(kChunk, pos + 1 - c0);
-      for (int g = 0; g < c.group; ++g) {
-        const int rh = (r - tile.row_begin) * c.group + g;
-        const int h = kvh * c.group + g;
-        FoldChunk(c.q + r * c.stride + int64_t{h} * hd, k, v, n_valid, hd, c.shape.scale, first,
-                  st.m[rh], st.l[rh], st.o.data() + int64_t{rh} * hd);
+    const int n_keys = std::min(kChunk, tile.limit - c0);
+    for (int kvh = hr.kvh_begin; kvh < hr.kvh_end; ++kvh) {
+      ChunkRows(c, tile.table, c0, n_keys, kvh, k, v);
+      for (int32_t r = tile.row_begin; r < tile.row_end; ++r) {
+        const int32_t pos = c.rows[r].pos;
+        if (pos < c0) continue;  // causal: this chunk and the rest are past the row
+        const int n_valid = std::min(kChunk, pos + 1 - c0);
+        for (int h = kvh * c.group; h < (kvh + 1) * c.group; ++h) {
+          const int rh = (r - tile.row_begin) * hr.heads() + (h - hr.first_head());
+          FoldChunk(c.q + r * c.stride + int64_t{h} * hd, k, v, n_valid, hd, c.shape.scale, first,
+                    st.m[rh], st.l[rh], st.o.data() + int64_t{rh} * hd);
+        }
       }
     }
   }
 }
 
-// kPerTile: all segments of (tile, kvh) in order, merged as they finish.
-void RunTile(const Ctx& c, const Tile& tile, int kvh) {
+// kPerTile: all segments of (tile, heads) in order, merged as they finish.
+void RunTile(const Ctx& c, const Tile& tile, const HeadRange& hr) {
   thread_local SegmentState seg, total;
   const int hd = c.shape.head_dim;
-  const int row_heads = (tile.row_end - tile.row_begin) * c.group;
+  const int row_heads = (tile.row_end - tile.row_begin) * hr.heads();
   seg.Resize(row_heads, hd);
   total.Resize(row_heads, hd);
   for (int s = 0; s < tile.segments(); ++s) {
-    RunSegment(c, tile, kvh, s, seg);
+    RunSegment(c, tile, hr, s, seg);
     for (int32_t r = tile.row_begin; r < tile.row_end; ++r) {
       if (c.rows[r].pos < s * kSegment) continue;
-      for (int g = 0; g < c.group; ++g) {
-        const int rh = (r - tile.row_begin) * c.group + g;
+      for (int j = 0; j < hr.heads(); ++j) {
+        const int rh = (r - tile.row_begin) * hr.heads() + j;
         MergeInto(total.m[rh], total.l[rh], total.o.data() + int64_t{rh} * hd, seg.m[rh],
                   seg.l[rh], seg.o.data() + int64_t{rh} * hd, hd, s == 0);
       }
     }
   }
   for (int32_t r = tile.row_begin; r < tile.row_end; ++r) {
-    for (int g = 0; g < c.group; ++g) {
-      const int rh = (r - tile.row_begin) * c.group + g;
-      const int h = kvh * c.group + g;
+    for (int j = 0; j < hr.heads(); ++j) {
+      const int rh = (r - tile.row_begin) * hr.heads() + j;
       Finalize(total.o.data() + int64_t{rh} * hd, total.l[rh],
-               c.out + r * c.stride + int64_t{h} * hd, hd);
+               c.out + r * c.stride + int64_t{hr.first_head() + j} * hd, hd);
     }
   }
 }
@@ -459,14 +472,18 @@ void PagedAttention(const AttentionShape& shape, const PagedKvView& kv,
     std::stable_sort(order.begin(), order.end(),
                      [&](int32_t a, int32_t b) { return cost(a) > cost(b); });
     RunTasks(pool, tile_tasks, [&](int64_t i) {
-      RunTile(c, tiles[order[i / n_kv]], static_cast<int>(i % n_kv));
+      const int kvh = static_cast<int>(i % n_kv);
+      RunTile(c, tiles[order[i / n_kv]], HeadRange{kvh, kvh + 1, c.group});
     });
     return;
   }
 
-  // kSplitK: one task per (tile, kvh, segment) writes each of its row-heads'
-  // (m, l, o) to partial[row][head][segment]; then every row-head merges its
-  // segments in order, exactly as RunTile does.
+  // kSplitK: one task per (tile, KV heads, segment) writes each of its
+  // row-heads' (m, l, o) to partial[row][head][segment]; then every row-head
+  // merges its segments in order, exactly as RunTile does. A task takes all
+  // KV heads (their K/V rows are adjacent in the cache, so it reads whole
+  // rows: decode is bound by streaming the cache) unless that leaves too few
+  // tasks for the pool.
   // (Reused across calls by the calling thread; the tasks get its address,
   // not their own thread's instance.)
   thread_local std::vector<float> partial_store;
@@ -476,24 +493,29 @@ void PagedAttention(const AttentionShape& shape, const PagedKvView& kv,
   auto at = [partial, slot, &shape, max_segments](int64_t r, int h, int s) {
     return partial + ((r * shape.n_heads + h) * max_segments + s) * slot;
   };
+  int64_t segment_tasks = 0;
+  for (const Tile& t : tiles) segment_tasks += t.segments();
+  const int64_t kv_groups = segment_tasks >= 2 * int64_t{pool.size()} ? 1 : n_kv;
+  const int kv_per_task = static_cast<int>(n_kv / kv_groups);
   std::vector<int64_t> task_start(tiles.size() + 1, 0);  // prefix sums of tasks per tile
   for (size_t t = 0; t < tiles.size(); ++t) {
-    task_start[t + 1] = task_start[t] + n_kv * tiles[t].segments();
+    task_start[t + 1] = task_start[t] + kv_groups * tiles[t].segments();
   }
   RunTasks(pool, task_start.back(), [&](int64_t i) {
     const size_t t = std::upper_bound(task_start.begin(), task_start.end(), i) - task_start.begin() - 1;
     const Tile& tile = tiles[t];
     const int64_t local = i - task_start[t];
-    const int kvh = static_cast<int>(local % n_kv);
-    const int s = static_cast<int>(local / n_kv);
+    const int kvh = static_cast<int>(local % kv_groups) * kv_per_task;
+    const HeadRange hr{kvh, kvh + kv_per_task, c.group};
+    const int s = static_cast<int>(local / kv_groups);
     thread_local SegmentState st;
-    st.Resize((tile.row_end - tile.row_begin) * c.group, hd);
-    RunSegment(c, tile, kvh, s, st);
+    st.Resize((tile.row_end - tile.row_begin) * hr.heads(), hd);
+    RunSegment(c, tile, hr, s, st);
     for (int32_t r = tile.row_begin; r < tile.row_end; ++r) {
       if (rows[r].pos < s * kSegment) continue;
-      for (int g = 0; g < c.group; ++g) {
-        const int rh = (r - tile.row_begin) * c.group + g;
-        float* dst = at(r, kvh * c.group + g, s);
+      for (int j = 0; j < hr.heads(); ++j) {
+        const int rh = (r - tile.row_begin) * hr.heads() + j;
+        float* dst = at(r, hr.first_head() + j, s);
         dst[0] = st.m[rh];
         dst[1] = st.l[rh];
         std::memcpy(dst + 2, st.o.data() + int64_t{rh} * hd, sizeof(float) * hd);
