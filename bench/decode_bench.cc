@@ -7,6 +7,13 @@
 //
 //   build/bench/decode_bench [--model PATH] [--threads 1,2] [--tokens 32]
 //                            [--prefill 256] [--repeats 3] [--json out.json]
+//                            [--depth 0,1024,4096] [--chunk N]
+// --depth D[,D...]: instead of the default run, for each D prefill a prompt
+// of D tokens (1 token for D = 0) in chunks of --chunk positions (default:
+// the whole prompt in one forward call, as the default run's prefill), then
+// decode --tokens tokens after it; reports the prompt's prefill tok/s and the
+// median decode tok/s (per-token intervals) at that depth, median over
+// --repeats runs.
 // Without --model it writes a random fp32 model of stories110M's shape
 // (dim 768, 12 layers, 12 heads, vocab 32000) to a temporary file.
 #include <cstdio>
@@ -31,6 +38,8 @@ struct Options {
   int prefill = 256;
   int repeats = 3;
   std::string json = "bench_decode.json";
+  std::vector<int> depths;  // empty: the default run
+  int chunk = 0;            // 0: the whole prompt in one call
 };
 
 Options Parse(int argc, char** argv) {
@@ -42,6 +51,11 @@ Options Parse(int argc, char** argv) {
     else if (k == "--prefill") o.prefill = std::stoi(v);
     else if (k == "--repeats") o.repeats = std::stoi(v);
     else if (k == "--json") o.json = v;
+    else if (k == "--chunk") o.chunk = std::stoi(v);
+    else if (k == "--depth") {
+      std::stringstream ss(v);
+      for (std::string t; std::getline(ss, t, ',');) o.depths.push_back(std::stoi(t));
+    }
     else if (k == "--threads") {
       o.threads.clear();
       std::stringstream ss(v);
@@ -99,10 +113,69 @@ int main(int argc, char** argv) {
   const double copy_gbs = bench::CopyBandwidthGBs();
   std::printf("model %s: %.1f MB of weights per token; copy bandwidth %.1f GB/s\n", path.c_str(),
               weight_gb * 1e3, copy_gbs);
-  std::printf("%8s %12s %12s %10s %12s %14s\n", "threads", "decode tok/s", "ms/token", "GB/s",
-              "% of copy", "prefill GFLOP/s");
-
   nlohmann::json results = nlohmann::json::array();
+  if (!o.depths.empty()) {
+    std::printf("%8s %8s %16s %14s %12s\n", "threads", "depth", "prefill tok/s", "decode tok/s",
+                "ms/token");
+    int max_depth = 0;
+    for (int d : o.depths) max_depth = std::max(max_depth, d);
+    for (int threads : o.threads) {
+      SliceOptions so;
+      so.kv_capacity_tokens = max_depth + o.tokens + 32;
+      LocalPipeline p(*model, {0, c.n_layers}, so, threads);
+      {  // warm-up: page in the weights
+        GenerationOptions w;
+        w.max_tokens = 4;
+        w.ignore_eos = true;
+        const std::vector<int32_t> warm = {1, 2, 3, 4, 5, 6, 7, 8};
+        Generate(p, 1, warm, w).IgnoreError();
+      }
+      for (int depth : o.depths) {
+        std::vector<int32_t> prompt(std::max(depth, 1));
+        for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = (i * 101 + 7) % c.vocab_size;
+        GenerationOptions g;
+        g.max_tokens = o.tokens + 1;
+        g.ignore_eos = true;
+        g.prefill_chunk = o.chunk > 0 ? o.chunk : static_cast<int>(prompt.size());
+        std::vector<double> prefill_tps, decode_s;
+        for (int r = 0; r < o.repeats; ++r) {
+          std::vector<double> stamps;
+          auto res = Generate(p, 3, prompt, g, [&](int32_t) {
+            stamps.push_back(bench::Now());
+            return true;
+          });
+          if (!res.ok()) {
+            std::cerr << res.status() << "\n";
+            return 1;
+          }
+          prefill_tps.push_back(prompt.size() / res->prefill_seconds);
+          std::vector<double> steps;
+          for (size_t i = 1; i < stamps.size(); ++i) steps.push_back(stamps[i] - stamps[i - 1]);
+          decode_s.push_back(bench::Median(steps));
+        }
+        const double t = bench::Median(decode_s);
+        const double ptps = bench::Median(prefill_tps);
+        std::printf("%8d %8d %16.2f %14.2f %12.2f\n", threads, depth, ptps, 1.0 / t, t * 1e3);
+        std::fflush(stdout);
+        results.push_back({{"threads", threads},
+                           {"depth", depth},
+                           {"prompt_tokens", prompt.size()},
+                           {"prefill_chunk", g.prefill_chunk},
+                           {"prefill_tokens_per_s", ptps},
+                           {"decode_tokens_per_s", 1.0 / t},
+                           {"ms_per_token", t * 1e3}});
+      }
+    }
+    nlohmann::json out = {{"bench", "decode_depth"},       {"model", path},
+                          {"decode_tokens", o.tokens},      {"repeats", o.repeats},
+                          {"results", results}};
+    std::ofstream(o.json) << out.dump(2) << "\n";
+    std::printf("wrote %s\n", o.json.c_str());
+    return 0;
+  }
+  std::printf("%8s %12s %12s %10s %12s %14s %14s\n", "threads", "decode tok/s", "ms/token",
+              "GB/s", "% of copy", "prefill GFLOP/s", "prefill tok/s");
+
   std::vector<int32_t> prompt(16);
   for (int i = 0; i < 16; ++i) prompt[i] = (i * 37 + 11) % c.vocab_size;
   std::vector<int32_t> long_prompt(o.prefill);
@@ -133,8 +206,8 @@ int main(int argc, char** argv) {
     const double t = bench::Median(per_token);
     const double gbs = weight_gb / t;
     const double gflops = PrefillFlops(*model, o.prefill) / bench::Median(prefill_s) / 1e9;
-    std::printf("%8d %12.2f %12.2f %10.2f %11.1f%% %14.1f\n", threads, 1.0 / t, t * 1e3, gbs,
-                100 * gbs / copy_gbs, gflops);
+    std::printf("%8d %12.2f %12.2f %10.2f %11.1f%% %14.1f %14.2f\n", threads, 1.0 / t, t * 1e3,
+                gbs, 100 * gbs / copy_gbs, gflops, o.prefill / bench::Median(prefill_s));
     results.push_back({{"threads", threads},
                        {"decode_tokens_per_s", 1.0 / t},
                        {"ms_per_token", t * 1e3},

@@ -5,6 +5,7 @@
 // whatever the batch size or thread count, so any difference is a bug.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <functional>
 
 #include "model/formats/random_model.h"
@@ -185,6 +186,57 @@ TEST_F(StageSliceTest, BadInputFailsWithoutChangingTheCache) {
   expect_error(many, toks, absl::StatusCode::kResourceExhausted, "full");
   EXPECT_EQ(p.slice(0).Length(2), 0);
   expect_error({{1, -1}}, {4}, absl::StatusCode::kInvalidArgument, "position");
+}
+
+
+// Past one attention segment (256 positions), with GQA: the rows of a
+// speculative verification batch (8 positions in one call) give exactly the
+// bits of 8 single-token decodes and of the same positions inside one long
+// prefill chunk, whatever the thread count and KV block size. This is what
+// greedy speculative decoding relies on to equal plain decoding.
+TEST(StageSliceLongContextTest, VerifyBatchEqualsSingleDecodes) {
+  ModelConfig c = LlamaShape(96, 128, 2, 6, 2, 64, 1024);  // head_dim 16, 3 heads per KV head
+  c.rope_style = RopeStyle::kInterleaved;
+  const std::string path = testing::TempDir() + "/long_context.gguf";
+  WriteRandomModel(c, ModelFormat::kGguf, path, /*seed=*/5, DType::kF32);
+  auto model = OpenModel(path);
+  const int prompt_len = 600, draft = 8;
+  std::vector<int32_t> tokens(prompt_len + draft);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = (i * 37 + 11) % c.vocab_size;
+
+  // Forward of positions [start, start + n) of sequence 1 in one call.
+  auto forward = [&](LocalPipeline& p, int32_t start, int32_t n) {
+    std::vector<SlotRef> slots;
+    for (int32_t i = 0; i < n; ++i) slots.push_back({1, start + i});
+    SliceOutput out;
+    absl::Status st = p.Forward(slots, std::span(tokens).subspan(start, n), {}, &out);
+    EXPECT_TRUE(st.ok()) << st;
+    return p.head().Logits(out.hidden.data(), n);
+  };
+  const SliceOptions opts{.kv_capacity_tokens = 1024};
+  // Reference: prefill in chunks of 256, then the verification batch.
+  LocalPipeline ref_p(*model, {0, 2}, opts, 2);
+  for (int32_t at = 0; at < prompt_len; at += 256) {
+    forward(ref_p, at, std::min(256, prompt_len - at));
+  }
+  const std::vector<float> ref = forward(ref_p, prompt_len, draft);
+  const size_t v = c.vocab_size;
+
+  for (int threads : {1, 2, 3}) {
+    // The same prompt in one chunk, then the draft positions one at a time.
+    LocalPipeline p(*model, {0, 1, 2}, {.kv_block_size = 8, .kv_capacity_tokens = 1024}, threads);
+    forward(p, 0, prompt_len);
+    for (int i = 0; i < draft; ++i) {
+      const std::vector<float> one = forward(p, prompt_len + i, 1);
+      ASSERT_EQ(0, std::memcmp(one.data(), ref.data() + i * v, v * sizeof(float)))
+          << "decode of draft position " << i << ", " << threads << " threads";
+    }
+    // Everything in one prefill chunk: the draft positions' tiles differ.
+    LocalPipeline whole(*model, {0, 2}, opts, threads);
+    const std::vector<float> all = forward(whole, 0, prompt_len + draft);
+    ASSERT_EQ(0, std::memcmp(all.data() + prompt_len * v, ref.data(), draft * v * sizeof(float)))
+        << threads << " threads";
+  }
 }
 
 }  // namespace

@@ -115,6 +115,17 @@ absl::Status StageSlice::Forward(const SliceInput& in, std::span<const int> tap_
   return absl::OkStatus();
 }
 
+template <typename Fn>
+void StageSlice::ForEachRow(int64_t n, const Fn& fn) {
+  if (n < kParallelRows) {
+    for (int64_t i = 0; i < n; ++i) fn(i);
+    return;
+  }
+  pool_->ParallelFor(n, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) fn(i);
+  });
+}
+
 void StageSlice::RunLayer(int local, std::span<const SlotRef> slots, float* x) {
   const LayerWeights& w = layers_[local];
   const ModelConfig& c = config_;
@@ -130,9 +141,9 @@ void StageSlice::RunLayer(int local, std::span<const SlotRef> slots, float* x) {
   att_.resize(n * q_dim);
 
   // Attention block.
-  for (int64_t i = 0; i < n; ++i) {
+  ForEachRow(n, [&](int64_t i) {
     kernels::RmsNorm(x + i * dim, w.attn_norm.data(), c.norm_eps, dim, xb_.data() + i * dim);
-  }
+  });
   kernels::MatMul(w.wq, xb_.data(), n, q_.data(), *pool_);
   kernels::MatMul(w.wk, xb_.data(), n, k_.data(), *pool_);
   kernels::MatMul(w.wv, xb_.data(), n, v_.data(), *pool_);
@@ -144,7 +155,7 @@ void StageSlice::RunLayer(int local, std::span<const SlotRef> slots, float* x) {
   AddBias(v_.data(), n, w.bv);
   HeadNorm(q_.data(), n * c.n_heads, w.q_norm, c.norm_eps);
   HeadNorm(k_.data(), n * c.n_kv_heads, w.k_norm, c.norm_eps);
-  for (int64_t i = 0; i < n; ++i) {
+  ForEachRow(n, [&](int64_t i) {
     const float* cs = cos_.data() + i * half;
     const float* sn = sin_.data() + i * half;
     rope_.Apply(q_.data() + i * q_dim, c.n_heads, cs, sn);
@@ -153,7 +164,7 @@ void StageSlice::RunLayer(int local, std::span<const SlotRef> slots, float* x) {
     // chunk's tokens see each other (causally) within this one call.
     std::copy_n(k_.data() + i * kv_dim, kv_dim, kv_.K(local, slots[i].seq_id, slots[i].pos));
     std::copy_n(v_.data() + i * kv_dim, kv_dim, kv_.V(local, slots[i].seq_id, slots[i].pos));
-  }
+  });
   Attention(local, slots, q_.data(), att_.data());
   kernels::MatMul(w.wo, att_.data(), n, xb_.data(), *pool_);
   Lora(local, LoraTarget::kO, att_.data(), q_dim, xb_.data(), dim);
@@ -162,14 +173,16 @@ void StageSlice::RunLayer(int local, std::span<const SlotRef> slots, float* x) {
   // MLP block.
   hb_.resize(n * c.hidden_dim);
   hb2_.resize(n * c.hidden_dim);
-  for (int64_t i = 0; i < n; ++i) {
+  ForEachRow(n, [&](int64_t i) {
     kernels::RmsNorm(x + i * dim, w.ffn_norm.data(), c.norm_eps, dim, xb_.data() + i * dim);
-  }
+  });
   kernels::MatMul(w.w_gate, xb_.data(), n, hb_.data(), *pool_);
   kernels::MatMul(w.w_up, xb_.data(), n, hb2_.data(), *pool_);
   Lora(local, LoraTarget::kGate, xb_.data(), dim, hb_.data(), c.hidden_dim);
   Lora(local, LoraTarget::kUp, xb_.data(), dim, hb2_.data(), c.hidden_dim);
-  kernels::SwiGlu(hb_.data(), hb2_.data(), n * c.hidden_dim);
+  ForEachRow(n, [&](int64_t i) {
+    kernels::SwiGlu(hb_.data() + i * c.hidden_dim, hb2_.data() + i * c.hidden_dim, c.hidden_dim);
+  });
   kernels::MatMul(w.w_down, hb_.data(), n, xb_.data(), *pool_);
   Lora(local, LoraTarget::kDown, hb_.data(), c.hidden_dim, xb_.data(), dim);
   kernels::AddInPlace(x, xb_.data(), n * dim);
@@ -184,38 +197,17 @@ void StageSlice::Lora(int local, LoraTarget target, const float* x, int64_t x_wi
 void StageSlice::Attention(int local, std::span<const SlotRef> slots, const float* q,
                            float* out) {
   const ModelConfig& c = config_;
-  const int64_t n = static_cast<int64_t>(slots.size());
-  const int hd = c.head_dim;
-  const int group = c.n_heads / c.n_kv_heads;
   const int bs = kv_.shape().block_size;
   const int64_t row = kv_.row_elems();
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const int64_t q_dim = int64_t{c.n_heads} * hd;
-
-  pool_->ParallelFor(n * c.n_heads, [&](int64_t lo, int64_t hi) {
-    thread_local std::vector<float> scores;
-    for (int64_t task = lo; task < hi; ++task) {
-      const int64_t i = task / c.n_heads;
-      const int h = static_cast<int>(task % c.n_heads);
-      const int kvh = h / group;
-      const SlotRef& s = slots[i];
-      const float* qh = q + i * q_dim + int64_t{h} * hd;
-      float* oh = out + i * q_dim + int64_t{h} * hd;
-      std::span<const int32_t> table = kv_.BlockTable(s.seq_id);
-      const int32_t len = s.pos + 1;  // causal: positions [0, pos]
-      scores.resize(len);
-      for (int32_t t = 0; t < len; ++t) {
-        const float* krow = kv_.KBlock(local, table[t / bs]) + (t % bs) * row + kvh * hd;
-        scores[t] = kernels::Dot(qh, krow, hd) * scale;
-      }
-      kernels::Softmax(scores.data(), len);
-      std::fill_n(oh, hd, 0.0f);
-      for (int32_t t = 0; t < len; ++t) {
-        const float* vrow = kv_.VBlock(local, table[t / bs]) + (t % bs) * row + kvh * hd;
-        kernels::Axpy(scores[t], vrow, oh, hd);
-      }
-    }
-  });
+  // One layer's K/V: block b starts at KBlock(local, 0) + b * bs * row.
+  const kernels::PagedKvView view{kv_.KBlock(local, 0), kv_.VBlock(local, 0), bs * row, row, bs};
+  attn_rows_.resize(slots.size());
+  for (size_t i = 0; i < slots.size(); ++i) {
+    attn_rows_[i] = {kv_.BlockTable(slots[i].seq_id).data(), slots[i].pos};
+  }
+  const kernels::AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim,
+                                      1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+  kernels::PagedAttention(shape, view, attn_rows_, q, out, *pool_);
 }
 
 }  // namespace specline

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/thread_pool.h"
 #include "model/formats/model_source.h"
 #include "model/runtime/kv_cache.h"
@@ -51,6 +52,12 @@ class StageSlice : public SliceBackend {
   void Lora(int local, LoraTarget target, const float* x, int64_t x_width, float* y,
             int64_t y_width);
   void Attention(int local, std::span<const SlotRef> slots, const float* q, float* out);
+  // fn(i) for every row i in [0, n): over the pool for a prefill-sized n (the
+  // per-row steps, RMSNorm, RoPE and the KV write, SwiGLU, are independent
+  // per row, so the split changes no result), inline for decode-sized ones.
+  template <typename Fn>
+  void ForEachRow(int64_t n, const Fn& fn);
+  static constexpr int64_t kParallelRows = 32;
 
   ModelConfig config_;
   int begin_, end_;
@@ -64,6 +71,7 @@ class StageSlice : public SliceBackend {
   Rope rope_;
   // Scratch reused across calls (a slice is driven by one thread at a time).
   std::vector<float> xb_, q_, k_, v_, att_, hb_, hb2_, cos_, sin_;
+  std::vector<kernels::AttentionRow> attn_rows_;
 };
 
 }  // namespace specline
