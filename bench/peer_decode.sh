@@ -6,7 +6,10 @@
 #   2. on the default model at 2 threads: prefill of 128 / 1024 / 4096
 #      tokens and decode at depth 0 / 1024 / 4096 (llama-bench -p and -d
 #      against decode_bench --depth);
-#   3. the machine's streaming-read bandwidth at 1 and 2 threads (the
+#   3. the verification curve on the default model at 2 threads: one call of
+#      m = 1, 2, 4, 8, 16 rows after 64 tokens (llama-bench -p m -n 0 -d 64
+#      against verify_curve_bench), as time per call and its ratio to m = 1;
+#   4. the machine's streaming-read bandwidth at 1 and 2 threads (the
 #      ceiling for decode), from matmul_bench.
 # Prints a table of specline / llama.cpp ratios and writes JSON. Builds the
 # peer with ../shared/tools/llama-cpp-peer.sh (minutes; never in CI).
@@ -86,6 +89,16 @@ for r in $(seq 1 "$rounds"); do
     echo "depth/prefill $n: prefill $p vs $s, decode $p_d vs $s_d" >&2
   done
 done
+
+if [ "$quick" = 0 ]; then
+  "$build/bench/verify_curve_bench" --model "$default_model" --threads 2 --depth 64 \
+    --json "$work/verify_curve.json" >&2
+  for m in 1 2 4 8 16; do
+    p=$(peer_tps -m "$default_model" -t 2 -p "$m" -n 0 -d 64)
+    s=$(/usr/bin/python3 -c "import json; r=[x for x in json.load(open('$work/verify_curve.json'))['results'] if x['rows']==$m][0]; print($m*1000/r['ms_per_call'])")
+    row verify_rows "$default_model" 2 "$m" 1 "$p" "$s"   # rows/s: m / time per call
+  done
+fi
 
 "$build/bench/matmul_bench" --quick --threads 2 --json "$work/matmul.json" >/dev/null
 /usr/bin/python3 "$here/bench/peer_decode_report.py" "$results" "$work/matmul.json" "$out" "$peer"

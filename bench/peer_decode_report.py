@@ -24,12 +24,23 @@ def main():
         table.append({"kind": kind, "file": f, "threads": threads, "size": size,
                       "llama_cpp_tok_s": peer, "specline_tok_s": ours,
                       "ratio": ours / peer if peer else None, "rounds": len(rs)})
+    # Verification curve: time of one call of m rows relative to m = 1, per
+    # engine (rows/s -> seconds per call = m / rate).
+    verify = {t["size"]: t for t in table if t["kind"] == "verify_rows"}
+    if 1 in verify:
+        for m, t in sorted(verify.items()):
+            t["llama_cpp_call_vs_m1"] = (m / t["llama_cpp_tok_s"]) / (1 / verify[1]["llama_cpp_tok_s"])
+            t["specline_call_vs_m1"] = (m / t["specline_tok_s"]) / (1 / verify[1]["specline_tok_s"])
     matmul = json.load(open(matmul_path))
     bandwidth = matmul.get("bandwidth", [])
     print(f"{'kind':16} {'file':40} {'th':>2} {'size':>5} {'llama.cpp':>10} {'specline':>10} {'ratio':>6}")
     for t in table:
         print(f"{t['kind']:16} {t['file']:40} {t['threads']:>2} {t['size']:>5} "
               f"{t['llama_cpp_tok_s']:>10.2f} {t['specline_tok_s']:>10.2f} {t['ratio']:>6.2f}")
+    for m, t in sorted(verify.items()):
+        if "specline_call_vs_m1" in t:
+            print(f"call of {m:2} rows vs 1 row: llama.cpp {t['llama_cpp_call_vs_m1']:.2f}x, "
+                  f"specline {t['specline_call_vs_m1']:.2f}x")
     for b in bandwidth:
         print(f"bandwidth: {b}")
     out = {"bench": "peer_decode", "date": datetime.date.today().isoformat(),
