@@ -36,10 +36,19 @@ void QDirectBlock(const uint8_t* w, int64_t row_bytes, int64_t ahead, const Q8Bl
   using U = Units<T>;
   RowAccumulator acc[G][R];
   for (int64_t b = 0; b < wblocks; ++b) {
-    for (int r = 0; r < R; ++r) __builtin_prefetch(w + r * row_bytes + b * U::kBlockBytes + ahead);
+    // Every cache line of the block (a K-quant block spans 2-4 lines).
+    for (int r = 0; r < R; ++r) {
+      for (int off = 0; off < U::kBlockBytes; off += 64) {
+        __builtin_prefetch(w + r * row_bytes + b * U::kBlockBytes + off + ahead);
+      }
+    }
+    typename U::Header header[R];
+    for (int r = 0; r < R; ++r) U::LoadHeader(w + r * row_bytes + b * U::kBlockBytes, &header[r]);
     for (int u = 0; u < U::kUnitsPerBlock; ++u) {
       WeightUnit unit[R];
-      for (int r = 0; r < R; ++r) U::Load(w + r * row_bytes + b * U::kBlockBytes, u, &unit[r]);
+      for (int r = 0; r < R; ++r) {
+        U::Load(w + r * row_bytes + b * U::kBlockBytes, u, header[r], &unit[r]);
+      }
       for (int g = 0; g < G; ++g) {
         const Q8Block& xb = x[g * x_stride + b * U::kUnitsPerBlock + u];
         const Bytes32 xq = LoadBytes32(xb.q);
@@ -150,9 +159,13 @@ void QGemmTyped(const WeightMatrix& w, const Q8Block* x, int64_t m, float* y, in
     for (int64_t rr = 0; rr < n; ++rr) {
       const uint8_t* row = base + (r + rr) * w.row_bytes;
       WeightUnit* out = buffer.data() + rr * units;
-      for (int64_t u = 0; u < units; ++u) {
-        U::Load(row + (u / U::kUnitsPerBlock) * U::kBlockBytes,
-                static_cast<int>(u % U::kUnitsPerBlock), out + u);
+      for (int64_t b = 0; b < units / U::kUnitsPerBlock; ++b) {
+        const uint8_t* block = row + b * U::kBlockBytes;
+        typename U::Header header;
+        U::LoadHeader(block, &header);
+        for (int u = 0; u < U::kUnitsPerBlock; ++u) {
+          U::Load(block, u, header, out + b * U::kUnitsPerBlock + u);
+        }
       }
     }
     QPanelTimesX<U::kOffsets, U::kSigned>(buffer.data(), n, units, x, m, y + r, w.rows);

@@ -1,22 +1,4 @@
 // The weight side of the integer matmul path: every quantized type is read
-// as "units" of 32 consecutive elements, each a vector of 32 signed int8
-// levels with a per-lane float scale and a float offset:
-//
-//   w[k] = scale[k / 4] * q[k] + offset          (k = 0..31)
-//
-// scale is per 4-element lane so that types with 16-element sub-blocks
-// (Q6_K, Q3_K, Q2_K) keep one scale per half unit. A unit meets an
-// activation block (q8_activation.h) in DotUnit:
-//
-//   lanes[j] = sum_{k=4j..4j+3} q[k] * xq[k]               (exact, int32)
-//   acc[j]   = fma(scale[j] * xd, lanes[j], acc[j])         (8 float lanes)
-//   off      = fma(offset * xd, xsum, off)                  (one float)
-//
-// and a row's result is Reduce(acc) + off. GEMV and GEMM run this same
-// sequence per (weight row, activation row), which keeps their outputs bit
-// identical, and the portable path computes the same integers and the same
-// roundings as the AVX2 one.
-// The weight side of the integer matmul path: every quantized type is read
 // as "units" of 32 consecutive elements, each a vector of 32 int8 levels
 // with a per-lane float scale and float offsets:
 //
@@ -125,9 +107,17 @@ inline void DotUnit(const WeightUnit& u, const Q8Block& x, const Bytes32& xq, co
 }
 
 // Unit loaders, one per GGML block layout (weight_codec.h describes the
-// layouts). kUnitsPerBlock units share one block of kBlockBytes bytes.
+// layouts). kUnitsPerBlock units share one block of kBlockBytes bytes; what
+// they share (a K-quant super-block's scales and minimums) is decoded once
+// per block into a Header by LoadHeader, then Load(block, j, header) gives
+// unit j. Types whose block is one unit have an empty header.
 template <DType T>
 struct Units;
+
+struct UnitsBase {
+  struct Header {};
+  static void LoadHeader(const uint8_t* /*block*/, Header* /*h*/) {}
+};
 
 // 32 nibbles of a Q4/Q5 block in element order: byte j holds element j (low
 // nibble) and element j + 16 (high nibble).
@@ -190,12 +180,12 @@ inline Bytes32 AddBytes(Bytes32 a, Bytes32 b) {
 }
 
 template <>
-struct Units<DType::kQ8_0> {
+struct Units<DType::kQ8_0> : UnitsBase {
   static constexpr Offsets kOffsets = Offsets::kNone;
   static constexpr bool kSigned = true;
   static constexpr int kUnitsPerBlock = 1;
   static constexpr int kBlockBytes = 34;
-  static void Load(const uint8_t* p, int /*unit*/, WeightUnit* u) {
+  static void Load(const uint8_t* p, int /*unit*/, const Header&, WeightUnit* u) {
     u->q = LoadBytes32(p + 2);
     u->scale = VSet1(HalfToFloat(LoadU16(p)));
   }
@@ -203,12 +193,12 @@ struct Units<DType::kQ8_0> {
 
 // Q4_0: d * (q - 8) = d * q + (-8d).
 template <>
-struct Units<DType::kQ4_0> {
+struct Units<DType::kQ4_0> : UnitsBase {
   static constexpr Offsets kOffsets = Offsets::kOne;
   static constexpr bool kSigned = false;
   static constexpr int kUnitsPerBlock = 1;
   static constexpr int kBlockBytes = 18;
-  static void Load(const uint8_t* p, int /*unit*/, WeightUnit* u) {
+  static void Load(const uint8_t* p, int /*unit*/, const Header&, WeightUnit* u) {
     const float d = HalfToFloat(LoadU16(p));
     u->q = Nibbles(p + 2);
     u->scale = VSet1(d);
@@ -217,12 +207,12 @@ struct Units<DType::kQ4_0> {
 };
 
 template <>
-struct Units<DType::kQ4_1> {
+struct Units<DType::kQ4_1> : UnitsBase {
   static constexpr Offsets kOffsets = Offsets::kOne;
   static constexpr bool kSigned = false;
   static constexpr int kUnitsPerBlock = 1;
   static constexpr int kBlockBytes = 20;
-  static void Load(const uint8_t* p, int /*unit*/, WeightUnit* u) {
+  static void Load(const uint8_t* p, int /*unit*/, const Header&, WeightUnit* u) {
     float d, m;
     HalfPair(p, &d, &m);
     u->q = Nibbles(p + 4);
@@ -233,12 +223,12 @@ struct Units<DType::kQ4_1> {
 
 // Q5_0: d * (q - 16) = d * q + (-16d), q = nibble | fifth bit.
 template <>
-struct Units<DType::kQ5_0> {
+struct Units<DType::kQ5_0> : UnitsBase {
   static constexpr Offsets kOffsets = Offsets::kOne;
   static constexpr bool kSigned = false;
   static constexpr int kUnitsPerBlock = 1;
   static constexpr int kBlockBytes = 22;
-  static void Load(const uint8_t* p, int /*unit*/, WeightUnit* u) {
+  static void Load(const uint8_t* p, int /*unit*/, const Header&, WeightUnit* u) {
     const float d = HalfToFloat(LoadU16(p));
     u->q = AddBytes(Nibbles(p + 6), HighBits(p + 2));
     u->scale = VSet1(d);
@@ -247,12 +237,12 @@ struct Units<DType::kQ5_0> {
 };
 
 template <>
-struct Units<DType::kQ5_1> {
+struct Units<DType::kQ5_1> : UnitsBase {
   static constexpr Offsets kOffsets = Offsets::kOne;
   static constexpr bool kSigned = false;
   static constexpr int kUnitsPerBlock = 1;
   static constexpr int kBlockBytes = 24;
-  static void Load(const uint8_t* p, int /*unit*/, WeightUnit* u) {
+  static void Load(const uint8_t* p, int /*unit*/, const Header&, WeightUnit* u) {
     float d, m;
     HalfPair(p, &d, &m);
     u->q = AddBytes(Nibbles(p + 8), HighBits(p + 4));
@@ -299,40 +289,63 @@ inline Bytes32 ShiftLeftBytes(Bytes32 a, int shift) {
 #endif
 }
 
+// Q4_K/Q5_K header: the 8 sub-blocks' d * sc and -(dmin * m), from the
+// 12 packed 6-bit scale/min bytes at p + 4 (ggml's get_scale_min_k4 for all
+// eight at once), the products in one vector multiply each.
+struct ScaleMinHeader {
+  float scale[8];
+  float offset[8];
+};
+
+inline void LoadScaleMinHeader(const uint8_t* p, ScaleMinHeader* h) {
+  uint32_t a[3];
+  std::memcpy(a, p + 4, 12);
+  constexpr uint32_t kLow6 = 0x3f3f3f3f, kLow4 = 0x0f0f0f0f, kLow2 = 0x03030303;
+  // Sub-blocks 0..3 keep the low 6 bits of bytes 0..3 (scales) and 4..7
+  // (mins); 4..7 take the nibbles of bytes 8..11 plus the top 2 bits of
+  // bytes 0..3 (scales) and 4..7 (mins).
+  const uint32_t sc[2] = {a[0] & kLow6, (a[2] & kLow4) | (((a[0] >> 6) & kLow2) << 4)};
+  const uint32_t mn[2] = {a[1] & kLow6, ((a[2] >> 4) & kLow4) | (((a[1] >> 6) & kLow2) << 4)};
+  float d, dmin;
+  HalfPair(p, &d, &dmin);
+  for (int j = 0; j < 8; ++j) {
+    const int s = static_cast<int>((sc[j >> 2] >> (8 * (j & 3))) & 0xff);
+    const int m = static_cast<int>((mn[j >> 2] >> (8 * (j & 3))) & 0xff);
+    h->scale[j] = d * static_cast<float>(s);
+    h->offset[j] = -(dmin * static_cast<float>(m));
+  }
+}
+
 // Q4_K: (d * sc) * q - dmin * m over 8 sub-blocks of 32.
 template <>
-struct Units<DType::kQ4_K> {
+struct Units<DType::kQ4_K> : UnitsBase {
   static constexpr Offsets kOffsets = Offsets::kOne;
   static constexpr bool kSigned = false;
   static constexpr int kUnitsPerBlock = 8;
   static constexpr int kBlockBytes = 144;
-  static void Load(const uint8_t* p, int j, WeightUnit* u) {
-    int sc, m;
-    ScaleMinK4(j, p + 4, &sc, &m);
-    float d, dmin;
-    HalfPair(p, &d, &dmin);
+  using Header = ScaleMinHeader;
+  static void LoadHeader(const uint8_t* p, Header* h) { LoadScaleMinHeader(p, h); }
+  static void Load(const uint8_t* p, int j, const Header& h, WeightUnit* u) {
     u->q = Fields(p + 16 + 32 * (j >> 1), 4 * (j & 1), 0x0f);
-    u->scale = VSet1(d * static_cast<float>(sc));
-    u->offset = -(dmin * static_cast<float>(m));
+    u->scale = VSet1(h.scale[j]);
+    u->offset = h.offset[j];
   }
 };
 
 // Q5_K: Q4_K plus a fifth bit, bit j of qh[l].
 template <>
-struct Units<DType::kQ5_K> {
+struct Units<DType::kQ5_K> : UnitsBase {
   static constexpr Offsets kOffsets = Offsets::kOne;
   static constexpr bool kSigned = false;
   static constexpr int kUnitsPerBlock = 8;
   static constexpr int kBlockBytes = 176;
-  static void Load(const uint8_t* p, int j, WeightUnit* u) {
-    int sc, m;
-    ScaleMinK4(j, p + 4, &sc, &m);
-    float d, dmin;
-    HalfPair(p, &d, &dmin);
+  using Header = ScaleMinHeader;
+  static void LoadHeader(const uint8_t* p, Header* h) { LoadScaleMinHeader(p, h); }
+  static void Load(const uint8_t* p, int j, const Header& h, WeightUnit* u) {
     u->q = AddBytes(Fields(p + 48 + 32 * (j >> 1), 4 * (j & 1), 0x0f),
                     ShiftLeftBytes(Fields(p + 16, j, 1), 4));
-    u->scale = VSet1(d * static_cast<float>(sc));
-    u->offset = -(dmin * static_cast<float>(m));
+    u->scale = VSet1(h.scale[j]);
+    u->offset = h.offset[j];
   }
 };
 
@@ -341,23 +354,34 @@ struct Units<DType::kQ5_K> {
 // qh[32 * half ..]; level q - 32 with scales[8 * half + 2k] (+1 for its
 // second 16 elements): d * s * (q - 32) = (d * s) * q + (-32 * d * s).
 template <>
-struct Units<DType::kQ6_K> {
+struct Units<DType::kQ6_K> : UnitsBase {
   static constexpr Offsets kOffsets = Offsets::kHalves;
   static constexpr bool kSigned = false;
   static constexpr int kUnitsPerBlock = 8;
   static constexpr int kBlockBytes = 210;
-  static void Load(const uint8_t* p, int j, WeightUnit* u) {
+  struct Header {
+    Vec scale[8];     // unit j: d * scales[2j] in lanes 0..3, d * scales[2j + 1] in 4..7
+    float offset[16]; // -32 * d * scales[i]
+  };
+  static void LoadHeader(const uint8_t* p, Header* h) {
+    const auto* scales = reinterpret_cast<const int8_t*>(p + 192);
+    const float d = HalfToFloat(LoadU16(p + 208));
+    float s[16];
+    for (int i = 0; i < 16; ++i) {
+      s[i] = d * static_cast<float>(scales[i]);
+      h->offset[i] = -32.0f * s[i];
+    }
+    // Unit j = 4 * half + k uses scales 8 * half + 2k and 8 * half + 2k + 1.
+    for (int j = 0; j < 8; ++j) h->scale[j] = TwoScales(s[2 * j], s[2 * j + 1]);
+  }
+  static void Load(const uint8_t* p, int j, const Header& h, WeightUnit* u) {
     const int half = j >> 2, k = j & 3;
     const uint8_t* ql = p + 64 * half + 32 * (k & 1);
     const uint8_t* qh = p + 128 + 32 * half;
-    const auto* scales = reinterpret_cast<const int8_t*>(p + 192);
     u->q = AddBytes(Fields(ql, 4 * (k >> 1), 0x0f), ShiftLeftBytes(Fields(qh, 2 * k, 3), 4));
-    const float d = HalfToFloat(LoadU16(p + 208));
-    const float lo = d * static_cast<float>(scales[8 * half + 2 * k]);
-    const float hi = d * static_cast<float>(scales[8 * half + 2 * k + 1]);
-    u->scale = TwoScales(lo, hi);
-    u->offset = -32.0f * lo;
-    u->offset_hi = -32.0f * hi;
+    u->scale = h.scale[j];
+    u->offset = h.offset[2 * j];
+    u->offset_hi = h.offset[2 * j + 1];
   }
 };
 
@@ -365,12 +389,12 @@ struct Units<DType::kQ6_K> {
 // qs[32 * (j >> 2) ..] plus 4 where bit j of hmask[l] is set, minus 4:
 // (d * s) * q + (-4 * d * s) with s the 6-bit scale of each half.
 template <>
-struct Units<DType::kQ3_K> {
+struct Units<DType::kQ3_K> : UnitsBase {
   static constexpr Offsets kOffsets = Offsets::kHalves;
   static constexpr bool kSigned = false;
   static constexpr int kUnitsPerBlock = 8;
   static constexpr int kBlockBytes = 110;
-  static void Load(const uint8_t* p, int j, WeightUnit* u) {
+  static void Load(const uint8_t* p, int j, const Header&, WeightUnit* u) {
     u->q = AddBytes(Fields(p + 32 + 32 * (j >> 2), 2 * (j & 3), 3),
                     ShiftLeftBytes(Fields(p, j, 1), 2));
     const float d = HalfToFloat(LoadU16(p + 108));
@@ -386,12 +410,12 @@ struct Units<DType::kQ3_K> {
 // qs[32 * (j >> 2) ..]; each half has its own 4-bit scale and min
 // (scales[2j], scales[2j + 1]: min << 4 | scale).
 template <>
-struct Units<DType::kQ2_K> {
+struct Units<DType::kQ2_K> : UnitsBase {
   static constexpr Offsets kOffsets = Offsets::kHalves;
   static constexpr bool kSigned = false;
   static constexpr int kUnitsPerBlock = 8;
   static constexpr int kBlockBytes = 84;
-  static void Load(const uint8_t* p, int j, WeightUnit* u) {
+  static void Load(const uint8_t* p, int j, const Header&, WeightUnit* u) {
     float d, dmin;
     HalfPair(p + 80, &d, &dmin);
     const uint8_t lo = p[2 * j], hi = p[2 * j + 1];
