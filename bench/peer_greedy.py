@@ -2,7 +2,7 @@
 """Greedy agreement with llama.cpp on the same quantized files.
 
 For each file (SmolLM2-135M requantized by llama-quantize to Q4_K_M, Q5_K_M,
-Q6_K and Q8_0 by default), greedy-decodes 32 tokens from 5 prompts with
+Q6_K and Q8_0 by default), greedy-decodes up to 32 tokens (stopping at end of generation) from 5 prompts with
 llama-server (/completion, temperature 0, n_probs 2) and with
 `specline generate --show-ids`, and reports where the two first differ. At a
 difference it prints llama.cpp's top-2 log-probability margin there: both
@@ -62,7 +62,7 @@ def peer_greedy(peer, model, n):
         for p in PROMPTS:
             r = post(base + "/completion", {"prompt": p, "n_predict": n, "temperature": 0,
                                             "top_k": 1, "n_probs": 2, "cache_prompt": False,
-                                            "return_tokens": True, "ignore_eos": True})
+                                            "return_tokens": True})
             margins = []
             for step in r.get("completion_probabilities", []):
                 top = step.get("top_logprobs") or step.get("top_probs") or []
@@ -84,7 +84,7 @@ def specline_greedy(binary, model, n):
     out = []
     for p in PROMPTS:
         r = subprocess.run([binary, "generate", "--model", model, "--prompt", p, "--max-tokens",
-                            str(n), "--ignore-eos", "--threads", "2", "--show-ids"],
+                            str(n), "--threads", "2", "--show-ids"],
                            capture_output=True, text=True, check=True)
         # --show-ids: the last stderr line is the generated ids, space-separated.
         lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
@@ -104,6 +104,8 @@ def main():
         print(f"skipped: no llama-server in {a.peer}")
         return 0
     rows = []
+    # Both stop at end-of-generation tokens, as a user's request would (with
+    # ignore_eos llama.cpp bans them outright while specline only keeps going).
     print(f"{'file':36} {'prompt':34} {'agree':>5} {'margin at split':>16}")
     for f in a.files:
         peer = peer_greedy(a.peer, f, a.tokens)
@@ -112,11 +114,12 @@ def main():
             n = 0
             while n < min(len(p["tokens"]), len(o)) and p["tokens"][n] == o[n]:
                 n += 1
-            margin = p["margins"][n] if n < len(p["margins"]) else None
+            same = p["tokens"] == o  # both ran to the limit or stopped at the same EOS
+            margin = None if same or n >= len(p["margins"]) else p["margins"][n]
             rows.append({"file": os.path.basename(f), "prompt": prompt, "agree_tokens": n,
-                         "of": a.tokens, "peer_top2_logprob_margin_at_split": margin,
+                         "identical": same, "peer_top2_logprob_margin_at_split": margin,
                          "peer": p["tokens"], "specline": o})
-            m = "-" if n >= a.tokens else (f"{margin:.3f}" if margin is not None else "?")
+            m = "-" if same else (f"{margin:.3f}" if margin is not None else "?")
             print(f"{os.path.basename(f):36} {prompt[:34]:34} {n:>5} {m:>16}")
     os.makedirs(os.path.dirname(a.json) or ".", exist_ok=True)
     with open(a.json, "w") as fh:

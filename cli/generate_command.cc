@@ -48,7 +48,9 @@ int GenerateCommand(int argc, char** argv) {
   const ModelConfig& config = model->config();
 
   std::string prompt = args.Str("prompt");
-  bool add_bos = true;
+  // As the gateway and llama.cpp do: BOS when the vocabulary asks for it
+  // (SmolLM2's says no), and always for an empty prompt (generate from BOS).
+  bool add_bos = tokenizer->add_bos_by_default() || prompt.empty();
   bool chat = false;
   if (args.Has("chat")) {
     if (auto tmpl = ChatTemplateFor(*model)) {
