@@ -128,9 +128,8 @@ int NearestInt(float f) {
 
 float DecodeF16(uint16_t h) { return kernels::F16ToF32(h); }
 
-// Symmetric quantization of n values to [-nmax, nmax - 1] (stored + nmax),
-// searching scales around nmax / max weighted by x^2 (rmse_type 1).
-float MakeQxQuants(int n, int nmax, const float* x, int8_t* L) {
+// The element of largest magnitude, with its sign (the first one on ties).
+float SignedAbsMax(const float* x, int n) {
   float max = 0, amax = 0;
   for (int i = 0; i < n; ++i) {
     const float ax = std::fabs(x[i]);
@@ -139,15 +138,24 @@ float MakeQxQuants(int n, int nmax, const float* x, int8_t* L) {
       max = x[i];
     }
   }
-  if (amax < kGroupMaxEps) {
+  return max;
+}
+
+// NearestInt(v) clamped to the symmetric level range [-nmax, nmax - 1].
+int SymmetricLevel(float v, int nmax) { return std::max(-nmax, std::min(nmax - 1, NearestInt(v))); }
+
+// Symmetric quantization of n values to [-nmax, nmax - 1] (stored + nmax),
+// searching scales around nmax / max weighted by x^2 (rmse_type 1).
+float MakeQxQuants(int n, int nmax, const float* x, int8_t* L) {
+  const float max = SignedAbsMax(x, n);
+  if (std::fabs(max) < kGroupMaxEps) {
     for (int i = 0; i < n; ++i) L[i] = 0;
     return 0.0f;
   }
   float iscale = -nmax / max;
   float sumlx = 0, suml2 = 0;
   for (int i = 0; i < n; ++i) {
-    int l = NearestInt(iscale * x[i]);
-    l = std::max(-nmax, std::min(nmax - 1, l));
+    const int l = SymmetricLevel(iscale * x[i], nmax);
     L[i] = static_cast<int8_t>(l + nmax);
     const float w = x[i] * x[i];
     sumlx += w * x[i] * l;
@@ -160,16 +168,14 @@ float MakeQxQuants(int n, int nmax, const float* x, int8_t* L) {
     iscale = -(nmax + 0.1f * is) / max;
     sumlx = suml2 = 0;
     for (int i = 0; i < n; ++i) {
-      int l = NearestInt(iscale * x[i]);
-      l = std::max(-nmax, std::min(nmax - 1, l));
+      const int l = SymmetricLevel(iscale * x[i], nmax);
       const float w = x[i] * x[i];
       sumlx += w * x[i] * l;
       suml2 += w * l * l;
     }
     if (suml2 > 0 && sumlx * sumlx > best * suml2) {
       for (int i = 0; i < n; ++i) {
-        const int l = NearestInt(iscale * x[i]);
-        L[i] = static_cast<int8_t>(nmax + std::max(-nmax, std::min(nmax - 1, l)));
+        L[i] = static_cast<int8_t>(nmax + SymmetricLevel(iscale * x[i], nmax));
       }
       scale = sumlx / suml2;
       best = scale * sumlx;
@@ -181,23 +187,15 @@ float MakeQxQuants(int n, int nmax, const float* x, int8_t* L) {
 // Q3_K's symmetric search (make_q3_quants with do_rmse): coordinate descent
 // on the weighted error; L stored + nmax.
 float MakeQ3Quants(int n, int nmax, const float* x, int8_t* L) {
-  float max = 0, amax = 0;
-  for (int i = 0; i < n; ++i) {
-    const float ax = std::fabs(x[i]);
-    if (ax > amax) {
-      amax = ax;
-      max = x[i];
-    }
-  }
-  if (amax < kGroupMaxEps) {
+  const float max = SignedAbsMax(x, n);
+  if (std::fabs(max) < kGroupMaxEps) {
     for (int i = 0; i < n; ++i) L[i] = 0;
     return 0.0f;
   }
   const float iscale = -nmax / max;
   float sumlx = 0, suml2 = 0;
   for (int i = 0; i < n; ++i) {
-    int l = NearestInt(iscale * x[i]);
-    l = std::max(-nmax, std::min(nmax - 1, l));
+    const int l = SymmetricLevel(iscale * x[i], nmax);
     L[i] = static_cast<int8_t>(l);
     const float w = x[i] * x[i];
     sumlx += w * x[i] * l;
@@ -210,8 +208,7 @@ float MakeQ3Quants(int n, int nmax, const float* x, int8_t* L) {
       float slx = sumlx - w * x[i] * L[i];
       if (slx > 0) {
         float sl2 = suml2 - w * L[i] * L[i];
-        int new_l = NearestInt(x[i] * sl2 / slx);
-        new_l = std::max(-nmax, std::min(nmax - 1, new_l));
+        const int new_l = SymmetricLevel(x[i] * sl2 / slx, nmax);
         if (new_l != L[i]) {
           slx += w * x[i] * new_l;
           sl2 += w * new_l * new_l;
