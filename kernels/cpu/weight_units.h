@@ -316,38 +316,30 @@ inline void LoadScaleMinHeader(const uint8_t* p, ScaleMinHeader* h) {
   }
 }
 
-// Q4_K: (d * sc) * q - dmin * m over 8 sub-blocks of 32.
-template <>
-struct Units<DType::kQ4_K> : UnitsBase {
+// Q4_K and Q5_K: (d * sc) * q - dmin * m over 8 sub-blocks of 32, q the low
+// (j even) or high nibble of qs[32 * (j / 2) ..]; Q5_K adds a fifth bit, bit
+// j of qh[l], and its nibbles follow the 32 qh bytes.
+template <bool kFifthBit>
+struct ScaleMinUnits : UnitsBase {
   static constexpr Offsets kOffsets = Offsets::kOne;
   static constexpr bool kSigned = false;
   static constexpr int kUnitsPerBlock = 8;
-  static constexpr int kBlockBytes = 144;
+  static constexpr int kBlockBytes = kFifthBit ? 176 : 144;
   using Header = ScaleMinHeader;
   static void LoadHeader(const uint8_t* p, Header* h) { LoadScaleMinHeader(p, h); }
   static void Load(const uint8_t* p, int j, const Header& h, WeightUnit* u) {
-    u->q = Fields(p + 16 + 32 * (j >> 1), 4 * (j & 1), 0x0f);
+    Bytes32 q = Fields(p + (kFifthBit ? 48 : 16) + 32 * (j >> 1), 4 * (j & 1), 0x0f);
+    if constexpr (kFifthBit) q = AddBytes(q, ShiftLeftBytes(Fields(p + 16, j, 1), 4));
+    u->q = q;
     u->scale = VSet1(h.scale[j]);
     u->offset = h.offset[j];
   }
 };
 
-// Q5_K: Q4_K plus a fifth bit, bit j of qh[l].
 template <>
-struct Units<DType::kQ5_K> : UnitsBase {
-  static constexpr Offsets kOffsets = Offsets::kOne;
-  static constexpr bool kSigned = false;
-  static constexpr int kUnitsPerBlock = 8;
-  static constexpr int kBlockBytes = 176;
-  using Header = ScaleMinHeader;
-  static void LoadHeader(const uint8_t* p, Header* h) { LoadScaleMinHeader(p, h); }
-  static void Load(const uint8_t* p, int j, const Header& h, WeightUnit* u) {
-    u->q = AddBytes(Fields(p + 48 + 32 * (j >> 1), 4 * (j & 1), 0x0f),
-                    ShiftLeftBytes(Fields(p + 16, j, 1), 4));
-    u->scale = VSet1(h.scale[j]);
-    u->offset = h.offset[j];
-  }
-};
+struct Units<DType::kQ4_K> : ScaleMinUnits<false> {};
+template <>
+struct Units<DType::kQ5_K> : ScaleMinUnits<true> {};
 
 // Q6_K: unit j = 4 * half + k takes the low (k < 2) or high nibbles of
 // ql[64 * half + 32 * (k & 1) ..] and 2 high bits (shift 2k) of
