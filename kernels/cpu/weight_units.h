@@ -191,65 +191,42 @@ struct Units<DType::kQ8_0> : UnitsBase {
   }
 };
 
-// Q4_0: d * (q - 8) = d * q + (-8d).
-template <>
-struct Units<DType::kQ4_0> : UnitsBase {
+// Q4_0, Q4_1, Q5_0, Q5_1: one 32-element block is one unit. The block is
+// fp16 d, then fp16 m for the "_1" types, then (Q5) 32 fifth bits, then 16
+// bytes of nibbles. "_0" types are d * (q - 2^(bits-1)), read as d * q with
+// offset -2^(bits-1) * d; "_1" types are d * q + m.
+template <bool kMin, bool kFifthBit>
+struct SmallBlockUnits : UnitsBase {
   static constexpr Offsets kOffsets = Offsets::kOne;
   static constexpr bool kSigned = false;
   static constexpr int kUnitsPerBlock = 1;
-  static constexpr int kBlockBytes = 18;
-  static void Load(const uint8_t* p, int /*unit*/, const Header&, WeightUnit* u) {
-    const float d = HalfToFloat(LoadU16(p));
-    u->q = Nibbles(p + 2);
-    u->scale = VSet1(d);
-    u->offset = -8.0f * d;
-  }
-};
-
-template <>
-struct Units<DType::kQ4_1> : UnitsBase {
-  static constexpr Offsets kOffsets = Offsets::kOne;
-  static constexpr bool kSigned = false;
-  static constexpr int kUnitsPerBlock = 1;
-  static constexpr int kBlockBytes = 20;
+  static constexpr int kHighBits = kMin ? 4 : 2;  // where qh (or the nibbles) start
+  static constexpr int kNibbles = kHighBits + (kFifthBit ? 4 : 0);
+  static constexpr int kBlockBytes = kNibbles + 16;
   static void Load(const uint8_t* p, int /*unit*/, const Header&, WeightUnit* u) {
     float d, m;
-    HalfPair(p, &d, &m);
-    u->q = Nibbles(p + 4);
+    if constexpr (kMin) {
+      HalfPair(p, &d, &m);
+    } else {
+      d = HalfToFloat(LoadU16(p));
+      m = (kFifthBit ? -16.0f : -8.0f) * d;
+    }
+    Bytes32 q = Nibbles(p + kNibbles);
+    if constexpr (kFifthBit) q = AddBytes(q, HighBits(p + kHighBits));
+    u->q = q;
     u->scale = VSet1(d);
     u->offset = m;
   }
 };
 
-// Q5_0: d * (q - 16) = d * q + (-16d), q = nibble | fifth bit.
 template <>
-struct Units<DType::kQ5_0> : UnitsBase {
-  static constexpr Offsets kOffsets = Offsets::kOne;
-  static constexpr bool kSigned = false;
-  static constexpr int kUnitsPerBlock = 1;
-  static constexpr int kBlockBytes = 22;
-  static void Load(const uint8_t* p, int /*unit*/, const Header&, WeightUnit* u) {
-    const float d = HalfToFloat(LoadU16(p));
-    u->q = AddBytes(Nibbles(p + 6), HighBits(p + 2));
-    u->scale = VSet1(d);
-    u->offset = -16.0f * d;
-  }
-};
-
+struct Units<DType::kQ4_0> : SmallBlockUnits<false, false> {};
 template <>
-struct Units<DType::kQ5_1> : UnitsBase {
-  static constexpr Offsets kOffsets = Offsets::kOne;
-  static constexpr bool kSigned = false;
-  static constexpr int kUnitsPerBlock = 1;
-  static constexpr int kBlockBytes = 24;
-  static void Load(const uint8_t* p, int /*unit*/, const Header&, WeightUnit* u) {
-    float d, m;
-    HalfPair(p, &d, &m);
-    u->q = AddBytes(Nibbles(p + 8), HighBits(p + 4));
-    u->scale = VSet1(d);
-    u->offset = m;
-  }
-};
+struct Units<DType::kQ4_1> : SmallBlockUnits<true, false> {};
+template <>
+struct Units<DType::kQ5_0> : SmallBlockUnits<false, true> {};
+template <>
+struct Units<DType::kQ5_1> : SmallBlockUnits<true, true> {};
 
 // --- K-quants: 8 units per 256-element super-block; unit j is the codec's
 // sub-block j (weight_codec.h has the layouts and the scale decoders).
