@@ -285,12 +285,26 @@ inline void LoadScaleMinHeader(const uint8_t* p, ScaleMinHeader* h) {
   const uint32_t mn[2] = {a[1] & kLow6, ((a[2] >> 4) & kLow4) | (((a[1] >> 6) & kLow2) << 4)};
   float d, dmin;
   HalfPair(p, &d, &dmin);
+#if SPECLINE_KERNELS_AVX2
+  // The same products as the loop below, eight at a time: this header is
+  // decoded once per super-block per row, and done in scalar code it cost
+  // as much as the eight units' dot products.
+  const auto widen = [](const uint32_t* w) {
+    uint64_t bytes;
+    std::memcpy(&bytes, w, 8);
+    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(bytes))));
+  };
+  _mm256_storeu_ps(h->scale, _mm256_mul_ps(_mm256_set1_ps(d), widen(sc)));
+  const __m256 mins = _mm256_mul_ps(_mm256_set1_ps(dmin), widen(mn));
+  _mm256_storeu_ps(h->offset, _mm256_xor_ps(mins, _mm256_set1_ps(-0.0f)));
+#else
   for (int j = 0; j < 8; ++j) {
     const int s = static_cast<int>((sc[j >> 2] >> (8 * (j & 3))) & 0xff);
     const int m = static_cast<int>((mn[j >> 2] >> (8 * (j & 3))) & 0xff);
     h->scale[j] = d * static_cast<float>(s);
     h->offset[j] = -(dmin * static_cast<float>(m));
   }
+#endif
 }
 
 // Q4_K and Q5_K: (d * sc) * q - dmin * m over 8 sub-blocks of 32, q the low
@@ -335,6 +349,22 @@ struct Units<DType::kQ6_K> : UnitsBase {
   static void LoadHeader(const uint8_t* p, Header* h) {
     const auto* scales = reinterpret_cast<const int8_t*>(p + 192);
     const float d = HalfToFloat(LoadU16(p + 208));
+#if SPECLINE_KERNELS_AVX2
+    // The loop below, vectorized (once per super-block per row; in scalar
+    // code it cost more than the eight units' dot products).
+    const __m256 vd = _mm256_set1_ps(d);
+    __m256 s[2];
+    for (int i = 0; i < 2; ++i) {
+      int64_t bytes;
+      std::memcpy(&bytes, scales + 8 * i, 8);
+      s[i] = _mm256_mul_ps(vd, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_cvtsi64_si128(bytes))));
+      _mm256_storeu_ps(h->offset + 8 * i, _mm256_mul_ps(_mm256_set1_ps(-32.0f), s[i]));
+    }
+    for (int j = 0; j < 8; ++j) {
+      const int a = 2 * (j & 3);
+      h->scale[j] = _mm256_permutevar8x32_ps(s[j >> 2], _mm256_setr_epi32(a, a, a, a, a + 1, a + 1, a + 1, a + 1));
+    }
+#else
     float s[16];
     for (int i = 0; i < 16; ++i) {
       s[i] = d * static_cast<float>(scales[i]);
@@ -342,6 +372,7 @@ struct Units<DType::kQ6_K> : UnitsBase {
     }
     // Unit j = 4 * half + k uses scales 8 * half + 2k and 8 * half + 2k + 1.
     for (int j = 0; j < 8; ++j) h->scale[j] = TwoScales(s[2 * j], s[2 * j + 1]);
+#endif
   }
   static void Load(const uint8_t* p, int j, const Header& h, WeightUnit* u) {
     const int half = j >> 2, k = j & 3;
@@ -363,12 +394,18 @@ struct Units<DType::kQ3_K> : UnitsBase {
   static constexpr bool kSigned = false;
   static constexpr int kUnitsPerBlock = 8;
   static constexpr int kBlockBytes = 110;
-  static void Load(const uint8_t* p, int j, const Header&, WeightUnit* u) {
+  struct Header {
+    float s[16];  // d * the 16 unpacked 6-bit scales
+  };
+  static void LoadHeader(const uint8_t* p, Header* h) {
+    const float d = HalfToFloat(LoadU16(p + 108));
+    for (int i = 0; i < 16; ++i) h->s[i] = d * static_cast<float>(ScaleQ3K(i, p + 96));
+  }
+  static void Load(const uint8_t* p, int j, const Header& h, WeightUnit* u) {
     u->q = AddBytes(Fields(p + 32 + 32 * (j >> 2), 2 * (j & 3), 3),
                     ShiftLeftBytes(Fields(p, j, 1), 2));
-    const float d = HalfToFloat(LoadU16(p + 108));
-    const float lo = d * static_cast<float>(ScaleQ3K(2 * j, p + 96));
-    const float hi = d * static_cast<float>(ScaleQ3K(2 * j + 1, p + 96));
+    const float lo = h.s[2 * j];
+    const float hi = h.s[2 * j + 1];
     u->scale = TwoScales(lo, hi);
     u->offset = -4.0f * lo;
     u->offset_hi = -4.0f * hi;
@@ -384,14 +421,16 @@ struct Units<DType::kQ2_K> : UnitsBase {
   static constexpr bool kSigned = false;
   static constexpr int kUnitsPerBlock = 8;
   static constexpr int kBlockBytes = 84;
-  static void Load(const uint8_t* p, int j, const Header&, WeightUnit* u) {
+  struct Header {
     float d, dmin;
-    HalfPair(p + 80, &d, &dmin);
+  };
+  static void LoadHeader(const uint8_t* p, Header* h) { HalfPair(p + 80, &h->d, &h->dmin); }
+  static void Load(const uint8_t* p, int j, const Header& h, WeightUnit* u) {
     const uint8_t lo = p[2 * j], hi = p[2 * j + 1];
     u->q = Fields(p + 16 + 32 * (j >> 2), 2 * (j & 3), 3);
-    u->scale = TwoScales(d * static_cast<float>(lo & 0x0f), d * static_cast<float>(hi & 0x0f));
-    u->offset = -(dmin * static_cast<float>(lo >> 4));
-    u->offset_hi = -(dmin * static_cast<float>(hi >> 4));
+    u->scale = TwoScales(h.d * static_cast<float>(lo & 0x0f), h.d * static_cast<float>(hi & 0x0f));
+    u->offset = -(h.dmin * static_cast<float>(lo >> 4));
+    u->offset_hi = -(h.dmin * static_cast<float>(hi >> 4));
   }
 };
 
