@@ -117,8 +117,8 @@ void Launcher::StartOnce(std::chrono::seconds timeout) {
   int threads = config_.threads;
   if (threads <= 0) threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / n);
 
-  // Every port up front: 3 per stage, 3 for the scheduler, 2 for the gateway.
-  std::vector<int> ports = PickFreePorts(3 * n + 5);
+  // Every port up front: 3 per stage, 3 for the scheduler, 3 for the gateway.
+  std::vector<int> ports = PickFreePorts(3 * n + 6);
   auto next = ports.begin();
   const std::string th = std::to_string(threads);
   for (int i = 0; i < n; ++i) {
@@ -139,6 +139,8 @@ void Launcher::StartOnce(std::chrono::seconds timeout) {
   gateway_.grpc_port = config_.port > 0 ? config_.port : *next;
   ++next;
   gateway_.metrics_port = config_.metrics_port > 0 ? config_.metrics_port : *next;
+  ++next;
+  gateway_.http_port = config_.http_port != 0 ? config_.http_port : *next;
   gateway_.port_file = run_dir_ + "/gateway.json";
 
   std::string stage_grpc;
@@ -189,6 +191,7 @@ void Launcher::StartOnce(std::chrono::seconds timeout) {
                    "--port", std::to_string(gateway_.grpc_port),
                    "--metrics-port", std::to_string(gateway_.metrics_port),
                    "--port-file", gateway_.port_file,
+                   "--http-port", std::to_string(gateway_.http_port),
                    "--drain-timeout-ms", std::to_string(config_.drain_timeout_ms),
                    "--cluster-secret-file", cluster_secret_file_};
   auto add = [&](const char* flag, const std::string& v) {
@@ -221,8 +224,11 @@ void Launcher::StartOnce(std::chrono::seconds timeout) {
   WaitStagesUp(deadline);
   WaitGatewayServing(deadline);
   WriteLauncherPortFile();
-  spdlog::info("serve: ready; gateway on {}:{} (metrics :{})", config_.host, gateway_.grpc_port,
-               gateway_.metrics_port);
+  spdlog::info("serve: ready; gateway on {}:{} (metrics :{}){}", config_.host, gateway_.grpc_port,
+               gateway_.metrics_port,
+               gateway_.http_port >= 0
+                   ? "; OpenAI API on http://" + config_.host + ":" + std::to_string(gateway_.http_port) + "/v1"
+                   : std::string());
 }
 
 void Launcher::CheckAlive(Child& c) {
@@ -289,6 +295,7 @@ void Launcher::WriteLauncherPortFile() {
   auto entry = [](const Child& c) {
     nlohmann::json j = {{"grpc", c.grpc_port}, {"metrics", c.metrics_port}, {"pid", c.pid}};
     if (!c.data.empty()) j["data"] = c.data;
+    if (c.http_port >= 0) j["http"] = c.http_port;
     return j;
   };
   nlohmann::json j;

@@ -20,6 +20,7 @@ struct LaunchConfig {
   std::string host = "127.0.0.1";  // the gateway's listen address
   int port = 50051;                // gateway gRPC; 0 = pick
   int metrics_port = 0;            // gateway /metrics; 0 = pick
+  int http_port = 0;               // gateway OpenAI HTTP API; 0 = pick, -1 = off
   int threads = 0;                 // per process; 0 = cores / stages
   long kv_capacity_tokens = 0;     // 0 = each process's default
   int max_waiting = 0;             // scheduler queue limit; 0 = its default
@@ -58,6 +59,7 @@ class Launcher {
   void Shutdown();
 
   std::string gateway_address() const;  // 127.0.0.1:port
+  int http_port() const { return gateway_.http_port; }  // -1 when off
   int restarts() const { return restarts_; }
 
  private:
@@ -67,6 +69,7 @@ class Launcher {
     std::string port_file;
     std::string data;  // data-plane address, for the port file
     int grpc_port = 0, metrics_port = 0;
+    int http_port = -1;  // the gateway's OpenAI HTTP API
     pid_t pid = -1;
     std::chrono::steady_clock::time_point started, restart_at;
     std::chrono::milliseconds backoff{250};

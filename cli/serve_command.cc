@@ -30,6 +30,9 @@ const char kServeUsage[] = R"(usage: specline serve [options]
   --host ADDR              gateway listen address (default 127.0.0.1)
   --port N                 gateway gRPC port (default 50051; 0 = pick)
   --metrics-port N         gateway /metrics port (default: pick)
+  --http-port N            gateway OpenAI-compatible HTTP/SSE API (/v1/completions,
+                           /v1/chat/completions, /v1/models, /health); default 8000,
+                           or a picked port when --port is 0; -1 = off
   --threads N              compute threads per process (default: cores / stages)
   --device D               cpu (default), cuda (stage i on GPU i % GPUs; the
                            scheduler's output head on GPU 0) or cuda:N
@@ -77,7 +80,7 @@ std::atomic<bool> g_stop{false};
 int ServeCommand(int argc, char** argv) {
   std::vector<std::string> options = kRequestOptions;
   options.insert(options.end(),
-                 {"model", "tokenizer", "stages", "host", "port", "metrics-port", "threads",
+                 {"model", "tokenizer", "stages", "host", "port", "metrics-port", "http-port", "threads",
                   "kv-capacity-tokens", "max-waiting", "max-concurrent-streams",
                   "default-max-tokens", "drain-timeout-ms", "auth-token-file", "tls-cert",
                   "tls-key", "port-file", "startup-timeout-s", "demo-prompt", "log-level",
@@ -104,6 +107,9 @@ int ServeCommand(int argc, char** argv) {
   c.host = args.Str("host", "127.0.0.1");
   c.port = args.Int("port", 50051);
   c.metrics_port = args.Int("metrics-port", 0);
+  // vLLM's and llama-server's habit: 8000; tests that pick the gRPC port
+  // (--port 0) get a picked HTTP port too, so parallel servers never collide.
+  c.http_port = args.Int("http-port", c.port == 0 ? 0 : 8000);
   c.threads = args.Int("threads", 0);
   c.kv_capacity_tokens = args.Int("kv-capacity-tokens", 0);
   c.max_waiting = args.Int("max-waiting", 0);

@@ -23,7 +23,10 @@ const char kUsage[] = R"(usage: specline-gateway --model PATH --scheduler HOST:P
   --host ADDR                  listen address (default 0.0.0.0)
   --port N                     gRPC port (0 = pick; default 0)
   --metrics-port N             Prometheus /metrics port (0 = pick; default 0)
-  --port-file PATH             write {"grpc":N,"metrics":M,"pid":P} once listening
+  --http-port N                the OpenAI-compatible HTTP/SSE API (/v1/completions,
+                               /v1/chat/completions, /v1/models, /health); 0 = pick,
+                               default off
+  --port-file PATH             write {"grpc":N,"metrics":M,"http":H,"pid":P} once listening
   --default-max-tokens N       max_tokens when a request gives 0 (default 256)
   --max-prompt-tokens N        longest prompt accepted (default: context length - 1)
   --max-concurrent-streams N   open Generate streams before RESOURCE_EXHAUSTED (default 256)
@@ -56,6 +59,7 @@ bool ParseArgs(int argc, char** argv, specline::GatewayConfig* c) {
     else if (name == "host") c->host = v;
     else if (name == "port") st = specline::ParseNumber(name, v, &c->port);
     else if (name == "metrics-port") st = specline::ParseNumber(name, v, &c->metrics_port);
+    else if (name == "http-port") st = specline::ParseNumber(name, v, &c->http_port);
     else if (name == "port-file") c->port_file = v;
     else if (name == "default-max-tokens") st = specline::ParseNumber(name, v, &c->default_max_tokens);
     else if (name == "max-prompt-tokens") st = specline::ParseNumber(name, v, &c->max_prompt_tokens);

@@ -119,13 +119,24 @@ Gateway::Gateway(const GatewayConfig& config) : config_(config) {
   server_->GetHealthCheckService()->SetServingStatus(true);
   server_->GetHealthCheckService()->SetServingStatus(kServiceName, true);
 
+  if (config.http_port >= 0) {
+    openai::HttpServer::Options http;
+    http.host = config.host;
+    http.port = config.http_port;
+    http.tls_cert = config.tls_cert;
+    http.tls_key = config.tls_key;
+    http_ = std::make_unique<openai::HttpServer>(*service_, http);
+  }
   metrics_.Expose(config.host, config.metrics_port);
   if (!config.port_file.empty()) {
-    WritePortFile(config.port_file,
-                  {{"grpc", port_}, {"metrics", metrics_.port()}, {"pid", getpid()}});
+    nlohmann::json ports = {{"grpc", port_}, {"metrics", metrics_.port()}, {"pid", getpid()}};
+    if (http_) ports["http"] = http_->port();
+    WritePortFile(config.port_file, ports);
   }
-  spdlog::info("gateway: serving {} on {}:{} (metrics :{}), scheduler {}, tokenizer {}{}{}",
-               options.model_name, config.host, port_, metrics_.port(), config.scheduler_addr,
+  spdlog::info("gateway: serving {} on {}:{} (metrics :{}{}), scheduler {}, tokenizer {}{}{}",
+               options.model_name, config.host, port_, metrics_.port(),
+               http_ ? absl::StrCat(", OpenAI HTTP :", http_->port()) : std::string(),
+               config.scheduler_addr,
                tokenizer_ ? "yes" : "none",
                options.principals ? absl::StrCat(", bearer auth (", options.principals->size(),
                                                  " principals)")
@@ -148,6 +159,7 @@ void Gateway::Drain() {
     spdlog::warn("gateway: drain timeout; cancelling {} streams", service_->active().size());
   }
   // Anything still open is cancelled now (its scheduler call with it).
+  if (http_) http_->Stop();
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(100));
   spdlog::info("gateway: stopped");
 }

@@ -1,6 +1,7 @@
 // Assembles the gateway process: model and tokenizer info, the gRPC server
 // (Generation + grpc.health.v1 + reflection, optional TLS and bearer auth),
-// the /metrics exposer, the port file, and the graceful drain.
+// the OpenAI HTTP API (services/openai/), the /metrics exposer, the port
+// file, and the graceful drain.
 #pragma once
 
 #include <memory>
@@ -11,6 +12,7 @@
 #include "model/tokenizer/tokenizer.h"
 #include "services/gateway_metrics.h"
 #include "services/generation_service.h"
+#include "services/openai/http_server.h"
 
 namespace specline {
 
@@ -21,6 +23,7 @@ struct GatewayConfig {
   std::string host = "0.0.0.0";
   int port = 0;          // 0 = pick
   int metrics_port = 0;  // 0 = pick
+  int http_port = -1;    // the OpenAI HTTP API: -1 = off, 0 = pick
   std::string port_file;
   int default_max_tokens = 256;
   int max_prompt_tokens = 0;  // 0 = context length - 1
@@ -41,6 +44,7 @@ class Gateway {
 
   int port() const { return port_; }
   int metrics_port() const { return metrics_.port(); }
+  int http_port() const { return http_ ? http_->port() : -1; }
 
   // Health -> NOT_SERVING, refuse new streams, let open ones finish for up
   // to drain_timeout_ms, then stop the server (cancelling what is left).
@@ -54,6 +58,7 @@ class Gateway {
   GatewayMetrics metrics_;
   std::unique_ptr<GenerationService> service_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<openai::HttpServer> http_;
   int port_ = 0;
 };
 

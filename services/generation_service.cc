@@ -9,49 +9,11 @@
 #include "absl/strings/str_cat.h"
 #include "model/tokenizer/tokenizer.h"
 #include "common/cluster_secret.h"
+#include "services/async_generation.h"
 #include "services/request_parser.h"
-#include "services/stop_matcher.h"
 
 namespace specline {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double Seconds(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
-
-const char* CodeName(grpc::StatusCode code) {
-  switch (code) {
-    case grpc::OK: return "OK";
-    case grpc::CANCELLED: return "CANCELLED";
-    case grpc::UNKNOWN: return "UNKNOWN";
-    case grpc::INVALID_ARGUMENT: return "INVALID_ARGUMENT";
-    case grpc::DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
-    case grpc::NOT_FOUND: return "NOT_FOUND";
-    case grpc::ALREADY_EXISTS: return "ALREADY_EXISTS";
-    case grpc::PERMISSION_DENIED: return "PERMISSION_DENIED";
-    case grpc::RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
-    case grpc::FAILED_PRECONDITION: return "FAILED_PRECONDITION";
-    case grpc::ABORTED: return "ABORTED";
-    case grpc::OUT_OF_RANGE: return "OUT_OF_RANGE";
-    case grpc::UNIMPLEMENTED: return "UNIMPLEMENTED";
-    case grpc::INTERNAL: return "INTERNAL";
-    case grpc::UNAVAILABLE: return "UNAVAILABLE";
-    case grpc::DATA_LOSS: return "DATA_LOSS";
-    case grpc::UNAUTHENTICATED: return "UNAUTHENTICATED";
-    default: return "UNKNOWN";
-  }
-}
-
-const char* ReasonLabel(v1::FinishReason r) {
-  switch (r) {
-    case v1::FINISH_REASON_STOP: return "stop";
-    case v1::FINISH_REASON_LENGTH: return "length";
-    case v1::FINISH_REASON_ABORT: return "abort";
-    default: return "unknown";
-  }
-}
 
 grpc::Status ToGrpc(const absl::Status& s) {
   return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
@@ -141,37 +103,57 @@ grpc::Status GenerationService::UnaryRaw(grpc::ServerContext* ctx,
 }
 
 grpc::Status GenerationService::Fail(const grpc::Status& status) {
-  metrics_.CountFailure(CodeName(status.error_code()));
+  metrics_.CountFailure(StatusCodeName(status.error_code()));
   return status;
+}
+
+grpc::Status GenerationService::Prepare(const v1::GenerateRequest& request, std::string* id,
+                                       PreparedRequest* prepared) {
+  if (draining_)
+    return Fail(grpc::Status(grpc::UNAVAILABLE,
+                             "gateway is draining for shutdown; retry on another replica"));
+  auto result = PrepareRequest(request, model_);
+  if (!result.ok()) {
+    spdlog::debug("req={} rejected: {}", request.request_id(), std::string(result.status().message()));
+    return Fail(ToGrpc(result.status()));
+  }
+  *prepared = *std::move(result);
+  // Server-made ids are unguessable; a client's own id is scoped to its
+  // principal anyway (Abort never reaches another principal's request).
+  *id = request.request_id();
+  if (id->empty()) *id = "req-" + RandomHex(16);
+  return grpc::Status::OK;
+}
+
+grpc::Status GenerationService::StartGenerate(const std::string& principal,
+                                              const v1::GenerateRequest& request,
+                                              std::shared_ptr<GenerationSink> sink,
+                                              std::shared_ptr<grpc::ClientContext>* call) {
+  std::string id;
+  PreparedRequest prepared;
+  if (grpc::Status s = Prepare(request, &id, &prepared); !s.ok()) return s;
+  auto upstream = std::make_shared<grpc::ClientContext>();
+  std::shared_ptr<ActiveRequests::Entry> entry;
+  if (grpc::Status s = Admit(principal, id, upstream.get(), &entry); !s.ok()) return s;
+  *call = upstream;
+  AsyncGeneration::Start(*this, principal, std::move(id), std::move(prepared), std::move(upstream),
+                         std::move(entry), std::move(sink));
+  return grpc::Status::OK;
 }
 
 grpc::Status GenerationService::Generate(grpc::ServerContext* ctx, const std::string& principal,
                                          const v1::GenerateRequest& request,
                                          ResponseWriter* writer) {
-  if (draining_)
-    return Fail(grpc::Status(grpc::UNAVAILABLE,
-                             "gateway is draining for shutdown; retry on another replica"));
-  auto prepared = PrepareRequest(request, model_);
-  if (!prepared.ok()) {
-    spdlog::debug("req={} rejected: {}", request.request_id(), std::string(prepared.status().message()));
-    return Fail(ToGrpc(prepared.status()));
-  }
-  // Server-made ids are unguessable; a client's own id is scoped to its
-  // principal anyway (Abort never reaches another principal's request).
-  std::string id = request.request_id();
-  if (id.empty()) id = "req-" + RandomHex(16);
-  return Stream(ctx, principal, id, *std::move(prepared), writer);
+  std::string id;
+  PreparedRequest prepared;
+  if (grpc::Status s = Prepare(request, &id, &prepared); !s.ok()) return s;
+  return Stream(ctx, principal, id, std::move(prepared), writer);
 }
 
-grpc::Status GenerationService::Stream(grpc::ServerContext* ctx, const std::string& principal,
-                                       const std::string& id, PreparedRequest prepared,
-                                       ResponseWriter* writer) {
-  const Clock::time_point t0 = Clock::now();
-  // A child call: the client's deadline and cancellation propagate to the
-  // scheduler, which frees the request's KV when its call ends.
-  std::unique_ptr<grpc::ClientContext> upstream = grpc::ClientContext::FromServerContext(*ctx);
-  std::shared_ptr<ActiveRequests::Entry> entry;
-  switch (active_.Add(principal, id, upstream.get(), &entry)) {
+grpc::Status GenerationService::Admit(const std::string& principal, const std::string& id,
+                                      grpc::ClientContext* upstream,
+                                      std::shared_ptr<ActiveRequests::Entry>* entry) {
+  switch (active_.Add(principal, id, upstream, entry)) {
     case ActiveRequests::AddResult::kFull:
       return Fail(grpc::Status(grpc::RESOURCE_EXHAUSTED,
                                absl::StrCat("gateway: ", options_.max_concurrent_streams,
@@ -188,152 +170,98 @@ grpc::Status GenerationService::Stream(grpc::ServerContext* ctx, const std::stri
       break;
   }
   metrics_.running().Increment();
+  return grpc::Status::OK;
+}
+
+void GenerationService::Release(const std::string& principal, const std::string& id) {
+  active_.Remove(principal, id);
+  metrics_.running().Decrement();
+}
+
+internal::SubmitRequest GenerationService::StartSubmit(const std::string& id,
+                                                       PreparedRequest& prepared) {
+  internal::SubmitRequest submit = std::move(prepared.submit);
+  submit.set_request_id(id);
+  metrics_.prompt_tokens().Increment(submit.prompt_size());
+  spdlog::info("req={} start prompt_tokens={} max_tokens={} temperature={} seed={}", id,
+               submit.prompt_size(), submit.max_tokens(), submit.sampling().temperature(),
+               submit.sampling().seed());
+  return submit;
+}
+
+grpc::Status GenerationService::EndStatus(GenerationStream& stream, const grpc::Status& scheduler,
+                                          bool client_gone, bool aborted,
+                                          std::optional<v1::GenerateResponse>* final_message) {
+  if (stream.finished()) {
+    return client_gone ? Fail(grpc::Status(grpc::CANCELLED, "client went away")) : grpc::Status::OK;
+  }
+  if (aborted) {
+    *final_message = stream.AbortMessage();
+    return grpc::Status::OK;
+  }
+  if (client_gone) {
+    spdlog::info("req={} cancelled by the client after {} tokens", stream.id(),
+                 stream.completion_tokens());
+    return Fail(grpc::Status(grpc::CANCELLED, "cancelled by the client"));
+  }
+  grpc::Status status;
+  if (scheduler.ok()) {
+    status = grpc::Status(grpc::INTERNAL, "scheduler ended the stream without a finish reason");
+  } else if (scheduler.error_code() == grpc::DEADLINE_EXCEEDED) {
+    status = grpc::Status(grpc::DEADLINE_EXCEEDED,
+                          absl::StrCat("deadline exceeded after ", stream.completion_tokens(), " tokens"));
+  } else {
+    status = grpc::Status(scheduler.error_code(), "scheduler: " + scheduler.error_message());
+  }
+  spdlog::warn("req={} failed after {} tokens: {} {}", stream.id(), stream.completion_tokens(),
+               StatusCodeName(status.error_code()), status.error_message());
+  return Fail(status);
+}
+
+grpc::Status GenerationService::Stream(grpc::ServerContext* ctx, const std::string& principal,
+                                       const std::string& id, PreparedRequest prepared,
+                                       ResponseWriter* writer) {
+  const GenerationStream::Clock::time_point t0 = GenerationStream::Clock::now();
+  // A child call: the client's deadline and cancellation propagate to the
+  // scheduler, which frees the request's KV when its call ends.
+  std::unique_ptr<grpc::ClientContext> upstream = grpc::ClientContext::FromServerContext(*ctx);
+  std::shared_ptr<ActiveRequests::Entry> entry;
+  if (grpc::Status s = Admit(principal, id, upstream.get(), &entry); !s.ok()) return s;
   struct Cleanup {
     GenerationService* self;
     const std::string& principal;
     const std::string& id;
-    ~Cleanup() {
-      self->active_.Remove(principal, id);
-      self->metrics_.running().Decrement();
-    }
+    ~Cleanup() { self->Release(principal, id); }
   } cleanup{this, principal, id};
 
-  internal::SubmitRequest& submit = prepared.submit;
-  submit.set_request_id(id);
-  const int prompt_tokens = submit.prompt_size();
-  metrics_.prompt_tokens().Increment(prompt_tokens);
-  spdlog::info("req={} start prompt_tokens={} max_tokens={} temperature={} seed={}", id,
-               prompt_tokens, submit.max_tokens(), submit.sampling().temperature(),
-               submit.sampling().seed());
-
+  GenerationStream stream(model_, metrics_, id, prepared, t0);
+  const internal::SubmitRequest submit = StartSubmit(id, prepared);
   auto reader = scheduler_->Submit(upstream.get(), submit);
-  std::optional<IncrementalDetokenizer> detok;
-  if (model_.tokenizer) detok.emplace(*model_.tokenizer, prepared.detok_prev);
-  const int32_t tok_vocab = model_.tokenizer ? model_.tokenizer->vocab_size() : 0;
-  StopMatcher stops(prepared.stop_strings);
-
   internal::SubmitEvent event;
-  int completion = 0;
-  double queue_seconds = 0;
-  bool first_event = true;
-  Clock::time_point first_token_time{}, last_message_time{};
-  v1::FinishReason finish = v1::FINISH_REASON_UNSPECIFIED;
   bool client_gone = false;
-
-  // Fills the last message's finish reason, usage and timings and records
-  // the request's metrics.
-  auto finish_message = [&](v1::GenerateResponse* resp, Clock::time_point now) {
-    const double e2e = Seconds(t0, now);
-    const double ttft = completion > 0 ? Seconds(t0, first_token_time) : e2e;
-    const double tpot = completion > 1 ? (e2e - ttft) / (completion - 1) : 0.0;
-    resp->set_finish_reason(finish);
-    resp->mutable_usage()->set_prompt_tokens(prompt_tokens);
-    resp->mutable_usage()->set_completion_tokens(completion);
-    auto* t = resp->mutable_timings();
-    t->set_queue_seconds(queue_seconds);
-    t->set_ttft_seconds(ttft);
-    t->set_e2e_seconds(e2e);
-    t->set_tpot_seconds(tpot);
-    metrics_.e2e().Observe(e2e);
-    if (completion > 1) metrics_.tpot().Observe(tpot);
-    metrics_.CountSuccess(ReasonLabel(finish));
-    spdlog::info("req={} done finish={} completion_tokens={} queue={:.4f}s ttft={:.4f}s "
-                 "tpot={:.5f}s e2e={:.4f}s",
-                 id, ReasonLabel(finish), completion, queue_seconds, ttft, tpot, e2e);
-  };
-
   while (reader->Read(&event)) {
-    if (first_event) {
-      first_event = false;
-      queue_seconds = event.queue_seconds();
-      metrics_.queue().Observe(queue_seconds);
-    }
-    v1::GenerateResponse resp;
-    resp.set_request_id(id);
-    // Every policy but PIPO gives exactly what plain decoding gives (greedy)
-    // or its distribution (sampling); PIPO changes the model's output.
-    resp.set_lossless(event.policy() != v1::DECODING_POLICY_PIPO);
-    std::string text;
-    for (int32_t t : event.tokens()) {
-      resp.add_token_ids(t);
-      if (detok && t >= 0 && t < tok_vocab) text += detok->Push(t);
-    }
-    const bool finished = event.finish_reason() != v1::FINISH_REASON_UNSPECIFIED;
-    if (finished && detok) text += detok->Flush();
-    bool stopped = false;
-    std::string visible = stops.Push(text, &stopped);
-    if (finished && !stopped) visible += stops.Flush();
-    resp.set_text(std::move(visible));
-
-    const Clock::time_point now = Clock::now();
-    const int k = event.tokens_size();
-    if (k > 0) {
-      if (completion == 0) {
-        first_token_time = now;
-        metrics_.ttft().Observe(Seconds(t0, now));
-      } else {
-        // genai-perf's ITL: the gap spread over the tokens it delivered.
-        const double per_token = Seconds(last_message_time, now) / k;
-        for (int i = 0; i < k; ++i) metrics_.itl().Observe(per_token);
-      }
-      last_message_time = now;
-      completion += k;
-      metrics_.generation_tokens().Increment(k);
-    }
-    if (stopped || finished) {
-      finish = stopped ? v1::FINISH_REASON_STOP : event.finish_reason();
-      if (finished) {
-        resp.set_policy(event.policy());
-        *resp.mutable_spec_decode() = event.spec_decode();
-      }
-      finish_message(&resp, now);
-      if (!writer->Write(resp)) client_gone = true;
-      // A stop string ends the request here: cancel so the scheduler frees the KV.
-      if (stopped) upstream->TryCancel();
-      break;
-    }
-    if (k == 0 && resp.text().empty()) continue;
-    if (!writer->Write(resp)) {
+    GenerationStream::Step step = stream.OnEvent(event);
+    if (step.message && !writer->Write(*step.message)) {
       client_gone = true;
       upstream->TryCancel();
       break;
     }
+    if (step.last) {
+      // A stop string ends the request here: cancel so the scheduler frees the KV.
+      if (step.stopped) upstream->TryCancel();
+      break;
+    }
   }
   // Drain whatever is left after a cancel, then collect the status.
-  while (finish != v1::FINISH_REASON_UNSPECIFIED && reader->Read(&event)) {
+  while (stream.finished() && reader->Read(&event)) {
   }
-  grpc::Status status = reader->Finish();
-
-  if (finish != v1::FINISH_REASON_UNSPECIFIED) {
-    return client_gone ? Fail(grpc::Status(grpc::CANCELLED, "client went away")) : grpc::Status::OK;
-  }
-  if (entry->aborted) {
-    v1::GenerateResponse resp;
-    resp.set_request_id(id);
-    resp.set_lossless(event.policy() != v1::DECODING_POLICY_PIPO);
-    std::string text = detok ? detok->Flush() : std::string();
-    bool stopped = false;
-    resp.set_text(stops.Push(text, &stopped) + (stopped ? "" : stops.Flush()));
-    finish = v1::FINISH_REASON_ABORT;
-    finish_message(&resp, Clock::now());
-    writer->Write(resp);
-    return grpc::Status::OK;
-  }
-  if (client_gone || ctx->IsCancelled()) {
-    spdlog::info("req={} cancelled by the client after {} tokens", id, completion);
-    return Fail(grpc::Status(grpc::CANCELLED, "cancelled by the client"));
-  }
-  if (status.ok()) {
-    status = grpc::Status(grpc::INTERNAL, "scheduler ended the stream without a finish reason");
-  } else if (status.error_code() == grpc::DEADLINE_EXCEEDED) {
-    status = grpc::Status(grpc::DEADLINE_EXCEEDED,
-                          absl::StrCat("deadline exceeded after ", completion, " tokens"));
-  } else {
-    status = grpc::Status(status.error_code(), "scheduler: " + status.error_message());
-  }
-  spdlog::warn("req={} failed after {} tokens: {} {}", id, completion,
-               CodeName(status.error_code()), status.error_message());
-  return Fail(status);
+  const grpc::Status status = reader->Finish();
+  std::optional<v1::GenerateResponse> final_message;
+  grpc::Status end =
+      EndStatus(stream, status, client_gone || (!stream.finished() && ctx->IsCancelled()),
+                entry->aborted, &final_message);
+  if (final_message) writer->Write(*final_message);
+  return end;
 }
 
 grpc::Status GenerationService::Abort(const std::string& principal, const v1::AbortRequest& request,

@@ -1,7 +1,9 @@
 // specline.v1.Generation: the public API. Each Generate call becomes one
 // scheduler Submit call; tokens coming back are detokenized, cut at stop
-// strings and streamed on. Synchronous gRPC: one handler thread per open
-// stream, bounded by --max-concurrent-streams.
+// strings and streamed on (generation_stream.h). Synchronous gRPC: one
+// handler thread per open stream, bounded by --max-concurrent-streams. The
+// OpenAI HTTP API enters through StartGenerate: the same admission,
+// validation and stream, driven by callbacks (async_generation.h).
 //
 // The handlers take the requests' raw bytes and parse them here
 // (request_parser.h): a malformed request gets INVALID_ARGUMENT naming the
@@ -18,6 +20,8 @@
 #include <grpcpp/support/sync_stream.h>
 
 #include "services/active_requests.h"
+#include "services/generation_sink.h"
+#include "services/generation_stream.h"
 #include "services/gateway_metrics.h"
 #include "services/principals.h"
 #include "services/request_builder.h"
@@ -47,15 +51,42 @@ class GenerationService final : public v1::Generation::Service {
                      v1::AbortResponse* response);
   grpc::Status GetModelInfo(grpc::ServerContext* ctx, v1::ModelInfo* response);
 
+  // The HTTP API's entry: validates and admits `request` like Generate and
+  // starts its scheduler call. An error before the stream starts is
+  // returned (nothing was started); on OK the sink gets the messages and
+  // then exactly one OnEnd, and `call` can cancel it (client gone).
+  grpc::Status StartGenerate(const std::string& principal, const v1::GenerateRequest& request,
+                             std::shared_ptr<GenerationSink> sink,
+                             std::shared_ptr<grpc::ClientContext>* call);
+
   // Refuse new Generate calls (UNAVAILABLE) from now on.
   void StartDrain() { draining_ = true; }
+  bool draining() const { return draining_; }
+  const std::string& model_name() const { return options_.model_name; }
+  const Principals* principals() const {
+    return options_.principals ? &*options_.principals : nullptr;
+  }
   ActiveRequests& active() { return active_; }
 
  private:
   // OK with the caller's principal ("" without authentication), or
   // UNAUTHENTICATED.
   grpc::Status CheckAuth(const grpc::ServerContext& ctx, std::string* principal) const;
+  friend class AsyncGeneration;
   grpc::Status Fail(const grpc::Status& status);  // counts it, returns it
+  // Validation shared by both APIs: draining, the request's fields.
+  grpc::Status Prepare(const v1::GenerateRequest& request, std::string* id,
+                       PreparedRequest* prepared);
+  // Admission (the stream caps, duplicate ids) and its release.
+  grpc::Status Admit(const std::string& principal, const std::string& id,
+                     grpc::ClientContext* upstream, std::shared_ptr<ActiveRequests::Entry>* entry);
+  void Release(const std::string& principal, const std::string& id);
+  // The scheduler request, counted and logged.
+  internal::SubmitRequest StartSubmit(const std::string& id, PreparedRequest& prepared);
+  // The status a stream ends with once its scheduler call is over; an
+  // aborted request gets its final message in `final_message`.
+  grpc::Status EndStatus(GenerationStream& stream, const grpc::Status& scheduler, bool client_gone,
+                         bool aborted, std::optional<v1::GenerateResponse>* final_message);
   grpc::Status Stream(grpc::ServerContext* ctx, const std::string& principal,
                       const std::string& id, PreparedRequest prepared, ResponseWriter* writer);
   // Raw handlers: authenticate, parse, then call the typed ones.

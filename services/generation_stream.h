@@ -1,0 +1,72 @@
+// One request's way from scheduler events to client messages, shared by
+// the gRPC API and the OpenAI HTTP API: incremental detokenization, stop
+// strings, usage, timings and the request-level metrics. The caller moves
+// the events (a blocking gRPC reader, or a callback reactor); this class
+// decides what each one becomes, so both APIs give the same text, the same
+// token counts and the same metrics for the same request.
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/tokenizer/tokenizer.h"
+#include "services/gateway_metrics.h"
+#include "services/request_builder.h"
+#include "services/stop_matcher.h"
+#include "specline/internal/scheduler.pb.h"
+#include "specline/v1/generation.pb.h"
+
+namespace specline {
+
+class GenerationStream {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // `t0` is when the request arrived (TTFT and e2e count from it).
+  GenerationStream(const ServedModel& model, GatewayMetrics& metrics, std::string id,
+                   const PreparedRequest& prepared, Clock::time_point t0);
+
+  struct Step {
+    // The message to send; none when the event carried nothing visible.
+    std::optional<v1::GenerateResponse> message;
+    bool last = false;     // the request is over (finish reason set)
+    bool stopped = false;  // ended by a stop string: cancel the scheduler call
+  };
+  // One scheduler event. After a step with `last`, further events are
+  // ignored (they are what is left after a cancel).
+  Step OnEvent(const internal::SubmitEvent& event);
+
+  // The final message of a request ended by Abort, flushing held-back text.
+  v1::GenerateResponse AbortMessage();
+
+  bool finished() const { return finish_ != v1::FINISH_REASON_UNSPECIFIED; }
+  int completion_tokens() const { return completion_; }
+  int prompt_tokens() const { return prompt_tokens_; }
+  const std::string& id() const { return id_; }
+
+ private:
+  // Fills a last message's finish reason, usage and timings; records the
+  // request's metrics.
+  void FinishMessage(v1::GenerateResponse* resp, Clock::time_point now);
+
+  const ServedModel& model_;
+  GatewayMetrics& metrics_;
+  const std::string id_;
+  const Clock::time_point t0_;
+  const int prompt_tokens_;
+  std::optional<IncrementalDetokenizer> detok_;
+  StopMatcher stops_;
+  int completion_ = 0;
+  double queue_seconds_ = 0;
+  bool first_event_ = true;
+  bool lossless_ = true;
+  Clock::time_point first_token_time_{}, last_message_time_{};
+  v1::FinishReason finish_ = v1::FINISH_REASON_UNSPECIFIED;
+};
+
+// "OK", "INVALID_ARGUMENT", ...: the failure counter's label.
+const char* StatusCodeName(int grpc_code);
+
+}  // namespace specline

@@ -1,0 +1,496 @@
+#include "services/openai/http_server.h"
+
+#include <chrono>
+#include <deque>
+#include <mutex>
+#include <sstream>
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/cluster_secret.h"
+#include "common/listen_error.h"
+#include "services/openai/openai_request.h"
+#include "services/openai/openai_response.h"
+
+namespace specline::openai {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace ssl = boost::asio::ssl;
+using tcp = net::ip::tcp;
+
+namespace {
+
+// An idle keep-alive connection, or a client slow to send its request, is
+// closed after this long.
+constexpr auto kReadTimeout = std::chrono::seconds(60);
+
+int64_t UnixSeconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string SseEvent(const std::string& payload) { return "data: " + payload + "\n\n"; }
+
+}  // namespace
+
+struct HttpServer::Impl {
+  GenerationService& service;
+  Options options;
+  net::io_context ioc;
+  tcp::acceptor acceptor{ioc};
+  std::optional<ssl::context> tls;
+  std::vector<std::thread> threads;
+  // Responses whose last bytes are not written yet (Stop waits for them).
+  std::atomic<int> open_responses{0};
+
+  Impl(GenerationService& s, Options o) : service(s), options(std::move(o)) {}
+  void Accept();
+};
+
+namespace {
+
+// What a generation hands to its HTTP session: the messages, posted to the
+// session's strand, and whether the client is still there.
+template <class Session>
+class SessionSink final : public GenerationSink {
+ public:
+  explicit SessionSink(std::shared_ptr<Session> session) : session_(std::move(session)) {}
+  void OnMessage(const v1::GenerateResponse& message) override {
+    net::post(session_->executor(), [s = session_, message] { s->OnGenerationMessage(message); });
+  }
+  void OnEnd(const grpc::Status& status) override {
+    net::post(session_->executor(), [s = session_, status] { s->OnGenerationEnd(status); });
+  }
+  bool ClientGone() const override { return gone_; }
+  void MarkGone() { gone_ = true; }
+
+ private:
+  std::shared_ptr<Session> session_;
+  std::atomic<bool> gone_{false};
+};
+
+// One connection. Stream is beast::tcp_stream or an ssl_stream over one.
+template <class Stream>
+class Session : public std::enable_shared_from_this<Session<Stream>> {
+ public:
+  Session(HttpServer::Impl& server, Stream stream)
+      : server_(server), stream_(std::move(stream)) {}
+
+  auto executor() { return stream_.get_executor(); }
+
+  void Run() {
+    if constexpr (kTls) {
+      beast::get_lowest_layer(stream_).expires_after(kReadTimeout);
+      stream_.async_handshake(ssl::stream_base::server,
+                              [self = this->shared_from_this()](beast::error_code ec) {
+                                if (ec) return;  // not a TLS client; nothing to answer
+                                self->ReadRequest();
+                              });
+    } else {
+      net::dispatch(executor(), [self = this->shared_from_this()] { self->ReadRequest(); });
+    }
+  }
+
+  void OnGenerationMessage(const v1::GenerateResponse& message) {
+    if (!gen_) return;
+    Generation& g = *gen_;
+    if (message.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
+      g.finish = message.finish_reason();
+      g.usage = message.usage();
+    }
+    if (!g.stream) {
+      g.text += message.text();
+      return;
+    }
+    QueueChunk(SseEvent(StreamChunk(g.who, message, !g.sent_first)));
+    g.sent_first = true;
+  }
+
+  void OnGenerationEnd(const grpc::Status& status) {
+    if (!gen_) return;
+    Generation g = std::move(*gen_);
+    gen_.reset();
+    if (g.stream) {
+      if (!status.ok()) {
+        QueueChunk(SseEvent(ErrorBody(
+            ErrorFromStatus(g.who.endpoint, status.error_code(), status.error_message()))));
+      } else if (g.include_usage) {
+        QueueChunk(SseEvent(UsageChunk(g.who, g.usage)));
+      }
+      QueueChunk("data: [DONE]\n\n");
+      Queue(Item{Item::kLastChunk, {}});
+      return;
+    }
+    if (!status.ok()) {
+      return SendError(ErrorFromStatus(g.who.endpoint, status.error_code(), status.error_message()));
+    }
+    SendJson(http::status::ok, FullResponse(g.who, g.text, g.finish, g.usage));
+  }
+
+ private:
+  static constexpr bool kTls = !std::is_same_v<Stream, beast::tcp_stream>;
+
+  struct Generation {
+    ResponseIdentity who;
+    bool stream = false;
+    bool include_usage = false;
+    bool sent_first = false;
+    std::string text;  // non-streamed: the whole completion
+    v1::FinishReason finish = v1::FINISH_REASON_UNSPECIFIED;
+    v1::Usage usage;
+    std::shared_ptr<SessionSink<Session>> sink;
+    std::shared_ptr<grpc::ClientContext> call;
+  };
+
+  // The write queue: a response is a header then chunks (SSE) or one whole
+  // message; the next request is read once the last one is written.
+  struct Item {
+    enum Kind { kWhole, kHeader, kChunk, kLastChunk } kind;
+    std::string data;
+  };
+
+  tcp::socket& Socket() { return beast::get_lowest_layer(stream_).socket(); }
+
+  void ReadRequest() {
+    parser_.emplace();
+    parser_->body_limit(server_.options.max_body_bytes);
+    beast::get_lowest_layer(stream_).expires_after(kReadTimeout);
+    http::async_read(stream_, buffer_, *parser_,
+                     [self = this->shared_from_this()](beast::error_code ec, size_t) {
+                       self->OnRead(ec);
+                     });
+  }
+
+  void OnRead(beast::error_code ec) {
+    if (ec == http::error::body_limit) {
+      keep_alive_ = false;
+      ApiError e;
+      e.http_status = 413;
+      e.message = absl::StrCat("the request body is larger than ",
+                               server_.options.max_body_bytes, " bytes");
+      return SendError(e);
+    }
+    if (ec) return Close();  // end of stream, timeout, garbage: nothing to answer
+    request_ = parser_->release();
+    keep_alive_ = request_.keep_alive();
+    beast::get_lowest_layer(stream_).expires_never();
+    Route();
+  }
+
+  void Route() {
+    const std::string target(request_.target().data(), request_.target().size());
+    const std::string path = target.substr(0, target.find('?'));
+    const http::verb verb = request_.method();
+    if (path == "/health") {
+      if (verb != http::verb::get && verb != http::verb::head) return MethodNotAllowed("GET");
+      // 200 when serving, 503 while draining.
+      if (server_.service.draining())
+        return SendJson(http::status::service_unavailable, R"({"status":"draining"})");
+      return SendJson(http::status::ok, R"({"status":"ok"})");
+    }
+    if (path == "/v1/models") {
+      if (verb != http::verb::get) return MethodNotAllowed("GET");
+      if (!Authenticate()) return;
+      nlohmann::json model = {{"id", server_.service.model_name()},
+                              {"object", "model"},
+                              {"created", started_},
+                              {"owned_by", "specline"}};
+      nlohmann::json list = {{"object", "list"}, {"data", nlohmann::json::array({model})}};
+      return SendJson(http::status::ok, list.dump());
+    }
+    if (path == "/v1/completions") return Generate(Endpoint::kCompletions);
+    if (path == "/v1/chat/completions") return Generate(Endpoint::kChatCompletions);
+    ApiError e;
+    e.http_status = 404;
+    e.type = "not_found_error";
+    e.message = absl::StrCat("no route for ", std::string(request_.method_string().data(), request_.method_string().size()), " ", path);
+    SendError(e);
+  }
+
+  void MethodNotAllowed(const char* allowed) {
+    ApiError e;
+    e.http_status = 405;
+    e.message = absl::StrCat("method ", std::string(request_.method_string().data(), request_.method_string().size()),
+                             " is not allowed here; use ", allowed);
+    SendError(e);
+  }
+
+  // Bearer auth as the gRPC API does it; false after answering 401.
+  bool Authenticate() {
+    principal_.clear();
+    const Principals* principals = server_.service.principals();
+    if (!principals) return true;
+    auto it = request_.find(http::field::authorization);
+    std::optional<std::string> who;
+    if (it != request_.end()) who = principals->Authenticate(std::string_view(it->value().data(), it->value().size()));
+    if (!who) {
+      ApiError e;
+      e.http_status = 401;
+      e.type = "authentication_error";
+      e.code = "invalid_api_key";
+      e.message = it == request_.end() ? "missing 'Authorization: Bearer <token>' header"
+                                       : "invalid bearer token";
+      SendError(e);
+      return false;
+    }
+    principal_ = *std::move(who);
+    return true;
+  }
+
+  void Generate(Endpoint endpoint) {
+    if (request_.method() != http::verb::post) return MethodNotAllowed("POST");
+    if (!Authenticate()) return;
+    const auto type_field = request_[http::field::content_type];
+    const std::string type(type_field.data(), type_field.size());
+    if (type.rfind("application/json", 0) != 0) {
+      ApiError e;
+      e.http_status = 415;
+      e.message = "Content-Type must be application/json, got '" + type + "'";
+      return SendError(e);
+    }
+    ParsedRequest parsed;
+    if (auto e = ParseRequest(endpoint, request_.body(), &parsed)) return SendError(*e);
+    const std::string& served = server_.service.model_name();
+    if (!parsed.model.empty() && parsed.model != served) {
+      ApiError e;
+      e.http_status = 404;
+      e.param = "model";
+      e.code = "model_not_found";
+      e.message = absl::StrCat("the model '", parsed.model, "' does not exist; this server serves '",
+                               served, "'");
+      return SendError(e);
+    }
+    Generation g;
+    g.who = {endpoint, (endpoint == Endpoint::kChatCompletions ? "chatcmpl-" : "cmpl-") + RandomHex(12),
+             UnixSeconds(), served};
+    parsed.request.set_request_id(g.who.id);
+    g.stream = parsed.stream;
+    g.include_usage = parsed.include_usage;
+    g.sink = std::make_shared<SessionSink<Session>>(this->shared_from_this());
+    if (!parsed.user.empty()) spdlog::info("req={} user={}", g.who.id, parsed.user);
+    gen_ = std::move(g);
+    // The generation may answer on gRPC's threads at once; its messages are
+    // posted to this strand, so they run after this handler returns.
+    const grpc::Status started =
+        server_.service.StartGenerate(principal_, parsed.request, gen_->sink, &gen_->call);
+    if (!started.ok()) {
+      gen_.reset();
+      return SendError(ErrorFromStatus(endpoint, started.error_code(), started.error_message()));
+    }
+    ++server_.open_responses;
+    counted_ = true;
+    if (gen_->stream) {
+      http::response<http::empty_body> header{http::status::ok, request_.version()};
+      header.set(http::field::content_type, "text/event-stream");
+      header.set(http::field::cache_control, "no-cache");
+      header.keep_alive(keep_alive_);
+      header.chunked(true);
+      std::ostringstream out;
+      out << header.base();
+      Queue(Item{Item::kHeader, out.str()});
+    }
+    WatchForDisconnect();
+  }
+
+  // A streaming client sends nothing until its response is over, so a
+  // readable socket means it closed (or pipelined a request, left for later).
+  void WatchForDisconnect() {
+    Socket().async_wait(tcp::socket::wait_read,
+                        net::bind_executor(executor(), [self = this->shared_from_this()](
+                                                           beast::error_code ec) {
+                          if (!self->gen_) return;
+                          char byte;
+                          beast::error_code peek_ec;
+                          const size_t n = ec ? 0
+                                              : self->Socket().receive(
+                                                    net::buffer(&byte, 1),
+                                                    tcp::socket::message_peek, peek_ec);
+                          if (ec || peek_ec || n == 0) self->ClientGone();
+                        }));
+  }
+
+  void ClientGone() {
+    if (!gen_) return;
+    spdlog::info("req={} client disconnected; cancelling", gen_->who.id);
+    gen_->sink->MarkGone();
+    gen_->call->TryCancel();
+  }
+
+  void SendJson(http::status status, std::string body) {
+    http::response<http::string_body> res{status, request_.version()};
+    res.set(http::field::content_type, "application/json");
+    res.keep_alive(keep_alive_);
+    res.body() = std::move(body);
+    res.prepare_payload();
+    std::ostringstream out;
+    out << res;
+    Queue(Item{Item::kWhole, out.str()});
+  }
+
+  void SendError(const ApiError& e) {
+    if (e.http_status >= 500) spdlog::warn("http {}: {}", e.http_status, e.message);
+    SendJson(static_cast<http::status>(e.http_status), ErrorBody(e));
+  }
+
+  void QueueChunk(std::string data) { Queue(Item{Item::kChunk, std::move(data)}); }
+
+  void Queue(Item item) {
+    queue_.push_back(std::move(item));
+    if (!writing_) WriteNext();
+  }
+
+  void WriteNext() {
+    if (queue_.empty()) {
+      writing_ = false;
+      return;
+    }
+    writing_ = true;
+    Item& item = queue_.front();
+    auto done = [self = this->shared_from_this()](beast::error_code ec, size_t) {
+      self->OnWritten(ec);
+    };
+    switch (item.kind) {
+      case Item::kWhole:
+      case Item::kHeader:
+        net::async_write(stream_, net::buffer(item.data), std::move(done));
+        break;
+      case Item::kChunk:
+        net::async_write(stream_, http::make_chunk(net::buffer(item.data)), std::move(done));
+        break;
+      case Item::kLastChunk:
+        net::async_write(stream_, http::make_chunk_last(), std::move(done));
+        break;
+    }
+  }
+
+  void OnWritten(beast::error_code ec) {
+    const auto kind = queue_.front().kind;
+    queue_.pop_front();
+    if (ec) {
+      ClientGone();
+      queue_.clear();
+      writing_ = false;
+      return Close();
+    }
+    const bool response_over = kind == Item::kLastChunk || (kind == Item::kWhole && !gen_);
+    if (response_over) {
+      if (counted_) {
+        counted_ = false;
+        --server_.open_responses;
+      }
+      if (!keep_alive_) {
+        queue_.clear();
+        writing_ = false;
+        return Close();
+      }
+      if (queue_.empty()) {
+        writing_ = false;
+        return ReadRequest();
+      }
+    }
+    WriteNext();
+  }
+
+  void Close() {
+    if (counted_) {
+      counted_ = false;
+      --server_.open_responses;
+    }
+    beast::error_code ec;
+    Socket().shutdown(tcp::socket::shutdown_both, ec);
+    Socket().close(ec);
+  }
+
+  HttpServer::Impl& server_;
+  Stream stream_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  http::request<http::string_body> request_;
+  bool keep_alive_ = true;
+  std::string principal_;
+  std::optional<Generation> gen_;
+  bool counted_ = false;  // counted in open_responses
+  std::deque<Item> queue_;
+  bool writing_ = false;
+  const int64_t started_ = UnixSeconds();
+};
+
+}  // namespace
+
+void HttpServer::Impl::Accept() {
+  acceptor.async_accept(net::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
+    if (ec) {
+      if (ec != net::error::operation_aborted) Accept();
+      return;
+    }
+    socket.set_option(tcp::no_delay(true));
+    if (tls) {
+      using TlsStream = beast::ssl_stream<beast::tcp_stream>;
+      std::make_shared<Session<TlsStream>>(*this, TlsStream(beast::tcp_stream(std::move(socket)), *tls))
+          ->Run();
+    } else {
+      std::make_shared<Session<beast::tcp_stream>>(*this, beast::tcp_stream(std::move(socket)))->Run();
+    }
+    Accept();
+  });
+}
+
+HttpServer::HttpServer(GenerationService& service, Options options)
+    : impl_(std::make_unique<Impl>(service, std::move(options))) {
+  Impl& s = *impl_;
+  if (s.options.tls_cert.empty() != s.options.tls_key.empty())
+    throw std::invalid_argument("--tls-cert and --tls-key go together");
+  if (!s.options.tls_cert.empty()) {
+    s.tls.emplace(ssl::context::tls_server);
+    s.tls->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 |
+                       ssl::context::no_sslv3 | ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1);
+    s.tls->use_certificate_chain_file(s.options.tls_cert);
+    s.tls->use_private_key_file(s.options.tls_key, ssl::context::pem);
+  }
+  beast::error_code ec;
+  const auto address = net::ip::make_address(s.options.host, ec);
+  if (ec) throw std::invalid_argument("--host: not an IP address: " + s.options.host);
+  const tcp::endpoint at(address, static_cast<unsigned short>(s.options.port));
+  s.acceptor.open(at.protocol(), ec);
+  if (!ec) s.acceptor.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) s.acceptor.bind(at, ec);
+  if (!ec) s.acceptor.listen(net::socket_base::max_listen_connections, ec);
+  if (ec)
+    throw ListenError(absl::StrCat("gateway: cannot listen for HTTP on ", s.options.host, ":",
+                                   s.options.port, ": ", ec.message()));
+  port_ = s.acceptor.local_endpoint().port();
+  s.Accept();
+  for (int i = 0; i < std::max(1, s.options.io_threads); ++i) s.threads.emplace_back([&s] { s.ioc.run(); });
+}
+
+void HttpServer::Stop(int grace_ms) {
+  Impl& s = *impl_;
+  if (s.threads.empty()) return;
+  net::post(s.acceptor.get_executor(), [&s] {
+    beast::error_code ec;
+    s.acceptor.close(ec);
+  });
+  // Streams that ended (the drain waited for them) still have their last
+  // chunks to write: give them a moment.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(grace_ms);
+  while (s.open_responses > 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  s.ioc.stop();
+  for (auto& t : s.threads) t.join();
+  s.threads.clear();
+}
+
+HttpServer::~HttpServer() { Stop(0); }
+
+}  // namespace specline::openai

@@ -1,0 +1,47 @@
+// The gateway's OpenAI-compatible HTTP/SSE API on its own port:
+//   POST /v1/completions, POST /v1/chat/completions (streamed or not),
+//   GET /v1/models, GET /health.
+// Boost.Beast over Asio (docs/dependencies.md): a few I/O threads serve
+// every connection, and a streaming request waits for tokens in gRPC's
+// callback API (async_generation.h), so an open stream holds no thread.
+// Requests go through GenerationService like the gRPC API's: the same
+// validation, admission caps, auth principals, drain and metrics.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "services/generation_service.h"
+
+namespace specline::openai {
+
+class HttpServer {
+ public:
+  struct Options {
+    std::string host = "0.0.0.0";
+    int port = 0;  // 0 = pick
+    int io_threads = 2;
+    size_t max_body_bytes = 1 << 20;  // larger bodies get 413
+    std::string tls_cert, tls_key;    // PEM files; both or neither
+  };
+
+  // Listens at once (ListenError when the port is taken).
+  HttpServer(GenerationService& service, Options options);
+  ~HttpServer();
+
+  int port() const { return port_; }
+  // Stops accepting connections and waits up to `grace_ms` for responses
+  // still being written, then closes everything and joins the threads.
+  void Stop(int grace_ms = 2000);
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+  int port_ = 0;
+};
+
+}  // namespace specline::openai

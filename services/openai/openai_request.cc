@@ -1,0 +1,332 @@
+#include "services/openai/openai_request.h"
+
+#include <cmath>
+#include <limits>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "proto/policy_names.h"
+
+namespace specline::openai {
+namespace {
+
+using nlohmann::json;
+
+ApiError Bad(const std::string& param, const std::string& why) {
+  ApiError e;
+  e.message = absl::StrCat(param, ": ", why);
+  e.param = param;
+  return e;
+}
+
+// Fields we know but do not implement: refused unless they carry their
+// default (absent, null, or the value below), never ignored.
+std::optional<ApiError> RefuseUnlessDefault(const json& body, Endpoint endpoint) {
+  auto is_default = [](const json& v, const json& dflt) { return v.is_null() || v == dflt; };
+  struct Unsupported {
+    const char* name;
+    json dflt;
+    const char* why;
+  };
+  const Unsupported fields[] = {
+      {"frequency_penalty", 0, "is not supported by this server (0 or absent only)"},
+      {"presence_penalty", 0, "is not supported by this server (0 or absent only)"},
+      {"logprobs", endpoint == Endpoint::kChatCompletions ? json(false) : json(0),
+       "log probabilities are not supported by this server"},
+      {"top_logprobs", 0, "log probabilities are not supported by this server"},
+      {"echo", false, "is not supported by this server"},
+      {"best_of", 1, "only 1 is supported"},
+      {"suffix", "", "is not supported by this server"},
+      {"logit_bias", json::object(), "is not supported by this server"},
+      {"tools", json::array(), "tool calls are not supported by this server"},
+      {"tool_choice", "none", "tool calls are not supported by this server"},
+      {"parallel_tool_calls", false, "tool calls are not supported by this server"},
+      {"functions", json::array(), "function calls are not supported by this server"},
+      {"function_call", "none", "function calls are not supported by this server"},
+  };
+  for (const auto& f : fields) {
+    auto it = body.find(f.name);
+    if (it != body.end() && !is_default(*it, f.dflt)) return Bad(f.name, f.why);
+  }
+  if (auto it = body.find("response_format"); it != body.end() && !it->is_null()) {
+    if (!it->is_object() || it->value("type", "") != "text")
+      return Bad("response_format", "only {\"type\": \"text\"} is supported");
+  }
+  return std::nullopt;
+}
+
+// Every field either endpoint accepts; anything else is refused by name, as
+// OpenAI's own API does.
+const std::set<std::string>& KnownFields(Endpoint endpoint) {
+  static const std::set<std::string> common = {
+      "model", "max_tokens", "temperature", "top_p", "stop", "seed", "stream",
+      "stream_options", "n", "user", "top_k", "min_p", "repetition_penalty", "ignore_eos",
+      "stop_token_ids", "policy", "pipo_tau", "frequency_penalty", "presence_penalty",
+      "logprobs", "top_logprobs", "logit_bias", "response_format"};
+  static const std::set<std::string> completions = [] {
+    std::set<std::string> s = common;
+    s.insert({"prompt", "echo", "best_of", "suffix"});
+    return s;
+  }();
+  static const std::set<std::string> chat = [] {
+    std::set<std::string> s = common;
+    s.insert({"messages", "max_completion_tokens", "tools", "tool_choice", "parallel_tool_calls",
+              "functions", "function_call"});
+    return s;
+  }();
+  return endpoint == Endpoint::kChatCompletions ? chat : completions;
+}
+
+std::optional<ApiError> ReadNumber(const json& body, const char* name, double lo, double hi,
+                                   std::optional<double>* out) {
+  auto it = body.find(name);
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  if (!it->is_number()) return Bad(name, "must be a number");
+  const double v = it->get<double>();
+  if (!std::isfinite(v) || v < lo || v > hi)
+    return Bad(name, absl::StrCat("must be in [", lo, ", ", hi, "], got ", it->dump()));
+  *out = v;
+  return std::nullopt;
+}
+
+std::optional<ApiError> ReadInt(const json& body, const char* name, int64_t lo, int64_t hi,
+                                std::optional<int64_t>* out) {
+  auto it = body.find(name);
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  if (!it->is_number_integer()) return Bad(name, "must be an integer");
+  // Unsigned values above int64 come back as uint64.
+  if (it->is_number_unsigned() && it->get<uint64_t>() > static_cast<uint64_t>(hi))
+    return Bad(name, absl::StrCat("must be at most ", hi));
+  const int64_t v = it->get<int64_t>();
+  if (v < lo || v > hi) return Bad(name, absl::StrCat("must be in [", lo, ", ", hi, "], got ", v));
+  *out = v;
+  return std::nullopt;
+}
+
+std::optional<ApiError> ReadBool(const json& body, const char* name, bool* out) {
+  auto it = body.find(name);
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  if (!it->is_boolean()) return Bad(name, "must be true or false");
+  *out = it->get<bool>();
+  return std::nullopt;
+}
+
+std::optional<ApiError> ReadPrompt(const json& body, v1::GenerateRequest* r) {
+  auto it = body.find("prompt");
+  if (it == body.end() || it->is_null()) return Bad("prompt", "is required");
+  const json& p = *it;
+  if (p.is_string()) {
+    r->set_text(p.get<std::string>());
+    return std::nullopt;
+  }
+  if (!p.is_array() || p.empty())
+    return Bad("prompt", "must be a string, a list of token ids, or a list of one of those");
+  // A list of one prompt is that prompt; several are a batch.
+  if (p[0].is_string() || p[0].is_array()) {
+    if (p.size() != 1)
+      return Bad("prompt", "several prompts in one request are not supported; send one per request");
+    json one = {{"prompt", p[0]}};
+    return ReadPrompt(one, r);
+  }
+  auto* ids = r->mutable_token_ids();
+  for (size_t i = 0; i < p.size(); ++i) {
+    if (!p[i].is_number_integer() || p[i].get<int64_t>() < 0 ||
+        p[i].get<int64_t>() > std::numeric_limits<int32_t>::max())
+      return Bad("prompt", absl::StrCat("token id at index ", i, " is not a non-negative integer"));
+    ids->add_ids(p[i].get<int32_t>());
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> ReadMessages(const json& body, v1::GenerateRequest* r) {
+  auto it = body.find("messages");
+  if (it == body.end() || it->is_null()) return Bad("messages", "is required");
+  if (!it->is_array() || it->empty()) return Bad("messages", "must be a non-empty list");
+  auto* chat = r->mutable_chat();
+  for (size_t i = 0; i < it->size(); ++i) {
+    const json& m = (*it)[i];
+    const std::string at = absl::StrCat("messages[", i, "]");
+    if (!m.is_object()) return Bad(at, "must be an object with role and content");
+    auto role = m.find("role");
+    if (role == m.end() || !role->is_string()) return Bad(at + ".role", "must be a string");
+    const std::string role_name = role->get<std::string>();
+    // The chat template knows these; tool turns need tool support.
+    if (role_name != "system" && role_name != "user" && role_name != "assistant" &&
+        role_name != "developer")
+      return Bad(at + ".role", absl::StrCat("'", role_name,
+                                            "' is not supported (system, developer, user, assistant)"));
+    std::string text;
+    auto content = m.find("content");
+    if (content == m.end() || content->is_null()) {
+      return Bad(at + ".content", "is required");
+    } else if (content->is_string()) {
+      text = content->get<std::string>();
+    } else if (content->is_array()) {
+      // Content parts: text parts are joined; other kinds need a modality
+      // this server does not have.
+      for (size_t k = 0; k < content->size(); ++k) {
+        const json& part = (*content)[k];
+        const std::string at_part = absl::StrCat(at, ".content[", k, "]");
+        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+            !part["text"].is_string())
+          return Bad(at_part, "only {\"type\": \"text\", \"text\": ...} parts are supported");
+        text += part["text"].get<std::string>();
+      }
+    } else {
+      return Bad(at + ".content", "must be a string or a list of text parts");
+    }
+    if (m.contains("tool_calls") && !m["tool_calls"].is_null())
+      return Bad(at + ".tool_calls", "tool calls are not supported by this server");
+    auto* msg = chat->add_messages();
+    // The chat templates this server renders know "system"; OpenAI's newer
+    // "developer" role is its synonym.
+    msg->set_role(role_name == "developer" ? "system" : role_name);
+    msg->set_content(std::move(text));
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> ReadStop(const json& body, v1::GenerateRequest* r) {
+  auto it = body.find("stop");
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  if (it->is_string()) {
+    r->add_stop(it->get<std::string>());
+    return std::nullopt;
+  }
+  if (!it->is_array()) return Bad("stop", "must be a string or a list of strings");
+  for (size_t i = 0; i < it->size(); ++i) {
+    if (!(*it)[i].is_string()) return Bad(absl::StrCat("stop[", i, "]"), "must be a string");
+    r->add_stop((*it)[i].get<std::string>());
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<ApiError> ParseRequest(Endpoint endpoint, std::string_view body_text,
+                                     ParsedRequest* out) {
+  json body = json::parse(body_text, nullptr, /*allow_exceptions=*/false);
+  if (body.is_discarded()) {
+    ApiError e;
+    e.message = "the request body is not valid JSON";
+    return e;
+  }
+  if (!body.is_object()) {
+    ApiError e;
+    e.message = "the request body must be a JSON object";
+    return e;
+  }
+  const auto& known = KnownFields(endpoint);
+  for (const auto& [name, value] : body.items()) {
+    if (!known.count(name)) return Bad(name, "unrecognized request argument");
+  }
+  if (auto e = RefuseUnlessDefault(body, endpoint)) return e;
+  v1::GenerateRequest& r = out->request;
+
+  if (auto it = body.find("model"); it != body.end() && !it->is_null()) {
+    if (!it->is_string()) return Bad("model", "must be a string");
+    out->model = it->get<std::string>();
+  }
+  if (auto e = endpoint == Endpoint::kChatCompletions ? ReadMessages(body, &r) : ReadPrompt(body, &r))
+    return e;
+
+  std::optional<int64_t> n, max_tokens, max_completion_tokens, top_k, seed;
+  if (auto e = ReadInt(body, "n", 1, 1 << 20, &n)) return e;
+  if (n && *n != 1) return Bad("n", "only n = 1 is supported; send n requests");
+  if (auto e = ReadInt(body, "max_tokens", 1, std::numeric_limits<int32_t>::max(), &max_tokens))
+    return e;
+  if (auto e = ReadInt(body, "max_completion_tokens", 1, std::numeric_limits<int32_t>::max(),
+                       &max_completion_tokens))
+    return e;
+  // OpenAI's newer name wins where both are given.
+  if (max_completion_tokens) max_tokens = max_completion_tokens;
+  if (max_tokens) r.set_max_tokens(static_cast<int32_t>(*max_tokens));
+
+  std::optional<double> temperature, top_p, min_p, repetition_penalty, pipo_tau;
+  if (auto e = ReadNumber(body, "temperature", 0, 2, &temperature)) return e;
+  if (auto e = ReadNumber(body, "top_p", 0, 1, &top_p)) return e;
+  if (auto e = ReadNumber(body, "min_p", 0, 1, &min_p)) return e;
+  if (auto e = ReadNumber(body, "repetition_penalty", 0, 1e6, &repetition_penalty)) return e;
+  if (repetition_penalty && *repetition_penalty == 0)
+    return Bad("repetition_penalty", "must be > 0 (1 = off)");
+  if (auto e = ReadNumber(body, "pipo_tau", 0, 1e6, &pipo_tau)) return e;
+  // vLLM's top_k: -1 or 0 = off.
+  if (auto e = ReadInt(body, "top_k", -1, std::numeric_limits<int32_t>::max(), &top_k)) return e;
+  if (auto e = ReadInt(body, "seed", std::numeric_limits<int64_t>::min(),
+                       std::numeric_limits<int64_t>::max(), &seed))
+    return e;
+  auto* s = r.mutable_sampling();
+  // OpenAI's default temperature is 1 (sampling); 0 is greedy.
+  s->set_temperature(static_cast<float>(temperature.value_or(1.0)));
+  if (top_p) s->set_top_p(static_cast<float>(*top_p));
+  if (min_p) s->set_min_p(static_cast<float>(*min_p));
+  if (repetition_penalty) s->set_repetition_penalty(static_cast<float>(*repetition_penalty));
+  if (top_k && *top_k > 0) s->set_top_k(static_cast<int32_t>(*top_k));
+  if (seed) s->set_seed(static_cast<uint64_t>(*seed));
+  if (pipo_tau) r.set_pipo_tau(static_cast<float>(*pipo_tau));
+
+  if (auto e = ReadStop(body, &r)) return e;
+  if (auto it = body.find("stop_token_ids"); it != body.end() && !it->is_null()) {
+    if (!it->is_array()) return Bad("stop_token_ids", "must be a list of token ids");
+    for (size_t i = 0; i < it->size(); ++i) {
+      const json& v = (*it)[i];
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 ||
+          v.get<int64_t>() > std::numeric_limits<int32_t>::max())
+        return Bad(absl::StrCat("stop_token_ids[", i, "]"), "must be a non-negative integer");
+      r.add_stop_token_ids(v.get<int32_t>());
+    }
+  }
+  bool ignore_eos = false;
+  if (auto e = ReadBool(body, "ignore_eos", &ignore_eos)) return e;
+  r.set_ignore_eos(ignore_eos);
+  if (auto it = body.find("policy"); it != body.end() && !it->is_null()) {
+    if (!it->is_string()) return Bad("policy", absl::StrCat("must be one of ", kPolicyNames));
+    auto policy = PolicyFromName(it->get<std::string>());
+    if (!policy.ok()) return Bad("policy", std::string(policy.status().message()));
+    r.set_policy(*policy);
+  }
+  if (auto e = ReadBool(body, "stream", &out->stream)) return e;
+  if (auto it = body.find("stream_options"); it != body.end() && !it->is_null()) {
+    if (!out->stream) return Bad("stream_options", "is only allowed when stream is true");
+    if (!it->is_object()) return Bad("stream_options", "must be an object");
+    for (const auto& [name, value] : it->items()) {
+      if (name != "include_usage" && name != "continuous_usage_stats")
+        return Bad("stream_options." + name, "unrecognized option");
+    }
+    if (auto e = ReadBool(*it, "include_usage", &out->include_usage))
+      return Bad("stream_options.include_usage", "must be true or false");
+    bool continuous = false;
+    if (ReadBool(*it, "continuous_usage_stats", &continuous) || continuous)
+      return Bad("stream_options.continuous_usage_stats", "is not supported (false or absent only)");
+  }
+  if (auto it = body.find("user"); it != body.end() && !it->is_null()) {
+    if (!it->is_string()) return Bad("user", "must be a string");
+    out->user = it->get<std::string>();
+  }
+  return std::nullopt;
+}
+
+std::string ToOpenAiMessage(Endpoint endpoint, const std::string& grpc_message,
+                            std::string* param) {
+  const size_t colon = grpc_message.find(": ");
+  if (colon == std::string::npos) {
+    param->clear();
+    return grpc_message;
+  }
+  std::string field = grpc_message.substr(0, colon);
+  const std::string prompt_name = endpoint == Endpoint::kChatCompletions ? "messages" : "prompt";
+  auto starts = [&](const char* p) { return field.rfind(p, 0) == 0; };
+  if (starts("sampling.")) {
+    field = field.substr(9);
+  } else if (starts("prompt.chat.messages")) {
+    field = "messages" + field.substr(20);
+  } else if (starts("prompt")) {
+    field = prompt_name;
+  }
+  *param = field;
+  return field + grpc_message.substr(colon);
+}
+
+}  // namespace specline::openai

@@ -1,0 +1,47 @@
+// The OpenAI API's request bodies (POST /v1/completions and
+// /v1/chat/completions) turned into the public GenerateRequest, so the HTTP
+// API runs exactly the gRPC API's validation and decoding. Every field is
+// either honoured, or refused with a 400 naming it; none is ignored.
+// Accepted beyond OpenAI's own fields: vLLM's top-level sampling extensions
+// (top_k, min_p, repetition_penalty, ignore_eos, stop_token_ids) and
+// specline's `policy` ("ar", "ppsd", "spd", "pipo", "ptp") and `pipo_tau`.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "specline/v1/generation.pb.h"
+
+namespace specline::openai {
+
+enum class Endpoint { kCompletions, kChatCompletions };
+
+// An error in OpenAI's shape: {"error": {"message", "type", "param", "code"}}.
+struct ApiError {
+  int http_status = 400;
+  std::string message;
+  std::string type = "invalid_request_error";
+  std::string param;  // "" = null
+  std::string code;   // "" = null
+};
+
+struct ParsedRequest {
+  v1::GenerateRequest request;
+  std::string model;  // as sent ("" when absent)
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  std::string user;            // logged, not interpreted
+};
+
+// Parses and checks a request body. On success `error` is empty.
+std::optional<ApiError> ParseRequest(Endpoint endpoint, std::string_view body,
+                                     ParsedRequest* out);
+
+// Rewrites an INVALID_ARGUMENT message of the gRPC validation
+// ("sampling.top_p: must be ...") in the OpenAI API's field names
+// ("top_p: must be ..."); `param` gets the field.
+std::string ToOpenAiMessage(Endpoint endpoint, const std::string& grpc_message,
+                            std::string* param);
+
+}  // namespace specline::openai
