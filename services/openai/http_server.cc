@@ -1,5 +1,6 @@
 #include "services/openai/http_server.h"
 
+#include <array>
 #include <chrono>
 #include <deque>
 #include <mutex>
@@ -392,7 +393,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       if (!keep_alive_) {
         queue_.clear();
         writing_ = false;
-        return Close();
+        return LingeringClose();
       }
       if (queue_.empty()) {
         writing_ = false;
@@ -400,6 +401,25 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       }
     }
     WriteNext();
+  }
+
+  // After an early answer (413) the client may still be sending its body:
+  // closing at once would reset the connection and lose the answer, so stop
+  // sending, read and drop what comes for a while, then close.
+  void LingeringClose() {
+    beast::error_code ec;
+    Socket().shutdown(tcp::socket::shutdown_send, ec);
+    beast::get_lowest_layer(stream_).expires_after(std::chrono::seconds(5));
+    Discard();
+  }
+
+  void Discard() {
+    beast::get_lowest_layer(stream_).async_read_some(
+        net::buffer(discard_),
+        [self = this->shared_from_this()](beast::error_code ec, size_t) {
+          if (ec) return self->Close();
+          self->Discard();
+        });
   }
 
   void Close() {
@@ -423,6 +443,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   bool counted_ = false;  // counted in open_responses
   std::deque<Item> queue_;
   bool writing_ = false;
+  std::array<char, 16384> discard_;
   const int64_t started_ = UnixSeconds();
 };
 

@@ -1,0 +1,93 @@
+// A small blocking HTTP client for the OpenAI API tests (Boost.Beast), and
+// the SSE helpers they check the server's event stream with.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <nlohmann/json.hpp>
+
+namespace specline::testing {
+
+struct HttpResult {
+  int status = 0;  // 0: no response (connection failed)
+  std::string content_type;
+  std::string body;  // de-chunked
+  bool chunked = false;
+  nlohmann::json Json() const { return nlohmann::json::parse(body, nullptr, false); }
+};
+
+// One request on a fresh connection to 127.0.0.1:port.
+inline HttpResult HttpCall(int port, const std::string& method, const std::string& target,
+                           const std::string& body = "",
+                           const std::map<std::string, std::string>& headers = {
+                               {"Content-Type", "application/json"}}) {
+  namespace beast = boost::beast;
+  namespace http = beast::http;
+  boost::asio::io_context ioc;
+  beast::tcp_stream stream(ioc);
+  HttpResult out;
+  beast::error_code ec;
+  stream.connect(boost::asio::ip::tcp::endpoint(boost::asio::ip::make_address("127.0.0.1"),
+                                                static_cast<unsigned short>(port)),
+                 ec);
+  if (ec) return out;
+  http::request<http::string_body> req{http::string_to_verb(method), target, 11};
+  req.set(http::field::host, "127.0.0.1");
+  for (const auto& [k, v] : headers) req.set(k, v);
+  req.body() = body;
+  req.prepare_payload();
+  http::write(stream, req, ec);
+  if (ec) return out;
+  beast::flat_buffer buffer;
+  http::response_parser<http::string_body> parser;
+  parser.body_limit(64 << 20);
+  http::read(stream, buffer, parser, ec);
+  if (ec) return out;
+  auto res = parser.release();
+  out.status = res.result_int();
+  out.content_type = std::string(res[http::field::content_type]);
+  out.chunked = res.chunked();
+  out.body = res.body();
+  return out;
+}
+
+inline HttpResult PostJson(int port, const std::string& target, const nlohmann::json& body,
+                           std::map<std::string, std::string> headers = {}) {
+  headers.emplace("Content-Type", "application/json");
+  return HttpCall(port, "POST", target, body.dump(), headers);
+}
+
+// The `data:` payloads of an SSE body; a malformed frame is a test failure
+// (reported in `error`).
+struct SseEvents {
+  std::vector<std::string> data;
+  std::string error;
+};
+
+inline SseEvents ParseSse(const std::string& body) {
+  SseEvents out;
+  size_t pos = 0;
+  while (pos < body.size()) {
+    const size_t end = body.find("\n\n", pos);
+    if (end == std::string::npos) {
+      out.error = "unterminated event at byte " + std::to_string(pos);
+      return out;
+    }
+    const std::string event = body.substr(pos, end - pos);
+    if (event.rfind("data: ", 0) != 0 || event.find('\n') != std::string::npos) {
+      out.error = "not one data line: '" + event + "'";
+      return out;
+    }
+    out.data.push_back(event.substr(6));
+    pos = end + 2;
+  }
+  return out;
+}
+
+}  // namespace specline::testing
