@@ -72,7 +72,20 @@ z.extractall(sys.argv[2], [n for n in z.namelist() if n.startswith('kubernetes/c
   rm -rf "$tmp"
 fi
 
-# 4. Build.
+# 4. The clients the tests drive the OpenAI API with (the official `openai`
+#    package, scripts/client-requirements.txt), in a venv over Debian's
+#    Python. Skipped offline: those tests then say so and skip.
+CLIENT_VENV=${SPECLINE_CLIENT_VENV:-$HOME/.cache/specline/client-venv}
+if ! "$CLIENT_VENV/bin/python" -c "import openai" 2>/dev/null; then
+  if /usr/bin/python3 -m venv --system-site-packages "$CLIENT_VENV" &&
+     "$CLIENT_VENV/bin/python" -m pip install -q -r scripts/client-requirements.txt; then
+    echo "setup: client venv at $CLIENT_VENV"
+  else
+    echo "setup: could not install the openai package; its tests will be skipped"
+  fi
+fi
+
+# 5. Build.
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$BUILD_DIR" -j"$(nproc)"
 echo "setup: built $BUILD_DIR/specline"

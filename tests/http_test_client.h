@@ -22,39 +22,58 @@ struct HttpResult {
   nlohmann::json Json() const { return nlohmann::json::parse(body, nullptr, false); }
 };
 
+// A keep-alive connection to 127.0.0.1:port: requests go one after another
+// on the same socket, as HTTP clients' connection pools send them.
+class HttpConnection {
+ public:
+  explicit HttpConnection(int port) : stream_(ioc_) {
+    boost::beast::error_code ec;
+    stream_.connect(boost::asio::ip::tcp::endpoint(boost::asio::ip::make_address("127.0.0.1"),
+                                                   static_cast<unsigned short>(port)),
+                    ec);
+    connected_ = !ec;
+  }
+
+  HttpResult Call(const std::string& method, const std::string& target, const std::string& body = "",
+                  const std::map<std::string, std::string>& headers = {
+                      {"Content-Type", "application/json"}}) {
+    namespace http = boost::beast::http;
+    HttpResult out;
+    if (!connected_) return out;
+    boost::beast::error_code ec;
+    http::request<http::string_body> req{http::string_to_verb(method), target, 11};
+    req.set(http::field::host, "127.0.0.1");
+    for (const auto& [k, v] : headers) req.set(k, v);
+    req.body() = body;
+    req.prepare_payload();
+    http::write(stream_, req, ec);
+    if (ec) return out;
+    http::response_parser<http::string_body> parser;
+    parser.body_limit(64 << 20);
+    http::read(stream_, buffer_, parser, ec);
+    if (ec) return out;
+    auto res = parser.release();
+    out.status = res.result_int();
+    out.content_type = std::string(res[http::field::content_type]);
+    out.chunked = res.chunked();
+    out.body = res.body();
+    return out;
+  }
+
+ private:
+  boost::asio::io_context ioc_;
+  boost::beast::tcp_stream stream_;
+  boost::beast::flat_buffer buffer_;
+  bool connected_ = false;
+};
+
 // One request on a fresh connection to 127.0.0.1:port.
 inline HttpResult HttpCall(int port, const std::string& method, const std::string& target,
                            const std::string& body = "",
                            const std::map<std::string, std::string>& headers = {
                                {"Content-Type", "application/json"}}) {
-  namespace beast = boost::beast;
-  namespace http = beast::http;
-  boost::asio::io_context ioc;
-  beast::tcp_stream stream(ioc);
-  HttpResult out;
-  beast::error_code ec;
-  stream.connect(boost::asio::ip::tcp::endpoint(boost::asio::ip::make_address("127.0.0.1"),
-                                                static_cast<unsigned short>(port)),
-                 ec);
-  if (ec) return out;
-  http::request<http::string_body> req{http::string_to_verb(method), target, 11};
-  req.set(http::field::host, "127.0.0.1");
-  for (const auto& [k, v] : headers) req.set(k, v);
-  req.body() = body;
-  req.prepare_payload();
-  http::write(stream, req, ec);
-  if (ec) return out;
-  beast::flat_buffer buffer;
-  http::response_parser<http::string_body> parser;
-  parser.body_limit(64 << 20);
-  http::read(stream, buffer, parser, ec);
-  if (ec) return out;
-  auto res = parser.release();
-  out.status = res.result_int();
-  out.content_type = std::string(res[http::field::content_type]);
-  out.chunked = res.chunked();
-  out.body = res.body();
-  return out;
+  HttpConnection connection(port);
+  return connection.Call(method, target, body, headers);
 }
 
 inline HttpResult PostJson(int port, const std::string& target, const nlohmann::json& body,

@@ -199,6 +199,31 @@ TEST(ServingHttp, GreedyCompletionEqualsGrpcWithExactUsage) {
   EXPECT_EQ(http_ids.Json()["usage"]["completion_tokens"], static_cast<int>(grpc_ids.tokens.size()));
 }
 
+// One keep-alive connection serves requests one after another, streamed
+// and not, as clients' connection pools send them.
+TEST(ServingHttp, KeepAliveConnectionServesSeveralRequests) {
+  auto stack = StartStack(LongRandomModel(), 1);
+  HttpConnection connection(HttpPort(*stack));
+  const json body = {{"prompt", IdsPrompt(4)}, {"max_tokens", 6}, {"ignore_eos", true}};
+  json streamed = body;
+  streamed["stream"] = true;
+  for (int round = 0; round < 3; ++round) {
+    SCOPED_TRACE(round);
+    EXPECT_EQ(connection.Call("GET", "/v1/models").status, 200);
+    const HttpResult whole = connection.Call("POST", "/v1/completions", body.dump());
+    ASSERT_EQ(whole.status, 200) << whole.body;
+    EXPECT_EQ(whole.Json()["usage"]["completion_tokens"], 6);
+    const HttpResult stream = connection.Call("POST", "/v1/completions", streamed.dump());
+    ASSERT_EQ(stream.status, 200) << stream.body;
+    const SseEvents events = ParseSse(stream.body);
+    EXPECT_TRUE(events.error.empty()) << events.error;
+    ASSERT_FALSE(events.data.empty());
+    EXPECT_EQ(events.data.back(), "[DONE]");
+    // A bad request does not close the connection either.
+    EXPECT_EQ(connection.Call("POST", "/v1/completions", "{").status, 400);
+  }
+}
+
 // Bad requests get OpenAI's error JSON with the right status and the field
 // named; none of them disturbs the server.
 TEST(ServingHttp, BadRequestsGetOpenAiErrors) {

@@ -281,6 +281,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     g.sink = std::make_shared<SessionSink<Session>>(this->shared_from_this());
     if (!parsed.user.empty()) spdlog::info("req={} user={}", g.who.id, parsed.user);
     gen_ = std::move(g);
+    ++serial_;
     // The generation may answer on gRPC's threads at once; its messages are
     // posted to this strand, so they run after this handler returns.
     const grpc::Status started =
@@ -304,20 +305,19 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     WatchForDisconnect();
   }
 
-  // A streaming client sends nothing until its response is over, so a
-  // readable socket means it closed (or pipelined a request, left for later).
+  // A client sends nothing while its response is pending, so a readable
+  // socket with no bytes waiting means it closed; bytes waiting are a
+  // pipelined request, left for later. The check must not read: the next
+  // request belongs to the parser.
   void WatchForDisconnect() {
+    const uint64_t serial = serial_;
     Socket().async_wait(tcp::socket::wait_read,
-                        net::bind_executor(executor(), [self = this->shared_from_this()](
+                        net::bind_executor(executor(), [self = this->shared_from_this(), serial](
                                                            beast::error_code ec) {
-                          if (!self->gen_) return;
-                          char byte;
-                          beast::error_code peek_ec;
-                          const size_t n = ec ? 0
-                                              : self->Socket().receive(
-                                                    net::buffer(&byte, 1),
-                                                    tcp::socket::message_peek, peek_ec);
-                          if (ec || peek_ec || n == 0) self->ClientGone();
+                          if (!self->gen_ || self->serial_ != serial) return;  // a later request
+                          beast::error_code avail_ec;
+                          const size_t n = ec ? 0 : self->Socket().available(avail_ec);
+                          if (ec || avail_ec || n == 0) self->ClientGone();
                         }));
   }
 
@@ -441,6 +441,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   std::string principal_;
   std::optional<Generation> gen_;
   bool counted_ = false;  // counted in open_responses
+  uint64_t serial_ = 0;   // generations started on this connection
   std::deque<Item> queue_;
   bool writing_ = false;
   std::array<char, 16384> discard_;
