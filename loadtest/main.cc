@@ -14,6 +14,7 @@
 
 #include "common/client_util.h"
 #include "loadtest/grpc_client.h"
+#include "loadtest/openai_client.h"
 #include "loadtest/report.h"
 #include "loadtest/runner.h"
 #include "loadtest/search.h"
@@ -24,6 +25,13 @@ namespace {
 
 const char kUsage[] = R"(usage: specline-loadtest --addr HOST:PORT (--rate R | --concurrency N | --sweep R1,R2,.. | --find-max)
                          (--requests N | --duration S) [options]
+target:
+  --api grpc|openai      grpc (default): specline's gRPC API at --addr;
+                         openai: any OpenAI-compatible server's POST /v1/completions
+                         (streamed, with usage) at --addr (specline's --http-port,
+                         llama-server, vLLM)
+  --model NAME           openai: the "model" field (default: none sent)
+  --vocab-size N         openai: synthetic prompt ids are drawn below N (default 256)
 load:
   --rate R               open loop: R requests/s, Poisson arrivals
   --burstiness K         gamma shape of the inter-arrival gaps (default 1 = Poisson;
@@ -38,7 +46,7 @@ load:
   --find-max-start R     first rate tried (default 1); doubled until it fails
   --find-max-steps N     bisection steps after that (default 4)
 prompts:
-  --prompts FILE         one prompt per line, or JSONL {"prompt":..., "max_tokens":...}
+  --prompts FILE         one prompt per line, or JSONL {"prompt":..., "max_tokens":..., "ignore_eos":...}
   --max-tokens N         max_tokens for file prompts without one (default: server's)
   --input-len N          synthetic token-id prompts of N tokens (default 32)
   --output-len N         synthetic: max_tokens, with ignore_eos (default 16)
@@ -61,7 +69,7 @@ class Flags {
  public:
   Flags(int argc, char** argv) {
     static const std::set<std::string> kValued = {
-        "addr", "rate", "burstiness", "concurrency", "ramp-up", "requests", "duration", "sweep",
+        "addr", "api", "model", "vocab-size", "rate", "burstiness", "concurrency", "ramp-up", "requests", "duration", "sweep",
         "find-max-start", "find-max-steps", "prompts", "max-tokens", "input-len", "output-len",
         "len-dist", "range-ratio", "workload-seed", "temperature", "top-p", "top-k", "seed",
         "policy", "timeout-s", "token", "slo-ttft-ms", "slo-tpot-ms", "slo-attainment", "json",
@@ -120,7 +128,10 @@ int Main(int argc, char** argv) {
     std::cout << kUsage;
     return argc == 1 ? 2 : 0;
   }
-  const std::string addr = f.Str("addr", "127.0.0.1:50051");
+  const std::string api = f.Str("api", "grpc");
+  if (api != "grpc" && api != "openai") throw std::invalid_argument("--api wants grpc or openai");
+  const bool openai = api == "openai";
+  const std::string addr = f.Str("addr", openai ? "127.0.0.1:8000" : "127.0.0.1:50051");
   auto channel = grpc::CreateChannel(addr, grpc::InsecureChannelCredentials());
   ClientOptions co;
   if (f.Has("token")) co.bearer_token = ReadTrimmedFile(f.Str("token"));
@@ -151,7 +162,12 @@ int Main(int argc, char** argv) {
     so.dist = f.Str("len-dist", "fixed");
     so.range_ratio = f.Num("range-ratio", 0.5);
     so.seed = base.seed;
-    // Token ids must fit the served vocabulary: ask the gateway.
+    // Token ids must fit the served vocabulary: ask the gateway (the
+    // OpenAI API has no such question: --vocab-size).
+    if (openai) {
+      so.vocab_size = f.Int("vocab-size", 256);
+      items = SyntheticPrompts(base.requests > 0 ? base.requests : 1000, so);
+    } else {
     auto stub = v1::Generation::NewStub(channel);
     grpc::ClientContext ctx;
     if (!co.bearer_token.empty()) ctx.AddMetadata("authorization", "Bearer " + co.bearer_token);
@@ -161,19 +177,27 @@ int Main(int argc, char** argv) {
     if (!st.ok()) throw std::runtime_error("GetModelInfo on " + addr + " failed: " + st.error_message());
     so.vocab_size = info.vocab_size();
     items = SyntheticPrompts(base.requests > 0 ? base.requests : 1000, so);
+    }
   }
 
   Report report;
   report.slo.ttft = f.Num("slo-ttft-ms", 0) / 1e3;
   report.slo.tpot = f.Num("slo-tpot-ms", 0) / 1e3;
-  report.config = {{"addr", addr}};
+  report.config = {{"addr", addr}, {"api", api}};
   for (const char* n : {"rate", "burstiness", "concurrency", "ramp-up", "requests", "duration",
                         "sweep", "prompts", "input-len", "output-len", "len-dist", "policy",
                         "temperature", "top-p", "top-k", "seed", "slo-ttft-ms", "slo-tpot-ms"})
     if (f.Has(n)) report.config[n] = f.Str(n);
   if (f.Has("find-max")) report.config["find-max"] = true;
 
-  const SendFn send = GrpcSender(channel, co);
+  SendFn send;
+  if (openai) {
+    OpenAiTarget target = ParseOpenAiAddress(addr);
+    target.model = f.Str("model");
+    send = OpenAiSender(target, co);
+  } else {
+    send = GrpcSender(channel, co);
+  }
   auto run_at = [&](double rate) -> const RunReport& {
     RunConfig c = base;
     c.rate = rate;

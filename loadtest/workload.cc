@@ -34,6 +34,7 @@ std::vector<WorkItem> LoadPrompts(const std::string& path, int default_max_token
         throw std::runtime_error(path + ":" + std::to_string(lineno) + ": no \"prompt\" string");
       item.text = j["prompt"].get<std::string>();
       if (j.contains("max_tokens")) item.max_tokens = j["max_tokens"].get<int>();
+      if (j.contains("ignore_eos")) item.ignore_eos = j["ignore_eos"].get<bool>();
     } else {
       item.text = line;
     }

@@ -13,8 +13,9 @@ AsyncGeneration::AsyncGeneration(GenerationService& service, std::string princip
       call_(std::move(call)),
       entry_(std::move(entry)),
       sink_(std::move(sink)),
-      stream_(service.model_, service.metrics_, id_, prepared, GenerationStream::Clock::now()),
-      submit_(service.StartSubmit(id_, prepared)) {}
+      stream_(service.model_, service.metrics_.For(Api::kOpenAi), id_, prepared,
+              GenerationStream::Clock::now()),
+      submit_(service.StartSubmit(Api::kOpenAi, id_, prepared)) {}
 
 void AsyncGeneration::Start(GenerationService& service, std::string principal, std::string id,
                             PreparedRequest prepared, std::shared_ptr<grpc::ClientContext> call,
@@ -44,9 +45,9 @@ void AsyncGeneration::OnReadDone(bool ok) {
 void AsyncGeneration::OnDone(const grpc::Status& status) {
   std::optional<v1::GenerateResponse> final_message;
   const bool gone = sink_->ClientGone();
-  grpc::Status end = service_.EndStatus(stream_, status, gone, entry_->aborted, &final_message);
+  grpc::Status end = service_.EndStatus(Api::kOpenAi, stream_, status, gone, entry_->aborted, &final_message);
   if (final_message) sink_->OnMessage(*final_message);
-  service_.Release(principal_, id_);
+  service_.Release(Api::kOpenAi, principal_, id_);
   sink_->OnEnd(end);
   delete this;
 }

@@ -7,6 +7,7 @@ namespace {
 
 using prometheus::Histogram;
 
+
 // vLLM's buckets with finer low ones in front (docs/metrics.md).
 const Histogram::BucketBoundaries kTtftBuckets = {
     0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
@@ -23,54 +24,68 @@ const Histogram::BucketBoundaries kQueueBuckets = {
     1.5,    2.0,    2.5,   5.0,   10.0, 15.0,  20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
     480.0,  960.0,  1920.0, 7680.0};
 
-Histogram* AddHistogram(prometheus::Registry& r, const std::string& name,
-                        const std::string& help, const Histogram::BucketBoundaries& b) {
-  return &prometheus::BuildHistogram().Name(name).Help(help).Register(r).Add({}, b);
-}
-
-prometheus::Counter* AddCounter(prometheus::Registry& r, const std::string& name,
-                                const std::string& help) {
-  return &prometheus::BuildCounter().Name(name).Help(help).Register(r).Add({});
-}
-
 }  // namespace
 
 GatewayMetrics::GatewayMetrics() : registry_(std::make_shared<prometheus::Registry>()) {
   auto& r = *registry_;
-  ttft_ = AddHistogram(r, "specline_time_to_first_token_seconds",
-                       "Request received to first token sent, in seconds.", kTtftBuckets);
-  itl_ = AddHistogram(r, "specline_inter_token_latency_seconds",
-                      "Gap between streamed messages divided by the tokens in the later "
-                      "message, observed once per token, in seconds.",
-                      kTokenGapBuckets);
-  tpot_ = AddHistogram(r, "specline_request_time_per_output_token_seconds",
-                       "Per request (e2e - ttft) / (completion tokens - 1), in seconds.",
-                       kTokenGapBuckets);
-  e2e_ = AddHistogram(r, "specline_e2e_request_latency_seconds",
-                      "Request received to last message sent, successful requests, in seconds.",
-                      kRequestBuckets);
-  queue_ = AddHistogram(r, "specline_request_queue_time_seconds",
-                        "Time a request waited in the scheduler queue, in seconds.",
-                        kQueueBuckets);
-  prompt_tokens_ = AddCounter(r, "specline_prompt_tokens_total",
-                              "Prompt tokens of requests admitted to the scheduler.");
-  generation_tokens_ = AddCounter(r, "specline_generation_tokens_total",
-                                  "Generated tokens streamed to clients.");
-  running_ = &prometheus::BuildGauge()
-                  .Name("specline_num_requests_running")
-                  .Help("Generate streams open at the gateway.")
-                  .Register(r)
-                  .Add({});
-  success_ = &prometheus::BuildCounter()
-                  .Name("specline_request_success_total")
-                  .Help("Requests that finished normally, by finish reason.")
+  auto& ttft = prometheus::BuildHistogram()
+                   .Name("specline_time_to_first_token_seconds")
+                   .Help("Request received to first token sent, in seconds.")
+                   .Register(r);
+  auto& itl = prometheus::BuildHistogram()
+                  .Name("specline_inter_token_latency_seconds")
+                  .Help("Gap between streamed messages divided by the tokens in the later "
+                        "message, observed once per token, in seconds.")
                   .Register(r);
-  failure_ = &prometheus::BuildCounter()
-                  .Name("specline_request_failure_total")
-                  .Help("Generate requests that ended with an error, by gRPC status code.")
+  auto& tpot = prometheus::BuildHistogram()
+                   .Name("specline_request_time_per_output_token_seconds")
+                   .Help("Per request (e2e - ttft) / (completion tokens - 1), in seconds.")
+                   .Register(r);
+  auto& e2e = prometheus::BuildHistogram()
+                  .Name("specline_e2e_request_latency_seconds")
+                  .Help("Request received to last message sent, successful requests, in seconds.")
                   .Register(r);
-  // Create the common series up front so dashboards see zeros, not gaps.
-  for (const char* reason : {"stop", "length", "abort"}) success_->Add({{"finished_reason", reason}});
+  auto& queue = prometheus::BuildHistogram()
+                    .Name("specline_request_queue_time_seconds")
+                    .Help("Time a request waited in the scheduler queue, in seconds.")
+                    .Register(r);
+  auto& prompt = prometheus::BuildCounter()
+                     .Name("specline_prompt_tokens_total")
+                     .Help("Prompt tokens of requests admitted to the scheduler.")
+                     .Register(r);
+  auto& generation = prometheus::BuildCounter()
+                         .Name("specline_generation_tokens_total")
+                         .Help("Generated tokens streamed to clients.")
+                         .Register(r);
+  auto& running = prometheus::BuildGauge()
+                      .Name("specline_num_requests_running")
+                      .Help("Generate streams open at the gateway.")
+                      .Register(r);
+  auto& success = prometheus::BuildCounter()
+                      .Name("specline_request_success_total")
+                      .Help("Requests that finished normally, by finish reason.")
+                      .Register(r);
+  auto& failure = prometheus::BuildCounter()
+                      .Name("specline_request_failure_total")
+                      .Help("Requests that ended with an error, by gRPC status code.")
+                      .Register(r);
+  for (auto [series, name] : {std::pair{&grpc_, "grpc"}, std::pair{&openai_, "openai"}}) {
+    const prometheus::Labels api = {{"api", name}};
+    series->api_ = name;
+    series->ttft_ = &ttft.Add(api, kTtftBuckets);
+    series->itl_ = &itl.Add(api, kTokenGapBuckets);
+    series->tpot_ = &tpot.Add(api, kTokenGapBuckets);
+    series->e2e_ = &e2e.Add(api, kRequestBuckets);
+    series->queue_ = &queue.Add(api, kQueueBuckets);
+    series->prompt_tokens_ = &prompt.Add(api);
+    series->generation_tokens_ = &generation.Add(api);
+    series->running_ = &running.Add(api);
+    series->success_ = &success;
+    series->failure_ = &failure;
+    // The common series up front, so dashboards see zeros, not gaps.
+    for (const char* reason : {"stop", "length", "abort"})
+      success.Add({{"api", name}, {"finished_reason", reason}});
+  }
 }
 
 void GatewayMetrics::Expose(const std::string& host, int port) {
@@ -79,12 +94,12 @@ void GatewayMetrics::Expose(const std::string& host, int port) {
   port_ = server_->port();
 }
 
-void GatewayMetrics::CountSuccess(const std::string& finished_reason) {
-  success_->Add({{"finished_reason", finished_reason}}).Increment();
+void GatewayMetrics::Series::CountSuccess(const std::string& finished_reason) {
+  success_->Add({{"api", api_}, {"finished_reason", finished_reason}}).Increment();
 }
 
-void GatewayMetrics::CountFailure(const std::string& code) {
-  failure_->Add({{"code", code}}).Increment();
+void GatewayMetrics::Series::CountFailure(const std::string& code) {
+  failure_->Add({{"api", api_}, {"code", code}}).Increment();
 }
 
 }  // namespace specline

@@ -17,6 +17,10 @@
 
 namespace specline {
 
+// The API a request came through: every request series carries it as the
+// `api` label ("grpc" or "openai"), so dashboards sum over it or split by it.
+enum class Api { kGrpc, kOpenAi };
+
 class GatewayMetrics {
  public:
   GatewayMetrics();
@@ -26,33 +30,43 @@ class GatewayMetrics {
   int port() const { return port_; }
   std::shared_ptr<prometheus::Registry> registry() const { return registry_; }
 
-  prometheus::Histogram& ttft() { return *ttft_; }
-  prometheus::Histogram& itl() { return *itl_; }
-  prometheus::Histogram& tpot() { return *tpot_; }
-  prometheus::Histogram& e2e() { return *e2e_; }
-  prometheus::Histogram& queue() { return *queue_; }
-  prometheus::Counter& prompt_tokens() { return *prompt_tokens_; }
-  prometheus::Counter& generation_tokens() { return *generation_tokens_; }
-  prometheus::Gauge& running() { return *running_; }
-  // finished_reason: "stop", "length", "abort".
-  void CountSuccess(const std::string& finished_reason);
-  // code: the gRPC status name, e.g. "INVALID_ARGUMENT".
-  void CountFailure(const std::string& code);
+  // One API's series.
+  class Series {
+   public:
+    prometheus::Histogram& ttft() { return *ttft_; }
+    prometheus::Histogram& itl() { return *itl_; }
+    prometheus::Histogram& tpot() { return *tpot_; }
+    prometheus::Histogram& e2e() { return *e2e_; }
+    prometheus::Histogram& queue() { return *queue_; }
+    prometheus::Counter& prompt_tokens() { return *prompt_tokens_; }
+    prometheus::Counter& generation_tokens() { return *generation_tokens_; }
+    prometheus::Gauge& running() { return *running_; }
+    // finished_reason: "stop", "length", "abort".
+    void CountSuccess(const std::string& finished_reason);
+    // code: the gRPC status name, e.g. "INVALID_ARGUMENT".
+    void CountFailure(const std::string& code);
+
+   private:
+    friend class GatewayMetrics;
+    std::string api_;
+    prometheus::Histogram* ttft_;
+    prometheus::Histogram* itl_;
+    prometheus::Histogram* tpot_;
+    prometheus::Histogram* e2e_;
+    prometheus::Histogram* queue_;
+    prometheus::Counter* prompt_tokens_;
+    prometheus::Counter* generation_tokens_;
+    prometheus::Gauge* running_;
+    prometheus::Family<prometheus::Counter>* success_;
+    prometheus::Family<prometheus::Counter>* failure_;
+  };
+  Series& For(Api api) { return api == Api::kGrpc ? grpc_ : openai_; }
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<MetricsServer> server_;
   int port_ = 0;
-  prometheus::Histogram* ttft_;
-  prometheus::Histogram* itl_;
-  prometheus::Histogram* tpot_;
-  prometheus::Histogram* e2e_;
-  prometheus::Histogram* queue_;
-  prometheus::Counter* prompt_tokens_;
-  prometheus::Counter* generation_tokens_;
-  prometheus::Gauge* running_;
-  prometheus::Family<prometheus::Counter>* success_;
-  prometheus::Family<prometheus::Counter>* failure_;
+  Series grpc_, openai_;
 };
 
 }  // namespace specline

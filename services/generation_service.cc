@@ -73,13 +73,13 @@ grpc::Status GenerationService::CheckAuth(const grpc::ServerContext& ctx,
 grpc::Status GenerationService::GenerateRaw(
     grpc::ServerContext* ctx, grpc::ServerSplitStreamer<grpc::ByteBuffer, v1::GenerateResponse>* stream) {
   std::string principal;
-  if (grpc::Status s = CheckAuth(*ctx, &principal); !s.ok()) return Fail(s);
+  if (grpc::Status s = CheckAuth(*ctx, &principal); !s.ok()) return Fail(Api::kGrpc, s);
   grpc::ByteBuffer bytes;
   if (!stream->Read(&bytes)) {
-    return Fail(grpc::Status(grpc::INVALID_ARGUMENT, "request: no GenerateRequest message received"));
+    return Fail(Api::kGrpc, grpc::Status(grpc::INVALID_ARGUMENT, "request: no GenerateRequest message received"));
   }
   v1::GenerateRequest request;
-  if (absl::Status st = ParseRequestBuffer(bytes, &request); !st.ok()) return Fail(ToGrpc(st));
+  if (absl::Status st = ParseRequestBuffer(bytes, &request); !st.ok()) return Fail(Api::kGrpc, ToGrpc(st));
   return Generate(ctx, principal, request, stream);
 }
 
@@ -102,20 +102,20 @@ grpc::Status GenerationService::UnaryRaw(grpc::ServerContext* ctx,
   return s;
 }
 
-grpc::Status GenerationService::Fail(const grpc::Status& status) {
-  metrics_.CountFailure(StatusCodeName(status.error_code()));
+grpc::Status GenerationService::Fail(Api api, const grpc::Status& status) {
+  metrics_.For(api).CountFailure(StatusCodeName(status.error_code()));
   return status;
 }
 
-grpc::Status GenerationService::Prepare(const v1::GenerateRequest& request, std::string* id,
+grpc::Status GenerationService::Prepare(Api api, const v1::GenerateRequest& request, std::string* id,
                                        PreparedRequest* prepared) {
   if (draining_)
-    return Fail(grpc::Status(grpc::UNAVAILABLE,
+    return Fail(api, grpc::Status(grpc::UNAVAILABLE,
                              "gateway is draining for shutdown; retry on another replica"));
   auto result = PrepareRequest(request, model_);
   if (!result.ok()) {
     spdlog::debug("req={} rejected: {}", request.request_id(), std::string(result.status().message()));
-    return Fail(ToGrpc(result.status()));
+    return Fail(api, ToGrpc(result.status()));
   }
   *prepared = *std::move(result);
   // Server-made ids are unguessable; a client's own id is scoped to its
@@ -131,10 +131,10 @@ grpc::Status GenerationService::StartGenerate(const std::string& principal,
                                               std::shared_ptr<grpc::ClientContext>* call) {
   std::string id;
   PreparedRequest prepared;
-  if (grpc::Status s = Prepare(request, &id, &prepared); !s.ok()) return s;
+  if (grpc::Status s = Prepare(Api::kOpenAi, request, &id, &prepared); !s.ok()) return s;
   auto upstream = std::make_shared<grpc::ClientContext>();
   std::shared_ptr<ActiveRequests::Entry> entry;
-  if (grpc::Status s = Admit(principal, id, upstream.get(), &entry); !s.ok()) return s;
+  if (grpc::Status s = Admit(Api::kOpenAi, principal, id, upstream.get(), &entry); !s.ok()) return s;
   *call = upstream;
   AsyncGeneration::Start(*this, principal, std::move(id), std::move(prepared), std::move(upstream),
                          std::move(entry), std::move(sink));
@@ -146,54 +146,54 @@ grpc::Status GenerationService::Generate(grpc::ServerContext* ctx, const std::st
                                          ResponseWriter* writer) {
   std::string id;
   PreparedRequest prepared;
-  if (grpc::Status s = Prepare(request, &id, &prepared); !s.ok()) return s;
+  if (grpc::Status s = Prepare(Api::kGrpc, request, &id, &prepared); !s.ok()) return s;
   return Stream(ctx, principal, id, std::move(prepared), writer);
 }
 
-grpc::Status GenerationService::Admit(const std::string& principal, const std::string& id,
+grpc::Status GenerationService::Admit(Api api, const std::string& principal, const std::string& id,
                                       grpc::ClientContext* upstream,
                                       std::shared_ptr<ActiveRequests::Entry>* entry) {
   switch (active_.Add(principal, id, upstream, entry)) {
     case ActiveRequests::AddResult::kFull:
-      return Fail(grpc::Status(grpc::RESOURCE_EXHAUSTED,
+      return Fail(api, grpc::Status(grpc::RESOURCE_EXHAUSTED,
                                absl::StrCat("gateway: ", options_.max_concurrent_streams,
                                             " streams already open (--max-concurrent-streams)")));
     case ActiveRequests::AddResult::kPrincipalFull:
-      return Fail(grpc::Status(grpc::RESOURCE_EXHAUSTED,
+      return Fail(api, grpc::Status(grpc::RESOURCE_EXHAUSTED,
                                absl::StrCat("gateway: principal '", principal, "' has ",
                                             options_.max_streams_per_principal,
                                             " streams open (--max-streams-per-principal)")));
     case ActiveRequests::AddResult::kDuplicate:
-      return Fail(grpc::Status(grpc::ALREADY_EXISTS,
+      return Fail(api, grpc::Status(grpc::ALREADY_EXISTS,
                                absl::StrCat("request_id: '", id, "' is already running")));
     case ActiveRequests::AddResult::kOk:
       break;
   }
-  metrics_.running().Increment();
+  metrics_.For(api).running().Increment();
   return grpc::Status::OK;
 }
 
-void GenerationService::Release(const std::string& principal, const std::string& id) {
+void GenerationService::Release(Api api, const std::string& principal, const std::string& id) {
   active_.Remove(principal, id);
-  metrics_.running().Decrement();
+  metrics_.For(api).running().Decrement();
 }
 
-internal::SubmitRequest GenerationService::StartSubmit(const std::string& id,
+internal::SubmitRequest GenerationService::StartSubmit(Api api, const std::string& id,
                                                        PreparedRequest& prepared) {
   internal::SubmitRequest submit = std::move(prepared.submit);
   submit.set_request_id(id);
-  metrics_.prompt_tokens().Increment(submit.prompt_size());
+  metrics_.For(api).prompt_tokens().Increment(submit.prompt_size());
   spdlog::info("req={} start prompt_tokens={} max_tokens={} temperature={} seed={}", id,
                submit.prompt_size(), submit.max_tokens(), submit.sampling().temperature(),
                submit.sampling().seed());
   return submit;
 }
 
-grpc::Status GenerationService::EndStatus(GenerationStream& stream, const grpc::Status& scheduler,
+grpc::Status GenerationService::EndStatus(Api api, GenerationStream& stream, const grpc::Status& scheduler,
                                           bool client_gone, bool aborted,
                                           std::optional<v1::GenerateResponse>* final_message) {
   if (stream.finished()) {
-    return client_gone ? Fail(grpc::Status(grpc::CANCELLED, "client went away")) : grpc::Status::OK;
+    return client_gone ? Fail(api, grpc::Status(grpc::CANCELLED, "client went away")) : grpc::Status::OK;
   }
   if (aborted) {
     *final_message = stream.AbortMessage();
@@ -202,7 +202,7 @@ grpc::Status GenerationService::EndStatus(GenerationStream& stream, const grpc::
   if (client_gone) {
     spdlog::info("req={} cancelled by the client after {} tokens", stream.id(),
                  stream.completion_tokens());
-    return Fail(grpc::Status(grpc::CANCELLED, "cancelled by the client"));
+    return Fail(api, grpc::Status(grpc::CANCELLED, "cancelled by the client"));
   }
   grpc::Status status;
   if (scheduler.ok()) {
@@ -215,7 +215,7 @@ grpc::Status GenerationService::EndStatus(GenerationStream& stream, const grpc::
   }
   spdlog::warn("req={} failed after {} tokens: {} {}", stream.id(), stream.completion_tokens(),
                StatusCodeName(status.error_code()), status.error_message());
-  return Fail(status);
+  return Fail(api, status);
 }
 
 grpc::Status GenerationService::Stream(grpc::ServerContext* ctx, const std::string& principal,
@@ -226,16 +226,16 @@ grpc::Status GenerationService::Stream(grpc::ServerContext* ctx, const std::stri
   // scheduler, which frees the request's KV when its call ends.
   std::unique_ptr<grpc::ClientContext> upstream = grpc::ClientContext::FromServerContext(*ctx);
   std::shared_ptr<ActiveRequests::Entry> entry;
-  if (grpc::Status s = Admit(principal, id, upstream.get(), &entry); !s.ok()) return s;
+  if (grpc::Status s = Admit(Api::kGrpc, principal, id, upstream.get(), &entry); !s.ok()) return s;
   struct Cleanup {
     GenerationService* self;
     const std::string& principal;
     const std::string& id;
-    ~Cleanup() { self->Release(principal, id); }
+    ~Cleanup() { self->Release(Api::kGrpc, principal, id); }
   } cleanup{this, principal, id};
 
-  GenerationStream stream(model_, metrics_, id, prepared, t0);
-  const internal::SubmitRequest submit = StartSubmit(id, prepared);
+  GenerationStream stream(model_, metrics_.For(Api::kGrpc), id, prepared, t0);
+  const internal::SubmitRequest submit = StartSubmit(Api::kGrpc, id, prepared);
   auto reader = scheduler_->Submit(upstream.get(), submit);
   internal::SubmitEvent event;
   bool client_gone = false;
@@ -258,7 +258,7 @@ grpc::Status GenerationService::Stream(grpc::ServerContext* ctx, const std::stri
   const grpc::Status status = reader->Finish();
   std::optional<v1::GenerateResponse> final_message;
   grpc::Status end =
-      EndStatus(stream, status, client_gone || (!stream.finished() && ctx->IsCancelled()),
+      EndStatus(Api::kGrpc, stream, status, client_gone || (!stream.finished() && ctx->IsCancelled()),
                 entry->aborted, &final_message);
   if (final_message) writer->Write(*final_message);
   return end;

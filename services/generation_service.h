@@ -63,6 +63,8 @@ class GenerationService final : public v1::Generation::Service {
   void StartDrain() { draining_ = true; }
   bool draining() const { return draining_; }
   const std::string& model_name() const { return options_.model_name; }
+  // For failures counted outside the shared path (the HTTP API's own 4xx).
+  GatewayMetrics::Series& metrics(Api api) { return metrics_.For(api); }
   const Principals* principals() const {
     return options_.principals ? &*options_.principals : nullptr;
   }
@@ -73,19 +75,19 @@ class GenerationService final : public v1::Generation::Service {
   // UNAUTHENTICATED.
   grpc::Status CheckAuth(const grpc::ServerContext& ctx, std::string* principal) const;
   friend class AsyncGeneration;
-  grpc::Status Fail(const grpc::Status& status);  // counts it, returns it
+  grpc::Status Fail(Api api, const grpc::Status& status);  // counts it, returns it
   // Validation shared by both APIs: draining, the request's fields.
-  grpc::Status Prepare(const v1::GenerateRequest& request, std::string* id,
+  grpc::Status Prepare(Api api, const v1::GenerateRequest& request, std::string* id,
                        PreparedRequest* prepared);
   // Admission (the stream caps, duplicate ids) and its release.
-  grpc::Status Admit(const std::string& principal, const std::string& id,
+  grpc::Status Admit(Api api, const std::string& principal, const std::string& id,
                      grpc::ClientContext* upstream, std::shared_ptr<ActiveRequests::Entry>* entry);
-  void Release(const std::string& principal, const std::string& id);
+  void Release(Api api, const std::string& principal, const std::string& id);
   // The scheduler request, counted and logged.
-  internal::SubmitRequest StartSubmit(const std::string& id, PreparedRequest& prepared);
+  internal::SubmitRequest StartSubmit(Api api, const std::string& id, PreparedRequest& prepared);
   // The status a stream ends with once its scheduler call is over; an
   // aborted request gets its final message in `final_message`.
-  grpc::Status EndStatus(GenerationStream& stream, const grpc::Status& scheduler, bool client_gone,
+  grpc::Status EndStatus(Api api, GenerationStream& stream, const grpc::Status& scheduler, bool client_gone,
                          bool aborted, std::optional<v1::GenerateResponse>* final_message);
   grpc::Status Stream(grpc::ServerContext* ctx, const std::string& principal,
                       const std::string& id, PreparedRequest prepared, ResponseWriter* writer);

@@ -30,7 +30,7 @@ const char* StatusCodeName(int grpc_code) {
   return kNames[grpc_code];
 }
 
-GenerationStream::GenerationStream(const ServedModel& model, GatewayMetrics& metrics,
+GenerationStream::GenerationStream(const ServedModel& model, GatewayMetrics::Series& metrics,
                                    std::string id, const PreparedRequest& prepared,
                                    Clock::time_point t0)
     : model_(model),

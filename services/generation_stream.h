@@ -25,7 +25,7 @@ class GenerationStream {
   using Clock = std::chrono::steady_clock;
 
   // `t0` is when the request arrived (TTFT and e2e count from it).
-  GenerationStream(const ServedModel& model, GatewayMetrics& metrics, std::string id,
+  GenerationStream(const ServedModel& model, GatewayMetrics::Series& metrics, std::string id,
                    const PreparedRequest& prepared, Clock::time_point t0);
 
   struct Step {
@@ -52,7 +52,7 @@ class GenerationStream {
   void FinishMessage(v1::GenerateResponse* resp, Clock::time_point now);
 
   const ServedModel& model_;
-  GatewayMetrics& metrics_;
+  GatewayMetrics::Series& metrics_;
   const std::string id_;
   const Clock::time_point t0_;
   const int prompt_tokens_;

@@ -380,10 +380,10 @@ TEST(Deploy, ChartNetworkPolicyAdmitsOnlyTheReleaseToInternalPorts) {
               << wname << ": " << peer.dump();
         }
       }
-      // The gateway's API and every metrics port stay reachable; the
+      // The gateway's APIs (gRPC, HTTP) and every metrics port stay reachable; the
       // scheduler's and stages' gRPC and data ports do not.
       const std::set<std::string> want_open = component == "gateway"
-                                                  ? std::set<std::string>{"grpc", "metrics"}
+                                                  ? std::set<std::string>{"grpc", "http", "metrics"}
                                                   : std::set<std::string>{"metrics"};
       EXPECT_EQ(open, want_open) << wname;
     }

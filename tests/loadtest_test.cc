@@ -253,17 +253,21 @@ TEST(LoadtestWorkload, PromptFileLinesAndJsonl) {
 
 // The cumulative bucket counts of histogram `name` in a /metrics body:
 // upper bound (le) -> count; +Inf left out.
+// Cumulative bucket counts of histogram `name` by upper bound, summed over
+// its other labels (the gateway's `api`).
 std::map<double, double> HistogramBuckets(const std::string& text, const std::string& name) {
   std::map<double, double> out;
-  const std::string key = name + "_bucket{le=\"";
+  const std::string key = name + "_bucket{";
   std::istringstream lines(text);
   std::string line;
   while (std::getline(lines, line)) {
     if (line.rfind(key, 0) != 0) continue;
-    const size_t close = line.find('"', key.size());
-    const std::string le = line.substr(key.size(), close - key.size());
+    const size_t le_at = line.find("le=\"", key.size());
+    if (le_at == std::string::npos) continue;
+    const size_t close = line.find('"', le_at + 4);
+    const std::string le = line.substr(le_at + 4, close - le_at - 4);
     if (close == std::string::npos || le == "+Inf") continue;
-    out[std::stod(le)] = std::stod(line.substr(line.find(' ', close) + 1));
+    out[std::stod(le)] += std::stod(line.substr(line.rfind(' ') + 1));
   }
   return out;
 }
@@ -363,6 +367,41 @@ TEST(LoadtestE2E, ClosedLoopAgreesWithGatewayMetrics) {
   EXPECT_EQ(js["runs"][1]["offered_rate"], 120);
   EXPECT_EQ(js["runs"][1]["summary"]["completed"], 12);
   EXPECT_NE(ReadFile(html_path).find("Latency vs throughput"), std::string::npos);
+}
+
+// --api openai: the same runner and reports over the gateway's OpenAI HTTP
+// API (the client that also measures llama-server or vLLM). Token counts come
+// from the usage chunk, so they are exact; the gateway counts the requests
+// under api="openai".
+TEST(LoadtestE2E, OpenAiApiModeAgreesWithGatewayMetrics) {
+  const std::string model = SharedModelPath("stories260K/stories260K.bin");
+  if (model.empty()) GTEST_SKIP() << "../shared/models/stories260K absent";
+  auto stack = StartStack(model, 2);
+  const std::string dir = TempDir();
+  const std::string before = ScrapeMetrics(stack->metrics_port());
+  const int n = 12, output_len = 16;
+  const std::string cmd = BinaryPath("specline-loadtest") + " --api openai --addr 127.0.0.1:" +
+                          std::to_string(stack->ports["gateway"]["http"].get<int>()) +
+                          " --model stories260K --concurrency 3 --requests " + std::to_string(n) +
+                          " --input-len 12 --output-len " + std::to_string(output_len) +
+                          " --json " + dir + "/lt.json > " + dir + "/lt.log 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << ReadFile(dir + "/lt.log");
+  const std::string after = ScrapeMetrics(stack->metrics_port());
+  const nlohmann::json j = nlohmann::json::parse(ReadFile(dir + "/lt.json"));
+  const nlohmann::json& s = j["runs"][0]["summary"];
+  EXPECT_EQ(s["completed"], n);
+  EXPECT_EQ(s["failed"], 0);
+  EXPECT_EQ(s["output_tokens"], n * output_len);
+  for (const nlohmann::json& r : j["runs"][0]["requests"]) {
+    EXPECT_EQ(r["output_tokens"], output_len);
+    EXPECT_EQ(r["prompt_tokens"], 12);
+    EXPECT_EQ(r["finish_reason"], "length");
+    EXPECT_GT(r["ttft_ms"].get<double>(), 0);
+  }
+  const std::string api = "{api=\"openai\"}";
+  EXPECT_EQ(MetricDelta(before, after, "specline_time_to_first_token_seconds_count", api), n);
+  EXPECT_EQ(MetricDelta(before, after, "specline_generation_tokens_total", api), n * output_len);
+  EXPECT_EQ(MetricDelta(before, after, "specline_generation_tokens_total", "{api=\"grpc\"}"), 0);
 }
 
 }  // namespace

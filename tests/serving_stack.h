@@ -226,19 +226,44 @@ inline std::string ScrapeMetrics(int port) {
   return body == std::string::npos ? "" : resp.substr(body + 4);
 }
 
-// The value of an unlabelled sample `name` (or with the exact label text
-// `labels`, e.g. {finished_reason="length"}) in a /metrics body; nullopt
-// when the series is absent. For what may legitimately be absent (a labelled
-// counter before its first increment); everything else uses MetricValue.
+// The sum of the samples `name` whose labels include every label in
+// `labels` (label text such as {finished_reason="length"}; "" = any
+// labels) in a /metrics body; nullopt when no sample matches. So a series
+// split by a label the test does not name (the gateway's `api`) is summed.
+// For what may legitimately be absent (a labelled counter before its first
+// increment); everything else uses MetricValue.
 inline std::optional<double> MetricValueIfPresent(const std::string& text, const std::string& name,
                                                   const std::string& labels = "") {
-  const std::string key = name + labels + " ";
-  size_t pos = 0;
-  while ((pos = text.find(key, pos)) != std::string::npos) {
-    if (pos == 0 || text[pos - 1] == '\n') return std::stod(text.substr(pos + key.size()));
-    pos += key.size();
+  // The wanted labels, each as its k="v" text.
+  std::vector<std::string> wanted;
+  if (labels.size() > 2) {
+    const std::string inner = labels.substr(1, labels.size() - 2);
+    size_t start = 0;
+    while (start < inner.size()) {
+      size_t end = inner.find("\",", start);
+      end = end == std::string::npos ? inner.size() : end + 1;
+      wanted.push_back(inner.substr(start, end - start));
+      start = end + 1;
+    }
   }
-  return std::nullopt;
+  std::optional<double> sum;
+  size_t line_start = 0;
+  while (line_start < text.size()) {
+    size_t line_end = text.find('\n', line_start);
+    if (line_end == std::string::npos) line_end = text.size();
+    const std::string line = text.substr(line_start, line_end - line_start);
+    line_start = line_end + 1;
+    if (line.rfind(name, 0) != 0 || line.size() <= name.size()) continue;
+    const char next = line[name.size()];
+    if (next != ' ' && next != '{') continue;
+    std::string have;
+    if (next == '{') have = "," + line.substr(name.size() + 1, line.find('}') - name.size() - 1) + ",";
+    bool match = true;
+    for (const std::string& w : wanted) match = match && have.find("," + w + ",") != std::string::npos;
+    if (!match) continue;
+    sum = sum.value_or(0) + std::stod(line.substr(line.rfind(' ') + 1));
+  }
+  return sum;
 }
 
 // The same, for a series that must be there: its absence (a dropped or

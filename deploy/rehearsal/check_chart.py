@@ -88,6 +88,9 @@ def setUpModule():
         "custom": render(sets=["pipeline.stages=3", "pipeline.partition={0:10,10:20,20:30}",
                                "gateway.authSecret=tok", "gateway.tlsSecret=cert",
                                "modelCache.existingClaim=shared-models", "model.tokenizer=tok/tokenizer.json"]),
+        # Probes on the OpenAI API's GET /health, with TLS; and no HTTP port.
+        "http-probe": render(sets=["gateway.probe=http", "gateway.tlsSecret=cert"]),
+        "no-http": render(sets=["gateway.httpPort=0"]),
         # An operator's own secret, Prometheus only from "monitoring", clients
         # only from the ingress controller's namespace.
         "locked": render(sets=["internalAuth.existingSecret=specline-internal", "internalAuth.secretKey=token",
@@ -211,6 +214,24 @@ class PipelineTest(Check):
                     "custom: auth, TLS and tokenizer flags")
         self.expect(not c.of_kind("PersistentVolumeClaim"), "custom: no PVC with an existing claim")
 
+    def test_openai_http_port(self):
+        _, gw = container(CASES["defaults"], "Deployment", "-gateway")
+        self.expect(flag(gw, "http-port") == "8000", "defaults: the gateway serves the OpenAI API on 8000")
+        self.expect({"name": "http", "containerPort": 8000, "protocol": "TCP"} in gw["ports"],
+                    "defaults: the http container port")
+        svc = [s for s in CASES["defaults"].of_kind("Service") if s["metadata"]["name"].endswith("-gateway")][0]
+        self.expect(any(p["name"] == "http" and p["port"] == 8000 for p in svc["spec"]["ports"]),
+                    "defaults: the gateway Service exposes http")
+        self.expect("grpc" in gw["readinessProbe"], "defaults: gRPC health probes")
+        _, probed = container(CASES["http-probe"], "Deployment", "-gateway")
+        for kind in ("startupProbe", "readinessProbe"):
+            got = probed[kind].get("httpGet", {})
+            self.expect(got.get("path") == "/health" and got.get("port") == 8000 and got.get("scheme") == "HTTPS",
+                        f"http-probe: {kind} is GET /health over HTTPS, got {probed[kind]}")
+        _, off = container(CASES["no-http"], "Deployment", "-gateway")
+        self.expect(flag(off, "http-port") is None and all(p["name"] != "http" for p in off["ports"]),
+                    "no-http: no --http-port and no http port")
+
     def test_bad_values_fail_with_a_message(self):
         for sets, api, needle in [
             (["pipeline.stages=3", "pipeline.partition={0:10,10:30}"], (),
@@ -225,6 +246,8 @@ class PipelineTest(Check):
             (["internalAuth.secretKey=a/b"], (), "internalAuth.secretKey"),
             (["internalAuth.enabled=yes"], (), "internalAuth.enabled"),
             (["networkPolicy.metricsFrom[0].podSelectr.x=y"], (), "podSelectr"),
+            (["gateway.probe=http", "gateway.httpPort=0"], (), "gateway.probe=http needs gateway.httpPort"),
+            (["gateway.probe=tcp"], (), "gateway.probe"),
         ]:
             with self.subTest(sets=sets):
                 with self.assertRaises(RuntimeError, msg=f"{sets}: rendered, expected an error") as cm:
@@ -350,6 +373,7 @@ class NetworkPolicyTest(Check):
         everyone = {"gateway", "scheduler", "stage", "outsider", "other_namespace", "external"}
         d = CASES["defaults"]
         self.expect(self.admitted(d, "gateway", "grpc") == everyone, "defaults: the gateway API is public")
+        self.expect(self.admitted(d, "gateway", "http") == everyone, "defaults: the OpenAI API is public")
         for target in COMPONENTS:
             self.expect(self.admitted(d, target, "metrics") == everyone, f"defaults: {target} metrics open")
         m = CASES["locked"]
@@ -363,6 +387,8 @@ class NetworkPolicyTest(Check):
         self.expect(admits(m, gw, port(gw, "grpc"), ingress), "locked: the ingress namespace reaches the API")
         self.expect(not admits(m, gw, port(gw, "grpc"), self.EXTERNAL), "locked: others do not")
         self.expect(not admits(m, gw, port(gw, "grpc"), prom), "locked: monitoring cannot call the API")
+        self.expect(admits(m, gw, port(gw, "http"), ingress), "locked: the ingress namespace reaches the HTTP API")
+        self.expect(not admits(m, gw, port(gw, "http"), self.EXTERNAL), "locked: others do not reach it")
 
     def test_nccl_links_admit_every_port_between_scheduler_and_stages(self):
         g = CASES["gpu"]

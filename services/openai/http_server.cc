@@ -242,6 +242,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       e.code = "invalid_api_key";
       e.message = it == request_.end() ? "missing 'Authorization: Bearer <token>' header"
                                        : "invalid bearer token";
+      server_.service.metrics(Api::kOpenAi).CountFailure("UNAUTHENTICATED");
       SendError(e);
       return false;
     }
@@ -261,7 +262,10 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       return SendError(e);
     }
     ParsedRequest parsed;
-    if (auto e = ParseRequest(endpoint, request_.body(), &parsed)) return SendError(*e);
+    if (auto e = ParseRequest(endpoint, request_.body(), &parsed)) {
+      server_.service.metrics(Api::kOpenAi).CountFailure("INVALID_ARGUMENT");
+      return SendError(*e);
+    }
     const std::string& served = server_.service.model_name();
     if (!parsed.model.empty() && parsed.model != served) {
       ApiError e;
@@ -270,6 +274,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       e.code = "model_not_found";
       e.message = absl::StrCat("the model '", parsed.model, "' does not exist; this server serves '",
                                served, "'");
+      server_.service.metrics(Api::kOpenAi).CountFailure("NOT_FOUND");
       return SendError(e);
     }
     Generation g;

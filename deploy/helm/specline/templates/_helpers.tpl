@@ -226,6 +226,26 @@ livenessProbe:
   failureThreshold: {{ $p.liveness.failureThreshold }}
 {{- end -}}
 
+{{/*
+The gateway's probes over its HTTP port: GET /health answers 200 while
+serving and 503 while draining, so readiness drops as the drain starts.
+*/}}
+{{- define "specline.httpProbes" -}}
+{{- $p := .ctx.Values.probes -}}
+startupProbe:
+  httpGet: {path: /health, port: {{ .port }}, scheme: {{ .scheme }}}
+  periodSeconds: {{ $p.startup.periodSeconds }}
+  failureThreshold: {{ $p.startup.failureThreshold }}
+readinessProbe:
+  httpGet: {path: /health, port: {{ .port }}, scheme: {{ .scheme }}}
+  periodSeconds: {{ $p.readiness.periodSeconds }}
+  failureThreshold: {{ $p.readiness.failureThreshold }}
+livenessProbe:
+  tcpSocket: {port: {{ .port }}}
+  periodSeconds: {{ $p.liveness.periodSeconds }}
+  failureThreshold: {{ $p.liveness.failureThreshold }}
+{{- end -}}
+
 {{- define "specline.gracePeriod" -}}
 {{- add (div (int .drainMs) 1000) (int .ctx.Values.terminationGraceExtraSeconds) -}}
 {{- end -}}
