@@ -14,16 +14,6 @@ double Seconds(Clock::time_point from, Clock::time_point to) {
 
 }  // namespace
 
-std::string StatusCodeName(int code) {
-  static const char* const kNames[] = {
-      "OK",           "CANCELLED",         "UNKNOWN",   "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",
-      "NOT_FOUND",    "ALREADY_EXISTS",    "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
-      "FAILED_PRECONDITION", "ABORTED",    "OUT_OF_RANGE", "UNIMPLEMENTED",   "INTERNAL",
-      "UNAVAILABLE",  "DATA_LOSS",         "UNAUTHENTICATED"};
-  if (code >= 0 && code < static_cast<int>(sizeof kNames / sizeof kNames[0])) return kNames[code];
-  return "CODE_" + std::to_string(code);
-}
-
 SendFn GrpcSender(std::shared_ptr<grpc::Channel> channel, ClientOptions options) {
   auto stub = std::shared_ptr<v1::Generation::Stub>(v1::Generation::NewStub(channel));
   return [stub, channel, options](int index, const WorkItem& item, Clock::time_point run_start) {

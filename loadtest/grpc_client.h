@@ -7,6 +7,7 @@
 
 #include <grpcpp/channel.h>
 
+#include "common/status_names.h"
 #include "loadtest/runner.h"
 
 namespace specline::loadtest {
@@ -20,8 +21,5 @@ struct ClientOptions {
 
 // Returns a thread-safe SendFn bound to `channel`.
 SendFn GrpcSender(std::shared_ptr<grpc::Channel> channel, ClientOptions options);
-
-// "OK", "UNAVAILABLE", ... for a grpc::StatusCode value.
-std::string StatusCodeName(int code);
 
 }  // namespace specline::loadtest

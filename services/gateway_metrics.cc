@@ -28,47 +28,34 @@ const Histogram::BucketBoundaries kQueueBuckets = {
 
 GatewayMetrics::GatewayMetrics() : registry_(std::make_shared<prometheus::Registry>()) {
   auto& r = *registry_;
-  auto& ttft = prometheus::BuildHistogram()
-                   .Name("specline_time_to_first_token_seconds")
-                   .Help("Request received to first token sent, in seconds.")
-                   .Register(r);
-  auto& itl = prometheus::BuildHistogram()
-                  .Name("specline_inter_token_latency_seconds")
-                  .Help("Gap between streamed messages divided by the tokens in the later "
-                        "message, observed once per token, in seconds.")
-                  .Register(r);
-  auto& tpot = prometheus::BuildHistogram()
-                   .Name("specline_request_time_per_output_token_seconds")
-                   .Help("Per request (e2e - ttft) / (completion tokens - 1), in seconds.")
-                   .Register(r);
-  auto& e2e = prometheus::BuildHistogram()
-                  .Name("specline_e2e_request_latency_seconds")
-                  .Help("Request received to last message sent, successful requests, in seconds.")
-                  .Register(r);
-  auto& queue = prometheus::BuildHistogram()
-                    .Name("specline_request_queue_time_seconds")
-                    .Help("Time a request waited in the scheduler queue, in seconds.")
-                    .Register(r);
-  auto& prompt = prometheus::BuildCounter()
-                     .Name("specline_prompt_tokens_total")
-                     .Help("Prompt tokens of requests admitted to the scheduler.")
-                     .Register(r);
-  auto& generation = prometheus::BuildCounter()
-                         .Name("specline_generation_tokens_total")
-                         .Help("Generated tokens streamed to clients.")
-                         .Register(r);
+  auto histogram = [&](const char* name, const char* help) -> prometheus::Family<Histogram>& {
+    return prometheus::BuildHistogram().Name(name).Help(help).Register(r);
+  };
+  auto counter = [&](const char* name, const char* help) -> prometheus::Family<prometheus::Counter>& {
+    return prometheus::BuildCounter().Name(name).Help(help).Register(r);
+  };
+  auto& ttft = histogram("specline_time_to_first_token_seconds",
+                         "Request received to first token sent, in seconds.");
+  auto& itl = histogram("specline_inter_token_latency_seconds",
+                        "Gap between streamed messages divided by the tokens in the later "
+                        "message, observed once per token, in seconds.");
+  auto& tpot = histogram("specline_request_time_per_output_token_seconds",
+                         "Per request (e2e - ttft) / (completion tokens - 1), in seconds.");
+  auto& e2e = histogram("specline_e2e_request_latency_seconds",
+                        "Request received to last message sent, successful requests, in seconds.");
+  auto& queue = histogram("specline_request_queue_time_seconds",
+                          "Time a request waited in the scheduler queue, in seconds.");
+  auto& prompt = counter("specline_prompt_tokens_total",
+                         "Prompt tokens of requests admitted to the scheduler.");
+  auto& generation = counter("specline_generation_tokens_total", "Generated tokens streamed to clients.");
   auto& running = prometheus::BuildGauge()
                       .Name("specline_num_requests_running")
                       .Help("Generate streams open at the gateway.")
                       .Register(r);
-  auto& success = prometheus::BuildCounter()
-                      .Name("specline_request_success_total")
-                      .Help("Requests that finished normally, by finish reason.")
-                      .Register(r);
-  auto& failure = prometheus::BuildCounter()
-                      .Name("specline_request_failure_total")
-                      .Help("Requests that ended with an error, by gRPC status code.")
-                      .Register(r);
+  auto& success = counter("specline_request_success_total",
+                          "Requests that finished normally, by finish reason.");
+  auto& failure = counter("specline_request_failure_total",
+                          "Requests that ended with an error, by gRPC status code.");
   for (auto [series, name] : {std::pair{&grpc_, "grpc"}, std::pair{&openai_, "openai"}}) {
     const prometheus::Labels api = {{"api", name}};
     series->api_ = name;

@@ -20,16 +20,6 @@ const char* ReasonLabel(v1::FinishReason r) {
 
 }  // namespace
 
-const char* StatusCodeName(int grpc_code) {
-  static const char* const kNames[] = {
-      "OK",        "CANCELLED",         "UNKNOWN",        "INVALID_ARGUMENT",
-      "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED",
-      "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
-      "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED"};
-  if (grpc_code < 0 || grpc_code >= static_cast<int>(std::size(kNames))) return "UNKNOWN";
-  return kNames[grpc_code];
-}
-
 GenerationStream::GenerationStream(const ServedModel& model, GatewayMetrics::Series& metrics,
                                    std::string id, const PreparedRequest& prepared,
                                    Clock::time_point t0)

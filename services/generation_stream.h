@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "common/status_names.h"
 #include "model/tokenizer/tokenizer.h"
 #include "services/gateway_metrics.h"
 #include "services/request_builder.h"
@@ -65,8 +66,5 @@ class GenerationStream {
   Clock::time_point first_token_time_{}, last_message_time_{};
   v1::FinishReason finish_ = v1::FINISH_REASON_UNSPECIFIED;
 };
-
-// "OK", "INVALID_ARGUMENT", ...: the failure counter's label.
-const char* StatusCodeName(int grpc_code);
 
 }  // namespace specline

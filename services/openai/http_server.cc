@@ -1,6 +1,9 @@
 #include "services/openai/http_server.h"
 
+#include <sys/socket.h>
+
 #include <array>
+#include <cerrno>
 #include <chrono>
 #include <deque>
 #include <mutex>
@@ -310,19 +313,25 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     WatchForDisconnect();
   }
 
-  // A client sends nothing while its response is pending, so a readable
-  // socket with no bytes waiting means it closed; bytes waiting are a
-  // pipelined request, left for later. The check must not read: the next
-  // request belongs to the parser.
+  // A client sends nothing while its response is pending, so a socket that
+  // turns readable and, peeked at, shows end of stream means it closed;
+  // bytes waiting are a pipelined request, left for the parser. The event
+  // loop may also wake the wait with nothing to read (readiness it saw
+  // before the parser drained the socket): then it waits again.
   void WatchForDisconnect() {
     const uint64_t serial = serial_;
     Socket().async_wait(tcp::socket::wait_read,
                         net::bind_executor(executor(), [self = this->shared_from_this(), serial](
                                                            beast::error_code ec) {
                           if (!self->gen_ || self->serial_ != serial) return;  // a later request
-                          beast::error_code avail_ec;
-                          const size_t n = ec ? 0 : self->Socket().available(avail_ec);
-                          if (ec || avail_ec || n == 0) self->ClientGone();
+                          if (ec) return self->ClientGone();
+                          char byte;
+                          const ssize_t n = ::recv(self->Socket().native_handle(), &byte, 1,
+                                                   MSG_PEEK | MSG_DONTWAIT);
+                          if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK &&
+                                         errno != EINTR))
+                            return self->ClientGone();
+                          if (n < 0) self->WatchForDisconnect();  // woken with nothing to read
                         }));
   }
 

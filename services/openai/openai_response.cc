@@ -87,53 +87,35 @@ std::string ErrorBody(const ApiError& error) {
 }
 
 ApiError ErrorFromStatus(Endpoint endpoint, int grpc_code, const std::string& message) {
+  // gRPC code -> the HTTP status and error type OpenAI clients expect.
+  struct Mapping {
+    int grpc_code, http_status;
+    const char* type;
+  };
+  static constexpr Mapping kMappings[] = {
+      {1, 499, "cancelled"},                // CANCELLED
+      {3, 400, "invalid_request_error"},    // INVALID_ARGUMENT
+      {4, 504, "timeout_error"},            // DEADLINE_EXCEEDED
+      {5, 404, "not_found_error"},          // NOT_FOUND
+      {6, 409, "invalid_request_error"},    // ALREADY_EXISTS: a duplicate request id
+      {7, 403, "permission_error"},         // PERMISSION_DENIED
+      {8, 429, "rate_limit_error"},         // RESOURCE_EXHAUSTED: stream caps, a full queue
+      {9, 400, "invalid_request_error"},    // FAILED_PRECONDITION: a policy without its head
+      {11, 400, "invalid_request_error"},   // OUT_OF_RANGE
+      {14, 503, "service_unavailable"},     // UNAVAILABLE: draining, a stage down
+      {16, 401, "authentication_error"},    // UNAUTHENTICATED
+  };
   ApiError e;
   e.message = message;
-  switch (grpc_code) {
-    case 3:  // INVALID_ARGUMENT
-    case 11:  // OUT_OF_RANGE
-      e.http_status = 400;
-      e.message = ToOpenAiMessage(endpoint, message, &e.param);
-      break;
-    case 9:  // FAILED_PRECONDITION: a policy this deployment has no head for
-      e.http_status = 400;
-      e.param = "policy";
-      break;
-    case 16:  // UNAUTHENTICATED
-      e.http_status = 401;
-      e.type = "authentication_error";
-      break;
-    case 7:  // PERMISSION_DENIED
-      e.http_status = 403;
-      e.type = "permission_error";
-      break;
-    case 5:  // NOT_FOUND
-      e.http_status = 404;
-      e.type = "not_found_error";
-      break;
-    case 6:  // ALREADY_EXISTS (a duplicate request id)
-      e.http_status = 409;
-      break;
-    case 8:  // RESOURCE_EXHAUSTED: stream caps or the scheduler's queue
-      e.http_status = 429;
-      e.type = "rate_limit_error";
-      break;
-    case 14:  // UNAVAILABLE: draining, or a stage is down
-      e.http_status = 503;
-      e.type = "service_unavailable";
-      break;
-    case 4:  // DEADLINE_EXCEEDED
-      e.http_status = 504;
-      e.type = "timeout_error";
-      break;
-    case 1:  // CANCELLED
-      e.http_status = 499;
-      e.type = "cancelled";
-      break;
-    default:
-      e.http_status = 500;
-      e.type = "server_error";
+  e.http_status = 500;
+  e.type = "server_error";
+  for (const Mapping& m : kMappings) {
+    if (m.grpc_code != grpc_code) continue;
+    e.http_status = m.http_status;
+    e.type = m.type;
   }
+  if (grpc_code == 3 || grpc_code == 11) e.message = ToOpenAiMessage(endpoint, message, &e.param);
+  if (grpc_code == 9) e.param = "policy";
   return e;
 }
 

@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# specline's OpenAI HTTP API side by side with llama-server (the peer a CPU
+# user would pick), on the default model, on the same 2 threads, driven by
+# the same external load tester (NVIDIA's aiperf, from PyPI) and by
+# specline-loadtest --api openai on the very same prompts:
+#   servers: llama-server (-t 2 -tb 2 -np 16, prompt cache off: specline has
+#            none yet), specline serve --stages 1 --threads 2, and
+#            --stages 2 --threads 1 (2 threads in all);
+#   workload: ~64-token prompts (aiperf's synthetic text, tokenized alike by
+#            both servers), 128 output tokens with ignore_eos, greedy;
+#   closed loop at concurrency 1, 4 and 16 (aiperf, then specline-loadtest
+#            with aiperf's own prompts), then an open-loop sweep
+#            (specline-loadtest, Poisson arrivals).
+# Writes every tool's raw output under $OPENAI_BENCH_DIR (default
+# ~/.cache/specline/openai-bench), prints the table of specline / llama-server
+# ratios and writes bench/results/openai_serving.json. Builds the peer and
+# installs aiperf into ~/.cache/specline/aiperf-venv the first time (minutes;
+# never in CI).
+#
+#   bash bench/openai_serving.sh [--build build] [--quick] [--out PATH]
+#        --quick: concurrency 1 and 4 only, no sweep
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+build=$here/build
+out=$here/bench/results/openai_serving.json
+quick=0
+while [ $# -gt 0 ]; do
+  case $1 in
+    --build) build=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    --quick) quick=1; shift ;;
+    *) echo "unknown option $1" >&2; exit 2 ;;
+  esac
+done
+shared=$(cd "$here/.." && pwd)/shared
+model=$HOME/.cache/specline/models/SmolLM2-135M-Instruct.Q4_1.gguf
+name=SmolLM2-135M-Instruct.Q4_1
+[ -f "$model" ] || { echo "run scripts/setup.sh first (no $model)" >&2; exit 1; }
+peer=$(bash "$shared/tools/llama-cpp-peer.sh")
+venv=$HOME/.cache/specline/aiperf-venv
+if ! "$venv/bin/python" -c "import aiperf, gguf, tokenizers" 2>/dev/null; then
+  echo "installing aiperf into $venv (PyPI; a few minutes)" >&2
+  python3 -m venv "$venv"
+  "$venv/bin/python" -m pip install -q aiperf==0.13.0 gguf
+fi
+tokdir=$HOME/.cache/specline/tokenizers/SmolLM2-135M-Instruct
+[ -f "$tokdir/tokenizer.json" ] || "$venv/bin/python" "$here/bench/make_hf_tokenizer.py" "$model" "$tokdir" >&2
+work=${OPENAI_BENCH_DIR:-$HOME/.cache/specline/openai-bench}
+rm -rf "$work/runs"
+mkdir -p "$work/runs" "$(dirname "$out")"
+loadtest=$build/specline-loadtest
+concurrencies=(1 4 16)
+[ "$quick" = 1 ] && concurrencies=(1 4)
+requests_for() { case $1 in 1) echo 6 ;; 4) echo 12 ;; *) echo 32 ;; esac; }
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+server_pid=""
+stop_server() {
+  [ -n "$server_pid" ] || return 0
+  kill "$server_pid" 2>/dev/null || true
+  wait "$server_pid" 2>/dev/null || true
+  server_pid=""
+}
+trap stop_server EXIT
+
+# Starts server $1 on port $2 and waits until it answers a completion.
+start_server() {
+  local which=$1 port=$2 log=$work/runs/$1.log
+  case $which in
+    llama-server)
+      "$peer/llama-server" -m "$model" -t 2 -tb 2 -np 16 -c 8192 --no-cache-prompt --no-webui \
+        --host 127.0.0.1 --port "$port" > "$log" 2>&1 & ;;
+    specline-1stage)
+      "$build/specline" serve --model "$model" --stages 1 --threads 2 --port 0 --http-port "$port" \
+        > "$log" 2>&1 & ;;
+    specline-2stage)
+      "$build/specline" serve --model "$model" --stages 2 --threads 1 --port 0 --http-port "$port" \
+        > "$log" 2>&1 & ;;
+  esac
+  server_pid=$!
+  for _ in $(seq 240); do
+    if curl -sf -o /dev/null "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
+         -d '{"prompt": "Hi", "max_tokens": 2}'; then
+      return 0
+    fi
+    sleep 0.5
+  done
+  echo "$which did not come up; see $log" >&2
+  exit 1
+}
+
+for server in llama-server specline-1stage specline-2stage; do
+  port=$(free_port)
+  echo "== $server on :$port" >&2
+  start_server "$server" "$port"
+  # Warm-up: a few requests nobody measures.
+  "$loadtest" --api openai --addr "127.0.0.1:$port" --model "$name" --concurrency 1 --requests 2 \
+    --input-len 64 --output-len 32 > /dev/null 2>&1 || true
+  for c in "${concurrencies[@]}"; do
+    n=$(requests_for "$c")
+    dir=$work/runs/$server-aiperf-c$c
+    "$venv/bin/aiperf" profile --model "$name" --url "http://127.0.0.1:$port" \
+      --endpoint-type completions --streaming --tokenizer "$tokdir" \
+      --concurrency "$c" --request-count "$n" --random-seed 1 \
+      --prompt-input-tokens-mean 64 --prompt-input-tokens-stddev 0 \
+      --prompt-output-tokens-mean 128 --prompt-output-tokens-stddev 0 \
+      --extra-inputs ignore_eos:true --extra-inputs temperature:0 --use-legacy-max-tokens \
+      --use-server-token-count --output-artifact-dir "$dir" --no-auto-plot > "$dir.log" 2>&1 || true
+    # The very prompts aiperf sent, for specline-loadtest.
+    python3 - "$dir/inputs.json" "$dir/prompts.jsonl" <<'PY'
+import json, sys
+data = json.load(open(sys.argv[1]))["data"]
+with open(sys.argv[2], "w") as f:
+    for entry in data:
+        for p in entry["payloads"]:
+            f.write(json.dumps({"prompt": p["prompt"], "max_tokens": p["max_tokens"], "ignore_eos": True}) + "\n")
+PY
+    "$loadtest" --api openai --addr "127.0.0.1:$port" --model "$name" --prompts "$dir/prompts.jsonl" \
+      --concurrency "$c" --requests "$n" --temperature 0 --json "$work/runs/$server-loadtest-c$c.json" \
+      > "$work/runs/$server-loadtest-c$c.log" 2>&1 || true  # 3: some failed; reported
+    echo "   concurrency $c done" >&2
+  done
+  if [ "$quick" = 0 ]; then
+    "$loadtest" --api openai --addr "127.0.0.1:$port" --model "$name" --sweep 0.5,1,2 --duration 20 \
+      --input-len 64 --output-len 128 --temperature 0 --json "$work/runs/$server-loadtest-sweep.json" \
+      > "$work/runs/$server-loadtest-sweep.log" 2>&1 || true
+    echo "   sweep done" >&2
+  fi
+  stop_server
+done
+
+/usr/bin/python3 "$here/bench/openai_serving_report.py" "$work/runs" "$out"
