@@ -17,7 +17,21 @@ double Seconds(std::chrono::steady_clock::time_point since) {
 }  // namespace
 
 StageRunner::StageRunner(SliceBackend& slice, int stage, bool is_last, SliceBackend* pipo_slice)
-    : slice_(slice), stage_(stage), is_last_(is_last), pipo_slice_(pipo_slice) {}
+    : slice_(slice), stage_(stage), is_last_(is_last), pipo_slice_(pipo_slice) {
+  std::lock_guard<std::mutex> lock(mu_);
+  PublishStatsLocked();
+}
+
+void StageRunner::PublishStatsLocked() {
+  const PagedKvCache& kv = slice_.kv_cache();
+  StageStats s;
+  s.kv_capacity_tokens = int64_t{kv.shape().num_blocks} * kv.shape().block_size;
+  s.kv_free_tokens = int64_t{kv.free_blocks()} * kv.shape().block_size;
+  s.sequences = kv.num_sequences();
+  s.stale_slots = stale_slots_;
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  stats_ = s;
+}
 
 // A batch mixing base and PIPO slots: each group runs on its own slice
 // (same layers, its own weights and KV cache), and the outputs go back in
@@ -155,6 +169,11 @@ void StageRunner::SendTaps(internal::MicroBatch& batch) {
 bool StageRunner::Process(internal::MicroBatch& batch) {
   const auto t0 = std::chrono::steady_clock::now();
   std::lock_guard<std::mutex> lock(mu_);
+  // Whatever path this batch takes, the published figures follow it.
+  struct Publish {
+    StageRunner* self;
+    ~Publish() { self->PublishStatsLocked(); }
+  } publish{this};
   if (batch.kind() == internal::MicroBatch::EPOCH) {
     for (int i = 0; i < std::min(batch.seq_ids_size(), batch.epochs_size()); ++i) {
       uint32_t& newest = epochs_[batch.seq_ids(i)];
@@ -319,6 +338,7 @@ void StageRunner::Reset(const std::string& report_address) {
   sequences_.clear();
   epochs_.clear();
   report_.reset();
+  PublishStatsLocked();
   if (!report_address.empty() && !is_last_) {
     auto sender = transport::Connect(report_address, data_plane_);
     if (sender.ok()) {
@@ -331,14 +351,12 @@ void StageRunner::Reset(const std::string& report_address) {
 }
 
 StageStats StageRunner::Stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  const PagedKvCache& kv = slice_.kv_cache();
   StageStats s;
-  s.kv_capacity_tokens = int64_t{kv.shape().num_blocks} * kv.shape().block_size;
-  s.kv_free_tokens = int64_t{kv.free_blocks()} * kv.shape().block_size;
-  s.sequences = kv.num_sequences();
+  {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    s = stats_;
+  }
   s.batches = batches_.load();
-  s.stale_slots = stale_slots_;
   return s;
 }
 

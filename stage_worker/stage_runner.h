@@ -105,8 +105,15 @@ class StageRunner {
   std::thread thread_;
   Observer observer_;
   // Guards the slice and `sequences_` between the runner thread and the
-  // control plane (Reset, Stats).
+  // control plane (Reset). Held for a whole batch.
   mutable std::mutex mu_;
+  // Stats as of the last batch or reset, published under their own lock:
+  // the scheduler's health probe reads them, and must not wait for a batch
+  // (a long prefill on one thread outlasted its deadline and brought the
+  // pipeline down under load).
+  void PublishStatsLocked();
+  mutable std::mutex stats_mu_;
+  StageStats stats_;
   // Sequences that may hold KV here: what Reset must release (the cache
   // does not enumerate its sequences).
   std::unordered_set<uint64_t> sequences_;

@@ -384,6 +384,40 @@ TEST(ServingHttp, BearerTokenIsRequired) {
   EXPECT_EQ(ok.Json()["usage"]["completion_tokens"], 4);
 }
 
+// --tls-cert/--tls-key serve the HTTP API over TLS as they do gRPC: a client
+// trusting the certificate streams, a plain-HTTP client gets nothing.
+TEST(ServingHttp, TlsServesHttps) {
+  const std::string dir = TempDir();
+  const std::string make_cert = "openssl req -x509 -newkey rsa:2048 -nodes -subj /CN=localhost "
+                                "-addext subjectAltName=IP:127.0.0.1,DNS:localhost -days 1 -keyout " +
+                                dir + "/key.pem -out " + dir + "/cert.pem >/dev/null 2>&1";
+  if (std::system(make_cert.c_str()) != 0) GTEST_SKIP() << "openssl is not available to make a test certificate";
+  if (std::system("curl --version > /dev/null 2>&1") != 0) GTEST_SKIP() << "curl is not installed";
+  auto stack = StartStack(LongRandomModel(), 1,
+                          {"--tls-cert", dir + "/cert.pem", "--tls-key", dir + "/key.pem"});
+  const std::string base = "https://127.0.0.1:" + std::to_string(HttpPort(*stack));
+  const std::string curl = "curl -sS --max-time 60 --cacert " + dir + "/cert.pem ";
+  EXPECT_EQ(std::system((curl + base + "/health > " + dir + "/health.txt 2>&1").c_str()), 0)
+      << ReadFile(dir + "/health.txt");
+  EXPECT_EQ(json::parse(ReadFile(dir + "/health.txt"), nullptr, false)["status"], "ok");
+  const std::string body = json{{"prompt", IdsPrompt(4)}, {"max_tokens", 5}, {"ignore_eos", true},
+                                {"stream", true}, {"stream_options", {{"include_usage", true}}}}
+                               .dump();
+  std::ofstream(dir + "/body.json") << body;
+  ASSERT_EQ(std::system((curl + "-N -H 'Content-Type: application/json' --data @" + dir + "/body.json " +
+                         base + "/v1/completions > " + dir + "/sse.txt 2>&1")
+                            .c_str()),
+            0)
+      << ReadFile(dir + "/sse.txt");
+  const SseEvents events = ParseSse(ReadFile(dir + "/sse.txt"));
+  EXPECT_TRUE(events.error.empty()) << events.error;
+  ASSERT_GE(events.data.size(), 2u);
+  EXPECT_EQ(events.data.back(), "[DONE]");
+  EXPECT_EQ(json::parse(events.data[events.data.size() - 2])["usage"]["completion_tokens"], 5);
+  // Plain HTTP to the TLS port gets no HTTP answer.
+  EXPECT_EQ(HttpCall(HttpPort(*stack), "GET", "/health").status, 0);
+}
+
 // SIGTERM drains: /health turns 503 and an open SSE stream still gets all
 // its tokens and [DONE]. Stage 0 is stopped from the first token until the
 // drain has begun, so the stream is open when it does.

@@ -11,7 +11,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
+#include <thread>
 #include <fstream>
 
 #include "common/listen_error.h"
@@ -182,6 +185,65 @@ TEST_F(StageWorkerTest, ReleaseFreesKvEvenInAnEmptyBatch) {
     EXPECT_EQ(slices_[i]->kv_cache().free_blocks(), free_before[i]);
     EXPECT_EQ(runners_[i]->Stats().kv_free_tokens, runners_[i]->Stats().kv_capacity_tokens);
   }
+}
+
+// A slice whose Forward waits until the test lets it go, so a batch can be
+// held in flight deterministically.
+class HeldSlice : public SliceBackend {
+ public:
+  explicit HeldSlice(SliceBackend& inner) : inner_(inner) {}
+  int begin() const override { return inner_.begin(); }
+  int end() const override { return inner_.end(); }
+  const ModelConfig& config() const override { return inner_.config(); }
+  std::string device() const override { return inner_.device(); }
+  absl::Status Forward(const SliceInput& in, std::span<const int> taps, SliceOutput* out) override {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      entered_ = true;
+      cv_.notify_all();
+      cv_.wait(lock, [&] { return released_; });
+    }
+    return inner_.Forward(in, taps, out);
+  }
+  void Truncate(uint64_t seq, int32_t length) override { inner_.Truncate(seq, length); }
+  void Release(uint64_t seq) override { inner_.Release(seq); }
+  int32_t Length(uint64_t seq) const override { return inner_.Length(seq); }
+  const PagedKvCache& kv_cache() const override { return inner_.kv_cache(); }
+  void WaitEntered() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return entered_; });
+  }
+  void Let() {
+    std::lock_guard<std::mutex> lock(mu_);
+    released_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  SliceBackend& inner_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool entered_ = false, released_ = false;
+};
+
+// The scheduler's health probe reads Stats: it must answer while a batch is
+// in flight (a long prefill once outlasted the probe's deadline and the
+// pipeline was declared down). Without that, this test would hang in Stats.
+TEST_F(StageWorkerTest, StatsAnswerWhileABatchIsInFlight) {
+  Build({0, 5});
+  HeldSlice held(*slices_[0]);
+  StageRunner runner(held, 0, /*is_last=*/true);
+  const StageStats before = runner.Stats();
+  MicroBatch b = MakeBatch(1, Prompt(1, 0, 8));
+  std::thread batch([&] { runner.Process(b); });
+  held.WaitEntered();
+  const StageStats during = runner.Stats();  // must not wait for the batch
+  EXPECT_EQ(during.kv_free_tokens, before.kv_free_tokens);  // as of the last batch
+  held.Let();
+  batch.join();
+  ASSERT_TRUE(b.error().empty()) << b.error();
+  EXPECT_LT(runner.Stats().kv_free_tokens, before.kv_free_tokens);  // the batch's KV shows now
+  EXPECT_EQ(runner.Stats().sequences, 1);
 }
 
 TEST_F(StageWorkerTest, ErrorsCarryTheStageAndLeaveCachesAlone) {
