@@ -1,21 +1,23 @@
 #!/usr/bin/env bash
 # specline's OpenAI HTTP API side by side with llama-server (the peer a CPU
-# user would pick), on the default model, on the same 2 threads, driven by
-# the same external load tester (NVIDIA's aiperf, from PyPI) and by
-# specline-loadtest --api openai on the very same prompts:
-#   servers: llama-server (-t 2 -tb 2 -np 16, prompt cache off: specline has
-#            none yet), specline serve --stages 1 --threads 2, and
-#            --stages 2 --threads 1 (2 threads in all);
-#   workload: ~64-token prompts (aiperf's synthetic text, tokenized alike by
-#            both servers), 128 output tokens with ignore_eos, greedy;
-#   closed loop at concurrency 1, 4 and 16 (aiperf, then specline-loadtest
-#            with aiperf's own prompts), then an open-loop sweep
-#            (specline-loadtest, Poisson arrivals).
+# user would pick), on the default model, in one run:
+#   1. side by side: llama-server (-t 2 -tb 2 -np 16, prompt cache off:
+#      specline has none yet), specline serve --stages 1 --threads 2, and
+#      --stages 2 --threads 1 (2 threads in all), each driven by
+#      specline-loadtest --api openai (a C++ client that needs ~1% of a core)
+#      with the same workload: 64-token prompts, 128 output tokens with
+#      ignore_eos, greedy; closed loop at concurrency 1, 4 and 16, then an
+#      open-loop sweep of Poisson arrivals;
+#   2. tool agreement: NVIDIA's aiperf (PyPI) and specline-loadtest on the
+#      very same prompts against one server. aiperf's Python processes need
+#      most of a core, which on this 2-core machine slows whatever server
+#      shares the cores, so here the server runs with 1 thread pinned to CPU
+#      0 and both tools are pinned to CPU 1.
 # Writes every tool's raw output under $OPENAI_BENCH_DIR (default
-# ~/.cache/specline/openai-bench), prints the table of specline / llama-server
-# ratios and writes bench/results/openai_serving.json. Builds the peer and
-# installs aiperf into ~/.cache/specline/aiperf-venv the first time (minutes;
-# never in CI).
+# ~/.cache/specline/openai-bench), prints the tables (specline / llama-server
+# ratios, loadtest / aiperf agreement) and writes
+# bench/results/openai_serving.json. Builds the peer and installs aiperf into
+# ~/.cache/specline/aiperf-venv the first time (minutes; never in CI).
 #
 #   bash bench/openai_serving.sh [--build build] [--quick] [--out PATH]
 #        --quick: concurrency 1 and 4 only, no sweep
@@ -76,6 +78,13 @@ start_server() {
     specline-2stage)
       "$build/specline" serve --model "$model" --stages 2 --threads 1 --port 0 --http-port "$port" \
         > "$log" 2>&1 & ;;
+    # Phase 2: one thread on CPU 0, the tools on CPU 1.
+    pinned-llama-server)
+      taskset -c 0 "$peer/llama-server" -m "$model" -t 1 -tb 1 -np 4 -c 4096 --no-cache-prompt \
+        --no-webui --host 127.0.0.1 --port "$port" > "$log" 2>&1 & ;;
+    pinned-specline)
+      taskset -c 0 "$build/specline" serve --model "$model" --stages 1 --threads 1 --port 0 \
+        --http-port "$port" > "$log" 2>&1 & ;;
   esac
   server_pid=$!
   for _ in $(seq 240); do
@@ -89,6 +98,7 @@ start_server() {
   exit 1
 }
 
+# 1. Side by side, specline-loadtest on every server.
 for server in llama-server specline-1stage specline-2stage; do
   port=$(free_port)
   echo "== $server on :$port" >&2
@@ -97,9 +107,32 @@ for server in llama-server specline-1stage specline-2stage; do
   "$loadtest" --api openai --addr "127.0.0.1:$port" --model "$name" --concurrency 1 --requests 2 \
     --input-len 64 --output-len 32 > /dev/null 2>&1 || true
   for c in "${concurrencies[@]}"; do
+    "$loadtest" --api openai --addr "127.0.0.1:$port" --model "$name" --concurrency "$c" \
+      --requests "$(requests_for "$c")" --input-len 64 --output-len 128 --temperature 0 \
+      --json "$work/runs/$server-loadtest-c$c.json" > "$work/runs/$server-loadtest-c$c.log" 2>&1 \
+      || true  # 3: some requests failed; the report says so
+    echo "   concurrency $c done" >&2
+  done
+  if [ "$quick" = 0 ]; then
+    "$loadtest" --api openai --addr "127.0.0.1:$port" --model "$name" --sweep 0.5,1,2 --duration 20 \
+      --input-len 64 --output-len 128 --temperature 0 --json "$work/runs/$server-loadtest-sweep.json" \
+      > "$work/runs/$server-loadtest-sweep.log" 2>&1 || true
+    echo "   sweep done" >&2
+  fi
+  stop_server
+done
+
+# 2. Tool agreement: aiperf, then specline-loadtest with aiperf's prompts.
+for server in pinned-llama-server pinned-specline; do
+  port=$(free_port)
+  echo "== $server on :$port" >&2
+  start_server "$server" "$port"
+  taskset -c 1 "$loadtest" --api openai --addr "127.0.0.1:$port" --model "$name" --concurrency 1 \
+    --requests 2 --input-len 64 --output-len 32 > /dev/null 2>&1 || true
+  for c in 1 4; do
     n=$(requests_for "$c")
     dir=$work/runs/$server-aiperf-c$c
-    "$venv/bin/aiperf" profile --model "$name" --url "http://127.0.0.1:$port" \
+    taskset -c 1 "$venv/bin/aiperf" profile --model "$name" --url "http://127.0.0.1:$port" \
       --endpoint-type completions --streaming --tokenizer "$tokdir" \
       --concurrency "$c" --request-count "$n" --random-seed 1 \
       --prompt-input-tokens-mean 64 --prompt-input-tokens-stddev 0 \
@@ -115,17 +148,11 @@ with open(sys.argv[2], "w") as f:
         for p in entry["payloads"]:
             f.write(json.dumps({"prompt": p["prompt"], "max_tokens": p["max_tokens"], "ignore_eos": True}) + "\n")
 PY
-    "$loadtest" --api openai --addr "127.0.0.1:$port" --model "$name" --prompts "$dir/prompts.jsonl" \
-      --concurrency "$c" --requests "$n" --temperature 0 --json "$work/runs/$server-loadtest-c$c.json" \
-      > "$work/runs/$server-loadtest-c$c.log" 2>&1 || true  # 3: some failed; reported
+    taskset -c 1 "$loadtest" --api openai --addr "127.0.0.1:$port" --model "$name" \
+      --prompts "$dir/prompts.jsonl" --concurrency "$c" --requests "$n" --temperature 0 \
+      --json "$work/runs/$server-loadtest-c$c.json" > "$work/runs/$server-loadtest-c$c.log" 2>&1 || true
     echo "   concurrency $c done" >&2
   done
-  if [ "$quick" = 0 ]; then
-    "$loadtest" --api openai --addr "127.0.0.1:$port" --model "$name" --sweep 0.5,1,2 --duration 20 \
-      --input-len 64 --output-len 128 --temperature 0 --json "$work/runs/$server-loadtest-sweep.json" \
-      > "$work/runs/$server-loadtest-sweep.log" 2>&1 || true
-    echo "   sweep done" >&2
-  fi
   stop_server
 done
 

@@ -10,7 +10,8 @@ import os
 import re
 import sys
 
-SERVERS = ["llama-server", "specline-1stage", "specline-2stage"]
+SERVERS = ["llama-server", "specline-1stage", "specline-2stage", "pinned-llama-server",
+           "pinned-specline"]
 PEER = "llama-server"
 
 
@@ -75,8 +76,9 @@ def main():
             for tool, fig in tools.items():
                 cells = " ".join(f"{fig[m]:13.2f}" if fig.get(m) is not None else f"{'-':>13}" for m in metrics)
                 print(f"{server:17} {c:>4} {tool:9} {cells}")
-                peer = result["closed_loop"].get(PEER, {}).get(c, {}).get(tool)
-                if server != PEER and peer:
+                peer_name = "pinned-llama-server" if server.startswith("pinned-") else PEER
+                peer = result["closed_loop"].get(peer_name, {}).get(c, {}).get(tool)
+                if server not in (PEER, "pinned-llama-server") and peer:
                     result["ratios"].setdefault(server, {}).setdefault(c, {})[tool] = \
                         {m: ratio(fig.get(m), peer.get(m)) for m in metrics}
             if "aiperf" in tools and "loadtest" in tools:
