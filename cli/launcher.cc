@@ -18,6 +18,7 @@
 #include "model/formats/model_source.h"
 #include "model/runtime/local_pipeline.h"
 #include "services/health_check.h"
+#include "services/openai/http_server.h"
 #include "common/cluster_secret.h"
 #include "common/listen_error.h"
 #include "common/port_file.h"
@@ -282,8 +283,10 @@ void Launcher::WaitGatewayServing(Clock::time_point deadline) {
     CheckAlive(gateway_);
     if (!config_.tls_cert.empty()) return;  // its port file means it listens; TLS needs the CA
     HealthState state;
+    // The HTTP API's /health also says the gateway has seen the pipeline up.
     if (CheckHealth(channel, "", std::chrono::seconds(2), &state).ok() &&
-        state == HealthState::kServing)
+        state == HealthState::kServing &&
+        (gateway_.http_port < 0 || openai::HealthOk(gateway_.http_port)))
       return;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }

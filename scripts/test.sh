@@ -30,14 +30,16 @@ cmake --build "$ASAN_DIR" -j"$(nproc)" --target loader_fuzz_test
 UBSAN_OPTIONS=halt_on_error=1 "$ASAN_DIR/tests/loader_fuzz_test"
 
 # The serving path under sanitizers (docs/testing.md "Sanitizers").
-# ASan + UBSan: the engine, restart and gateway-input suites, and the
-# fault-injection suite with every process of the deployment built with ASan.
+# ASan + UBSan: the engine, restart and gateway-input suites, the OpenAI
+# request mapping, and the fault-injection and HTTP API suites with every
+# process of the deployment built with ASan.
 SERVING_BINARIES=(specline specline-stage specline-scheduler specline-gateway)
-ASAN_SUITES=(scheduler_restart_test scheduler_engine_test gateway_input_test serving_fault_test)
+ASAN_SUITES=(scheduler_restart_test scheduler_engine_test gateway_input_test gateway_openai_test
+  serving_fault_test serving_http_test)
 cmake --build "$ASAN_DIR" -j"$(nproc)" --target "${SERVING_BINARIES[@]}" "${ASAN_SUITES[@]}"
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 ctest --test-dir "$ASAN_DIR" --output-on-failure -j"$(nproc)" \
-  -R '^(EngineRestart|EngineTest|Stages/EngineStagesTest|RequestParser|Utf8|Principals|ClusterSecret|ServingFault)\.'
+  -R '^(EngineRestart|EngineTest|Stages/EngineStagesTest|RequestParser|Utf8|Principals|ClusterSecret|ServingFault|OpenAiRequest|OpenAiResponse|ServingHttp)\.'
 # TSan: the engine's threads (driver, receiver, health, stage runners),
 # restarts and the transport. gRPC, Abseil and Protobuf are not instrumented:
 # tests/tsan.supp says why their frames are suppressed.

@@ -78,11 +78,10 @@ Gateway::Gateway(const GatewayConfig& config) : config_(config) {
     if (!principals.ok()) throw std::invalid_argument(std::string(principals.status().message()));
     options.principals = *std::move(principals);
   }
-  std::string cluster_secret;
   if (!config.cluster_secret_file.empty()) {
     absl::StatusOr<std::string> secret = ReadClusterSecret(config.cluster_secret_file);
     if (!secret.ok()) throw std::invalid_argument(std::string(secret.status().message()));
-    cluster_secret = *std::move(secret);
+    cluster_secret_ = *std::move(secret);
   }
   // Keepalive pings notice a scheduler that stopped answering (SIGSTOP, a
   // hung host) within about 3 s and fail its streams with UNAVAILABLE; a
@@ -92,7 +91,7 @@ Gateway::Gateway(const GatewayConfig& config) : config_(config) {
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 2000);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
-  auto channel = InternalChannel(config.scheduler_addr, cluster_secret, args);
+  auto channel = InternalChannel(config.scheduler_addr, cluster_secret_, args);
   service_ = std::make_unique<GenerationService>(std::move(served), channel, metrics_, options);
 
   grpc::EnableDefaultHealthCheckService(true);
@@ -142,9 +141,48 @@ Gateway::Gateway(const GatewayConfig& config) : config_(config) {
                                                  " principals)")
                                   : std::string(),
                config.tls_cert.empty() ? "" : ", TLS");
+  // Last, so that nothing after it can throw with the thread running.
+  if (http_) {
+    // Its own channel with its own connection (a local subchannel pool): a
+    // probe that fails while the scheduler starts must not put the
+    // requests' channel into reconnect backoff, which would fail the first
+    // requests fast with "connection refused" after all is up.
+    grpc::ChannelArguments probe_args;
+    probe_args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    // Reconnect within a probe period once the scheduler listens.
+    probe_args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+    probe_args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+    probe_args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+    auto probe = internal::Scheduler::NewStub(
+        InternalChannel(config.scheduler_addr, cluster_secret_, probe_args));
+    readiness_ = std::thread([this, probe = std::shared_ptr<internal::Scheduler::Stub>(std::move(probe))] {
+      std::unique_lock<std::mutex> lock(readiness_mu_);
+      while (!stopping_) {
+        lock.unlock();
+        grpc::ClientContext ctx;
+        ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
+        internal::SchedulerStats stats;
+        bool ready = probe->GetStats(&ctx, internal::StatsRequest(), &stats).ok();
+        // No per-stage list means the scheduler does not report stages.
+        for (bool up : stats.stage_up()) ready = ready && up;
+        service_->set_pipeline_ready(ready);
+        lock.lock();
+        readiness_cv_.wait_for(lock, std::chrono::milliseconds(250), [&] { return stopping_; });
+      }
+    });
+  }
 }
 
-Gateway::~Gateway() = default;
+Gateway::~Gateway() { StopReadiness(); }
+
+void Gateway::StopReadiness() {
+  {
+    std::lock_guard<std::mutex> lock(readiness_mu_);
+    stopping_ = true;
+  }
+  readiness_cv_.notify_all();
+  if (readiness_.joinable()) readiness_.join();
+}
 
 void Gateway::Drain() {
   // Health first, so load balancers stop sending before we start refusing.
@@ -160,6 +198,7 @@ void Gateway::Drain() {
   }
   // Anything still open is cancelled now (its scheduler call with it).
   if (http_) http_->Stop();
+  StopReadiness();
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(100));
   spdlog::info("gateway: stopped");
 }

@@ -4,7 +4,10 @@
 // file, and the graceful drain.
 #pragma once
 
+#include <condition_variable>
 #include <memory>
+#include <mutex>
+#include <thread>
 #include <string>
 
 #include <grpcpp/server.h>
@@ -53,12 +56,20 @@ class Gateway {
   void Wait();
 
  private:
+  void StopReadiness();
+
   GatewayConfig config_;
+  std::string cluster_secret_;  // the internal plane's (docs/security.md)
   std::unique_ptr<Tokenizer> tokenizer_;
   GatewayMetrics metrics_;
   std::unique_ptr<GenerationService> service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<openai::HttpServer> http_;
+  // Polls the scheduler for the HTTP API's /health (GenerationService::PollPipeline).
+  std::thread readiness_;
+  std::mutex readiness_mu_;
+  std::condition_variable readiness_cv_;
+  bool stopping_ = false;
   int port_ = 0;
 };
 

@@ -275,6 +275,11 @@ grpc::Status GenerationService::Abort(const std::string& principal, const v1::Ab
   return grpc::Status::OK;
 }
 
+void GenerationService::set_pipeline_ready(bool ready) {
+  if (ready != pipeline_ready_.exchange(ready))
+    spdlog::info("gateway: pipeline {}", ready ? "ready" : "not ready (HTTP /health answers 503)");
+}
+
 grpc::Status GenerationService::GetModelInfo(grpc::ServerContext* ctx, v1::ModelInfo* info) {
   auto upstream = grpc::ClientContext::FromServerContext(*ctx);
   const auto limit = std::chrono::system_clock::now() + std::chrono::seconds(5);

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -62,6 +63,11 @@ class GenerationService final : public v1::Generation::Service {
   // Refuse new Generate calls (UNAVAILABLE) from now on.
   void StartDrain() { draining_ = true; }
   bool draining() const { return draining_; }
+  // Whether the scheduler last said every stage is up (the gateway polls
+  // it): the HTTP API's /health answers 503 until it is, and again whenever
+  // the pipeline is down.
+  bool pipeline_ready() const { return pipeline_ready_; }
+  void set_pipeline_ready(bool ready);
   const std::string& model_name() const { return options_.model_name; }
   // For failures counted outside the shared path (the HTTP API's own 4xx).
   GatewayMetrics::Series& metrics(Api api) { return metrics_.For(api); }
@@ -105,6 +111,7 @@ class GenerationService final : public v1::Generation::Service {
   const Options options_;
   ActiveRequests active_;
   std::atomic<bool> draining_{false};
+  std::atomic<bool> pipeline_ready_{false};
 };
 
 }  // namespace specline

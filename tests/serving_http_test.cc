@@ -106,8 +106,13 @@ TEST(ServingHttp, HealthModelsAndRoutes) {
   if (Stories260K().empty()) GTEST_SKIP() << "../shared/models/stories260K absent";
   auto stack = StartStack(Stories260K(), 1);
   const int port = HttpPort(*stack);
-  HttpResult health = HttpCall(port, "GET", "/health");
-  EXPECT_EQ(health.status, 200);
+  // Ready once the gateway has seen the pipeline up (it polls the scheduler).
+  HttpResult health;
+  for (int i = 0; i < 400 && health.status != 200; ++i) {
+    health = HttpCall(port, "GET", "/health");
+    if (health.status != 200) std::this_thread::sleep_for(25ms);
+  }
+  EXPECT_EQ(health.status, 200) << health.body;
   EXPECT_EQ(health.Json()["status"], "ok");
   HttpResult models = HttpCall(port, "GET", "/v1/models");
   ASSERT_EQ(models.status, 200) << models.body;
@@ -197,6 +202,31 @@ TEST(ServingHttp, GreedyCompletionEqualsGrpcWithExactUsage) {
   ASSERT_EQ(http_ids.status, 200) << http_ids.body;
   EXPECT_EQ(http_ids.Json()["choices"][0]["text"], grpc_ids.text);
   EXPECT_EQ(http_ids.Json()["usage"]["completion_tokens"], static_cast<int>(grpc_ids.tokens.size()));
+}
+
+// /health says whether requests can be served: 503 while a stage is down
+// (the scheduler then fails requests with UNAVAILABLE), 200 once it is back.
+TEST(ServingHttp, HealthFollowsThePipeline) {
+  auto stack = StartStack(LongRandomModel(), 2);
+  const int port = HttpPort(*stack);
+  auto wait_for = [&](int status) {
+    int got = 0;
+    for (int i = 0; i < 800 && got != status; ++i) {
+      got = HttpCall(port, "GET", "/health").status;
+      if (got != status) std::this_thread::sleep_for(25ms);
+    }
+    return got;
+  };
+  EXPECT_EQ(wait_for(200), 200);
+  const pid_t stage1 = stack->ports["stages"][1]["pid"].get<pid_t>();
+  WhileStoppedCheck(stage1, [&] {
+    // The scheduler's probe times out, the pipeline goes down, /health follows.
+    EXPECT_EQ(wait_for(503), 503);
+    EXPECT_EQ(HttpCall(port, "GET", "/health").Json()["status"], "pipeline not ready");
+  });
+  EXPECT_EQ(wait_for(200), 200);
+  const HttpResult ok = PostJson(port, "/v1/completions", {{"prompt", IdsPrompt(4)}, {"max_tokens", 4}});
+  EXPECT_EQ(ok.status, 200) << ok.body;
 }
 
 // One keep-alive connection serves requests one after another, streamed
@@ -397,9 +427,17 @@ TEST(ServingHttp, TlsServesHttps) {
                           {"--tls-cert", dir + "/cert.pem", "--tls-key", dir + "/key.pem"});
   const std::string base = "https://127.0.0.1:" + std::to_string(HttpPort(*stack));
   const std::string curl = "curl -sS --max-time 60 --cacert " + dir + "/cert.pem ";
-  EXPECT_EQ(std::system((curl + base + "/health > " + dir + "/health.txt 2>&1").c_str()), 0)
-      << ReadFile(dir + "/health.txt");
-  EXPECT_EQ(json::parse(ReadFile(dir + "/health.txt"), nullptr, false)["status"], "ok");
+  // With TLS the launcher cannot probe /health itself: wait for the gateway
+  // to have seen the pipeline up.
+  json health = json::object();
+  for (int i = 0; i < 400 && health.value("status", "") != "ok"; ++i) {
+    EXPECT_EQ(std::system((curl + base + "/health > " + dir + "/health.txt 2>&1").c_str()), 0)
+        << ReadFile(dir + "/health.txt");
+    health = json::parse(ReadFile(dir + "/health.txt"), nullptr, false);
+    if (!health.is_object()) health = json::object();
+    if (health.value("status", "") != "ok") std::this_thread::sleep_for(25ms);
+  }
+  EXPECT_EQ(health["status"], "ok");
   const std::string body = json{{"prompt", IdsPrompt(4)}, {"max_tokens", 5}, {"ignore_eos", true},
                                 {"stream", true}, {"stream_options", {{"include_usage", true}}}}
                                .dump();

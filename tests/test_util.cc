@@ -44,6 +44,10 @@ std::string TempDir() {
     std::string tmpl = (fs::temp_directory_path() / "specline-test-XXXXXX").string();
     if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
     static std::string to_remove = tmpl;
+    // SPECLINE_KEEP_TEST_FILES=1 keeps them (logs of the processes a test
+    // started, for a failure that only shows under load).
+    if (const char* keep = std::getenv("SPECLINE_KEEP_TEST_FILES"); keep && *keep == '1')
+      return fs::path(tmpl);
     std::atexit([] {
       std::error_code ec;
       fs::remove_all(to_remove, ec);

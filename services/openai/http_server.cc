@@ -198,9 +198,12 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     const http::verb verb = request_.method();
     if (path == "/health") {
       if (verb != http::verb::get && verb != http::verb::head) return MethodNotAllowed("GET");
-      // 200 when serving, 503 while draining.
+      // 200 when serving; 503 while draining, and while the pipeline is not
+      // (yet, or any more) up: then requests would only get 503s too.
       if (server_.service.draining())
         return SendJson(http::status::service_unavailable, R"({"status":"draining"})");
+      if (!server_.service.pipeline_ready())
+        return SendJson(http::status::service_unavailable, R"({"status":"pipeline not ready"})");
       return SendJson(http::status::ok, R"({"status":"ok"})");
     }
     if (path == "/v1/models") {
@@ -528,5 +531,22 @@ void HttpServer::Stop(int grace_ms) {
 }
 
 HttpServer::~HttpServer() { Stop(0); }
+
+bool HealthOk(int port) {
+  net::io_context ioc;
+  beast::tcp_stream stream(ioc);
+  stream.expires_after(std::chrono::seconds(2));
+  beast::error_code ec;
+  stream.connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port)), ec);
+  if (ec) return false;
+  http::request<http::empty_body> req{http::verb::get, "/health", 11};
+  req.set(http::field::host, "127.0.0.1");
+  http::write(stream, req, ec);
+  if (ec) return false;
+  beast::flat_buffer buffer;
+  http::response<http::string_body> res;
+  http::read(stream, buffer, res, ec);
+  return !ec && res.result() == http::status::ok;
+}
 
 }  // namespace specline::openai

@@ -44,4 +44,7 @@ class HttpServer {
   int port_ = 0;
 };
 
+// GET http://127.0.0.1:port/health; true on 200 (the launcher waits for it).
+bool HealthOk(int port);
+
 }  // namespace specline::openai
