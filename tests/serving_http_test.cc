@@ -418,10 +418,7 @@ TEST(ServingHttp, BearerTokenIsRequired) {
 // trusting the certificate streams, a plain-HTTP client gets nothing.
 TEST(ServingHttp, TlsServesHttps) {
   const std::string dir = TempDir();
-  const std::string make_cert = "openssl req -x509 -newkey rsa:2048 -nodes -subj /CN=localhost "
-                                "-addext subjectAltName=IP:127.0.0.1,DNS:localhost -days 1 -keyout " +
-                                dir + "/key.pem -out " + dir + "/cert.pem >/dev/null 2>&1";
-  if (std::system(make_cert.c_str()) != 0) GTEST_SKIP() << "openssl is not available to make a test certificate";
+  if (!MakeTestCertificate(dir)) GTEST_SKIP() << "openssl is not available to make a test certificate";
   if (std::system("curl --version > /dev/null 2>&1") != 0) GTEST_SKIP() << "curl is not installed";
   auto stack = StartStack(LongRandomModel(), 1,
                           {"--tls-cert", dir + "/cert.pem", "--tls-key", dir + "/key.pem"});

@@ -58,10 +58,7 @@ TEST(ServingSecurity, BearerTokenIsRequired) {
 
 TEST(ServingSecurity, TlsServesTrustingClientsOnly) {
   const std::string dir = TempDir();
-  const std::string cmd = "openssl req -x509 -newkey rsa:2048 -nodes -subj /CN=localhost "
-                          "-addext subjectAltName=IP:127.0.0.1,DNS:localhost -days 1 -keyout " +
-                          dir + "/key.pem -out " + dir + "/cert.pem >/dev/null 2>&1";
-  if (std::system(cmd.c_str()) != 0) GTEST_SKIP() << "openssl is not available to make a test certificate";
+  if (!MakeTestCertificate(dir)) GTEST_SKIP() << "openssl is not available to make a test certificate";
   auto stack = StartStack(TinyModel(), 1,
                           {"--tls-cert", dir + "/cert.pem", "--tls-key", dir + "/key.pem"});
 

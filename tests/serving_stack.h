@@ -98,6 +98,15 @@ inline std::unique_ptr<ServingStack> StartStack(const std::string& model, int st
   return s;
 }
 
+// A self-signed certificate for 127.0.0.1 / localhost, as dir/cert.pem and
+// dir/key.pem; false when openssl is not there to make one.
+inline bool MakeTestCertificate(const std::string& dir) {
+  const std::string cmd = "openssl req -x509 -newkey rsa:2048 -nodes -subj /CN=localhost "
+                          "-addext subjectAltName=IP:127.0.0.1,DNS:localhost -days 1 -keyout " +
+                          dir + "/key.pem -out " + dir + "/cert.pem >/dev/null 2>&1";
+  return std::system(cmd.c_str()) == 0;
+}
+
 struct Streamed {
   grpc::Status status;
   std::vector<int32_t> tokens;
