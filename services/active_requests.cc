@@ -40,6 +40,11 @@ bool ActiveRequests::Abort(const std::string& principal, const std::string& id) 
   return true;
 }
 
+void ActiveRequests::CancelAll() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [key, entry] : entries_) entry->upstream->TryCancel();
+}
+
 int ActiveRequests::size() const {
   std::lock_guard<std::mutex> lock(mu_);
   return static_cast<int>(entries_.size());

@@ -37,6 +37,9 @@ class ActiveRequests {
   // its KV); false when `principal` has no such request open.
   bool Abort(const std::string& principal, const std::string& id);
 
+  // Cancels every open stream's scheduler call (the end of a drain).
+  void CancelAll();
+
   int size() const;
   // Waits until no stream is open or the deadline passes; true when empty.
   bool WaitEmpty(std::chrono::steady_clock::time_point deadline);

@@ -196,7 +196,11 @@ void Gateway::Drain() {
   if (!service_->active().WaitEmpty(deadline)) {
     spdlog::warn("gateway: drain timeout; cancelling {} streams", service_->active().size());
   }
-  // Anything still open is cancelled now (its scheduler call with it).
+  // Anything still open is cancelled now (its scheduler call with it): the
+  // HTTP API's calls are not children of a gRPC server call, so cancel them
+  // here and let their ends reach the clients before the HTTP server stops.
+  service_->active().CancelAll();
+  service_->active().WaitEmpty(std::chrono::steady_clock::now() + std::chrono::seconds(2));
   if (http_) http_->Stop();
   StopReadiness();
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(100));

@@ -497,5 +497,35 @@ TEST(ServingHttp, DrainFinishesOpenStreams) {
   EXPECT_EQ(result.usage["completion_tokens"], kTokens);
 }
 
+// A stream that cannot finish within --drain-timeout-ms still ends exactly
+// once: an error event, then [DONE]. Stage 0 is stopped for the whole drain.
+TEST(ServingHttp, DrainTimeoutEndsOpenStreamsOnce) {
+  auto stack = StartStack(LongRandomModel(), 1, {"--drain-timeout-ms", "300"});
+  const int port = HttpPort(*stack);
+  StreamedHttp result;
+  std::thread client([&] {
+    result = Stream(port, "/v1/completions",
+                    {{"prompt", IdsPrompt(8)}, {"max_tokens", 2000}, {"ignore_eos", true},
+                     {"stream", true}});
+  });
+  const pid_t stage0 = stack->ports["stages"][0]["pid"].get<pid_t>();
+  bool running = false;
+  for (int i = 0; i < 800 && !running; ++i) {
+    const auto n = MetricValueIfPresent(ScrapeMetrics(stack->metrics_port()),
+                                        "specline_num_requests_running");
+    running = n && *n >= 1;
+    if (!running) std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_TRUE(running) << "the request never showed as running";
+  WhileStoppedCheck(stage0, [&] {
+    EXPECT_TRUE(Kill(stack->launcher.pid(), SIGTERM));
+    client.join();  // the drain must end the stream although stage 0 is stopped
+  });
+  EXPECT_EQ(result.status, 200);
+  EXPECT_FALSE(result.error.empty()) << "the stream ended without an error event";
+  EXPECT_TRUE(result.done_last);
+  EXPECT_EQ(result.finish_chunks, 0);
+}
+
 }  // namespace
 }  // namespace specline::testing
