@@ -6,13 +6,6 @@
 #include "specline/v1/generation.grpc.pb.h"
 
 namespace specline::loadtest {
-namespace {
-
-double Seconds(Clock::time_point from, Clock::time_point to) {
-  return std::chrono::duration<double>(to - from).count();
-}
-
-}  // namespace
 
 SendFn GrpcSender(std::shared_ptr<grpc::Channel> channel, ClientOptions options) {
   auto stub = std::shared_ptr<v1::Generation::Stub>(v1::Generation::NewStub(channel));
@@ -31,19 +24,8 @@ SendFn GrpcSender(std::shared_ptr<grpc::Channel> channel, ClientOptions options)
     auto reader = stub->Generate(&ctx, req);
     v1::GenerateResponse msg;
     while (reader->Read(&msg)) {
-      const Clock::time_point now = Clock::now();
       const int k = msg.token_ids_size();
-      if (k > 0) {
-        if (r.output_tokens == 0) {
-          r.ttft = Seconds(t0, now);
-        } else {
-          r.itl.push_back(Seconds(last, now));  // once per message, whatever k is
-        }
-        last = now;
-        r.output_tokens += k;
-        r.message_times.push_back(Seconds(run_start, now));
-        r.message_tokens.push_back(k);
-      }
+      if (k > 0) RecordMessage(r, t0, run_start, Clock::now(), k, &last);
       if (msg.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
         r.finish_reason = FinishReasonName(msg.finish_reason());
         r.prompt_tokens = msg.usage().prompt_tokens();
@@ -59,13 +41,10 @@ SendFn GrpcSender(std::shared_ptr<grpc::Channel> channel, ClientOptions options)
       }
     }
     const grpc::Status status = reader->Finish();
-    const Clock::time_point end = Clock::now();
-    r.end = Seconds(run_start, end);
-    r.e2e = Seconds(t0, end);
+    FinishRecord(r, t0, run_start, Clock::now());
     r.ok = status.ok();
     r.status_code = StatusCodeName(status.error_code());
     r.error = status.error_message();
-    if (r.output_tokens > 1) r.tpot = (r.e2e - r.ttft) / static_cast<double>(r.output_tokens - 1);
     return r;
   };
 }

@@ -15,10 +15,6 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 using nlohmann::json;
 
-double Seconds(Clock::time_point from, Clock::time_point to) {
-  return std::chrono::duration<double>(to - from).count();
-}
-
 json RequestBody(const WorkItem& item, const ClientOptions& o, const OpenAiTarget& target) {
   json body = {{"stream", true}, {"stream_options", {{"include_usage", true}}}};
   if (!target.model.empty()) body["model"] = target.model;
@@ -91,18 +87,7 @@ class EventReader {
     if (auto t = c.find("text"); t != c.end() && t->is_string()) text = t->get<std::string>();
     if (auto d = c.find("delta"); d != c.end() && d->is_object())
       if (auto t = d->find("content"); t != d->end() && t->is_string()) text = t->get<std::string>();
-    if (!text.empty()) {
-      const Clock::time_point now = Clock::now();
-      if (r_.output_tokens == 0) {
-        r_.ttft = Seconds(t0_, now);
-      } else {
-        r_.itl.push_back(Seconds(last_, now));
-      }
-      last_ = now;
-      r_.output_tokens += 1;
-      r_.message_times.push_back(Seconds(run_start_, now));
-      r_.message_tokens.push_back(1);
-    }
+    if (!text.empty()) RecordMessage(r_, t0_, run_start_, Clock::now(), 1, &last_);
     if (auto f = c.find("finish_reason"); f != c.end() && f->is_string()) r_.finish_reason = *f;
   }
 
@@ -183,10 +168,7 @@ SendFn OpenAiSender(OpenAiTarget target, ClientOptions options) {
       }
     }
     events.Finish();
-    const Clock::time_point end = Clock::now();
-    r.end = Seconds(run_start, end);
-    r.e2e = Seconds(t0, end);
-    if (r.output_tokens > 1) r.tpot = (r.e2e - r.ttft) / static_cast<double>(r.output_tokens - 1);
+    FinishRecord(r, t0, run_start, Clock::now());
     return r;
   };
 }

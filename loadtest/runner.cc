@@ -98,4 +98,24 @@ std::vector<RequestRecord> Run(const RunConfig& config, const std::vector<WorkIt
   return config.rate > 0 ? RunOpen(config, items, send) : RunClosed(config, items, send);
 }
 
+void RecordMessage(RequestRecord& r, Clock::time_point t0, Clock::time_point run_start,
+                   Clock::time_point now, int tokens, Clock::time_point* last) {
+  if (r.output_tokens == 0) {
+    r.ttft = Seconds(t0, now);
+  } else {
+    r.itl.push_back(Seconds(*last, now));
+  }
+  *last = now;
+  r.output_tokens += tokens;
+  r.message_times.push_back(Seconds(run_start, now));
+  r.message_tokens.push_back(tokens);
+}
+
+void FinishRecord(RequestRecord& r, Clock::time_point t0, Clock::time_point run_start,
+                  Clock::time_point end) {
+  r.end = Seconds(run_start, end);
+  r.e2e = Seconds(t0, end);
+  if (r.output_tokens > 1) r.tpot = (r.e2e - r.ttft) / static_cast<double>(r.output_tokens - 1);
+}
+
 }  // namespace specline::loadtest

@@ -32,6 +32,19 @@ struct RunConfig {
 // `run_start` is the zero of the record's times. Must be thread-safe.
 using SendFn = std::function<RequestRecord(int index, const WorkItem& item, Clock::time_point run_start)>;
 
+inline double Seconds(Clock::time_point from, Clock::time_point to) {
+  return std::chrono::duration<double>(to - from).count();
+}
+
+// What every sender records the same way. A message carrying `tokens`
+// tokens arrived at `now`: the first sets TTFT, later ones add an ITL gap
+// (one per message, whatever `tokens` is). `last` is the previous arrival.
+void RecordMessage(RequestRecord& r, Clock::time_point t0, Clock::time_point run_start,
+                   Clock::time_point now, int tokens, Clock::time_point* last);
+// The request ended at `end`: its end, e2e and TPOT.
+void FinishRecord(RequestRecord& r, Clock::time_point t0, Clock::time_point run_start,
+                  Clock::time_point end);
+
 // Runs to completion (waits for every request sent) and returns the records
 // in sending order.
 std::vector<RequestRecord> Run(const RunConfig& config, const std::vector<WorkItem>& items,
