@@ -31,20 +31,17 @@ struct SlotRun {
   // hidden state then yields the next token (the only logits computed).
   bool needs_logits = false;
   uint32_t epoch = 0;  // the sequence's epoch when sent
-  // A PTP call (docs/ptp.md): token rows [0, count - aux), of which the
-  // last `teacher` need logits (the newest token, then the pending
-  // proposals; in a prompt's last chunk only its last row), then `aux`
-  // auxiliary rows proposing the next tokens.
-  bool ptp_call = false;
-  int32_t teacher = 0;
+  // Token rows [0, count - aux), of which the last `output_rows` yield a
+  // token decision (a plain run: its newest row; a PTP call: the newest
+  // token and the pending proposals), then `aux` auxiliary rows whose
+  // inputs are not tokens (PTP's proposals of the next tokens).
+  int32_t output_rows = 1;
   int32_t aux = 0;
   int32_t verify_rows() const { return count - aux; }
 };
 
-// `running` in admission order. Does not change the sequences. A PTP
-// sequence in decode sends its whole call (never split); its auxiliary rows
-// (also behind its prompt's last chunk) shrink to fit the budget and the
-// sequence's limit.
+// `running` in admission order. Does not change the sequences. Each
+// sequence's policy shapes its run (DecodingPolicy::PlanDecode/PlanPrefill).
 std::vector<SlotRun> PlanBatch(const std::vector<std::shared_ptr<Sequence>>& running,
                                const BatchPolicy& policy);
 

@@ -8,17 +8,17 @@ namespace specline::scheduler {
 namespace {
 
 // Tap `layer` of chain position `pos` of the current epoch, or nullptr.
-const std::vector<float>* FindTap(const Sequence& s, int32_t pos, int layer) {
-  auto at = s.spec.taps.find(pos);
-  if (at == s.spec.taps.end()) return nullptr;
+const std::vector<float>* FindTap(const SpecState& sp, int32_t pos, int layer) {
+  auto at = sp.taps.find(pos);
+  if (at == sp.taps.end()) return nullptr;
   auto it = at->second.find(layer);
   return it == at->second.end() ? nullptr : &it->second;
 }
 
 // Whether rows [from, to) all have tap `layer`.
-bool HasTaps(const Sequence& s, int32_t from, int32_t to, int layer) {
+bool HasTaps(const SpecState& sp, int32_t from, int32_t to, int layer) {
   for (int32_t p = from; p < to; ++p) {
-    if (!FindTap(s, p, layer)) return false;
+    if (!FindTap(sp, p, layer)) return false;
   }
   return true;
 }
@@ -34,8 +34,8 @@ class OracleTimedDrafter : public Drafter {
     if (exit_layer_ > 0) return {exit_layer_};
     return {};
   }
-  bool Ready(const Sequence& s) const override {
-    return exit_layer_ == 0 || FindTap(s, s.chain_end() - 1, exit_layer_) != nullptr;
+  bool Ready(const SpecState& sp, int32_t verified) const override {
+    return exit_layer_ == 0 || FindTap(sp, sp.end(verified) - 1, exit_layer_) != nullptr;
   }
   void Propose(DraftJob& job) override {
     const size_t i = static_cast<size_t>(job.end - job.prompt_len);
@@ -54,20 +54,20 @@ class OracleTimedDrafter : public Drafter {
 class PpsdDrafter : public Drafter {
  public:
   PpsdDrafter(std::shared_ptr<const DraftHead> head, std::shared_ptr<kernels::ThreadPool> pool,
-              int kv_capacity_tokens)
+              int kv_block_size, int kv_capacity_tokens)
       : head_(std::move(head), std::move(pool),
-              PpsdHeadOptions{16, kv_capacity_tokens}),
+              PpsdHeadOptions{kv_block_size, kv_capacity_tokens}),
         layer_head_(head_.method() == DraftMethod::kPpsdLayer) {}
 
   std::string name() const override {
     return absl::StrCat("PPSD ", DraftMethodName(head_.method()), " head, E=", head_.exit_layer());
   }
   std::vector<int> TapLayers() const override { return {head_.exit_layer()}; }
-  bool Ready(const Sequence& s) const override {
-    const int32_t end = s.chain_end();
+  bool Ready(const SpecState& sp, int32_t verified) const override {
+    const int32_t end = sp.end(verified);
     // The norm head needs the newest token's features only; the layer head
     // also every position its cache lacks (the prompt, after a flush).
-    return HasTaps(s, layer_head_ ? std::min(s.spec.fed, end - 1) : end - 1, end,
+    return HasTaps(sp, layer_head_ ? std::min(sp.fed, end - 1) : end - 1, end,
                    head_.exit_layer());
   }
   void Propose(DraftJob& job) override {
@@ -117,8 +117,9 @@ std::unique_ptr<Drafter> MakeOracleDrafter(int exit_layer) {
 
 std::unique_ptr<Drafter> MakePpsdDrafter(std::shared_ptr<const DraftHead> head,
                                          std::shared_ptr<kernels::ThreadPool> pool,
-                                         int kv_capacity_tokens) {
-  return std::make_unique<PpsdDrafter>(std::move(head), std::move(pool), kv_capacity_tokens);
+                                         int kv_block_size, int kv_capacity_tokens) {
+  return std::make_unique<PpsdDrafter>(std::move(head), std::move(pool), kv_block_size,
+                                       kv_capacity_tokens);
 }
 
 }  // namespace specline::scheduler

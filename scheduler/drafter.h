@@ -22,6 +22,7 @@
 #include "model/runtime/draft_head_file.h"
 #include "model/runtime/oracle_drafter.h"
 #include "scheduler/sequence.h"
+#include "scheduler/spec_state.h"
 
 namespace specline {
 class PpsdHead;
@@ -31,7 +32,6 @@ class SpdModule;
 namespace specline::scheduler {
 
 struct DraftJob {
-  std::shared_ptr<Sequence> seq;  // identity only: not read without the lock
   uint64_t seq_id = 0;
   uint32_t epoch = 0;
   int32_t end = 0;    // chain length when gathered; the draft is for position `end`
@@ -57,8 +57,9 @@ class Drafter {
   virtual std::string name() const = 0;
   // Tap indices to request on every micro-batch that carries the sequence.
   virtual std::vector<int> TapLayers() const = 0;
-  // Under the engine lock: are the features of the newest chain token there?
-  virtual bool Ready(const Sequence& s) const = 0;
+  // Under the engine lock: are the features of the newest chain token
+  // there? `verified` tokens precede the chain's drafts.
+  virtual bool Ready(const SpecState& sp, int32_t verified) const = 0;
   // Driver thread, no lock. Sets job.draft and job.fed, or job.status.
   virtual void Propose(DraftJob& job) = 0;
   // Driver thread: the sequence ended.
@@ -77,11 +78,11 @@ std::unique_ptr<Drafter> MakeOracleDrafter(int exit_layer);
 // PPSD early-exit head (norm or one-layer).
 std::unique_ptr<Drafter> MakePpsdDrafter(std::shared_ptr<const DraftHead> head,
                                          std::shared_ptr<kernels::ThreadPool> pool,
-                                         int kv_capacity_tokens);
+                                         int kv_block_size, int kv_capacity_tokens);
 // SPD speculation module.
 std::unique_ptr<Drafter> MakeSpdDrafter(std::shared_ptr<const DraftHead> head,
                                         std::shared_ptr<const ModelSource> base,
                                         std::shared_ptr<kernels::ThreadPool> pool,
-                                        int kv_capacity_tokens);
+                                        int kv_block_size, int kv_capacity_tokens);
 
 }  // namespace specline::scheduler

@@ -12,9 +12,9 @@ namespace {
 class SpdDrafter : public Drafter {
  public:
   SpdDrafter(std::shared_ptr<const DraftHead> head, std::shared_ptr<const ModelSource> base,
-             std::shared_ptr<kernels::ThreadPool> pool, int kv_capacity_tokens)
+             std::shared_ptr<kernels::ThreadPool> pool, int kv_block_size, int kv_capacity_tokens)
       : module_(std::move(head), std::move(base), std::move(pool),
-                SpdModuleOptions{16, kv_capacity_tokens}) {
+                SpdModuleOptions{kv_block_size, kv_capacity_tokens}) {
     for (int l : module_.AllTaps()) {
       if (l != 0) taps_.push_back(l);  // H^0 the module embeds itself
     }
@@ -30,14 +30,13 @@ class SpdDrafter : public Drafter {
   // drafter costs acceptance (measured: 13% of rows at n=5 on stories260K,
   // per-verified T=1 acceptance 0.6 instead of Python's 0.7). The wait is
   // about one stage's time, the pipeline's own cadence.
-  bool Ready(const Sequence& s) const override {
-    const int32_t end = s.chain_end();
-    const int32_t verified = static_cast<int32_t>(s.tokens.size());
-    for (int32_t pos = std::min(s.spec.fed, end - 1); pos < end; ++pos) {
+  bool Ready(const SpecState& sp, int32_t verified) const override {
+    const int32_t end = sp.end(verified);
+    for (int32_t pos = std::min(sp.fed, end - 1); pos < end; ++pos) {
       const int depth = LockstepDepth(pos, end, verified);
       if (depth == 0) continue;
-      auto have = s.spec.taps.find(pos);
-      if (have == s.spec.taps.end()) return false;
+      auto have = sp.taps.find(pos);
+      if (have == sp.taps.end()) return false;
       for (int l : module_.TapsForDepth(depth)) {
         if (l != 0 && have->second.count(l) == 0) return false;
       }
@@ -117,9 +116,9 @@ class SpdDrafter : public Drafter {
 std::unique_ptr<Drafter> MakeSpdDrafter(std::shared_ptr<const DraftHead> head,
                                         std::shared_ptr<const ModelSource> base,
                                         std::shared_ptr<kernels::ThreadPool> pool,
-                                        int kv_capacity_tokens) {
+                                        int kv_block_size, int kv_capacity_tokens) {
   return std::make_unique<SpdDrafter>(std::move(head), std::move(base), std::move(pool),
-                                      kv_capacity_tokens);
+                                      kv_block_size, kv_capacity_tokens);
 }
 
 }  // namespace specline::scheduler

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "scheduler/head_factory.h"
+#include "scheduler/policies/registry.h"
 #include "spdlog/spdlog.h"
 
 namespace specline::scheduler {
@@ -26,51 +27,30 @@ Engine::Engine(std::shared_ptr<const ModelSource> model,
       stage_error_(stages_.size()),
       stage_data_addr_(stages_.size()) {
   if (options_.max_inflight <= 0) options_.max_inflight = std::max<int>(stages_.size(), 1);
-  max_drafts_ = options_.spec.max_drafts > 0 ? options_.spec.max_drafts
-                                             : std::max(options_.max_inflight - 1, 1);
-  LoadDrafters();
+  // Heads are checked against the served model now, so a wrong head stops
+  // the scheduler at start-up rather than failing requests later.
+  PolicyResources resources{*this, model_, pool_, options_.spec};
+  resources.max_inflight = options_.max_inflight;
+  resources.kv_block_size = options_.kv_block_size;
+  resources.n_stages = n_stages();
+  policies_ = MakePolicies(resources);
   metrics_->pipeline_up->Set(0);
 }
 
-// Heads are checked against the served model now, so a wrong head stops the
-// scheduler at start-up rather than failing requests later.
-void Engine::LoadDrafters() {
-  const SpecOptions& o = options_.spec;
-  const ModelConfig& c = config();
-  if (!o.ppsd_head.empty()) {
-    std::shared_ptr<const DraftHead> head = LoadDraftHead(o.ppsd_head, c);
-    if (head->spec().method == DraftMethod::kSpd) {
-      throw std::invalid_argument(o.ppsd_head + ": an SPD module is not a PPSD head");
-    }
-    ppsd_ = MakePpsdDrafter(head, pool_, o.draft_kv_capacity_tokens);
-    if (o.allow_oracle) oracle_ppsd_ = MakeOracleDrafter(head->spec().exit_layer);
+DecodingPolicy* Engine::PolicyFor(SpecMode mode) const {
+  for (const auto& p : policies_) {
+    if (p->mode() == mode) return p.get();
   }
-  if (!o.spd_head.empty()) {
-    std::shared_ptr<const DraftHead> head = LoadDraftHead(o.spd_head, c);
-    if (head->spec().method != DraftMethod::kSpd) {
-      throw std::invalid_argument(o.spd_head + ": a " + DraftMethodName(head->spec().method) +
-                                  " head is not an SPD module");
-    }
-    if (head->spec().spd_stages != n_stages()) {
-      throw std::invalid_argument(absl::StrCat(o.spd_head, ": the module was made for ",
-                                               head->spec().spd_stages,
-                                               " pipeline stages; this pipeline has ",
-                                               n_stages()));
-    }
-    spd_ = MakeSpdDrafter(head, model_, pool_, o.draft_kv_capacity_tokens);
-  }
-  if (o.allow_oracle) oracle_spd_ = MakeOracleDrafter(0);
-  if (!o.ptp_head.empty()) LoadPtpAdapter();
-  if (!o.pipo_head.empty()) LoadPipoHead();
-  // The PPSD oracle without a head exits where the first stage ends; that
-  // is known once the stages answer (BringUp).
-  const std::vector<SpecMode> m = modes();
-  if (std::find(m.begin(), m.end(), o.default_mode) == m.end()) {
-    throw std::invalid_argument(absl::StrCat("the default policy ", SpecModeName(o.default_mode),
-                                             " needs its head (--ppsd-head / --spd-head / --ptp-head / --pipo-head)"));
-  }
+  return nullptr;
 }
 
+std::vector<SpecMode> Engine::modes() const {
+  std::vector<SpecMode> m;
+  for (const auto& p : policies_) {
+    if (p->advertised()) m.push_back(p->mode());
+  }
+  return m;
+}
 
 Engine::~Engine() { Stop(); }
 
@@ -121,65 +101,24 @@ absl::Status Engine::Validate(const RequestSpec& spec) const {
     }
   }
   if (spec.max_tokens < 1) return absl::InvalidArgumentError("max_tokens: must be >= 1");
-  if (absl::Status st = ValidateSpeculation(spec); !st.ok()) return st;
+  if (absl::Status st = ValidatePolicyFields(spec, options_.spec, c.vocab_size); !st.ok()) {
+    return st;
+  }
+  const DecodingPolicy* policy = PolicyFor(spec.mode);
+  if (!policy) return NotServed(spec.mode);
+  if (absl::Status st = policy->Validate(spec); !st.ok()) return st;
   if (std::string err = spec.sampling.Validate(); !err.empty()) {
     return absl::InvalidArgumentError("sampling." + err);
   }
   return absl::OkStatus();
 }
 
-absl::Status Engine::ValidateSpeculation(const RequestSpec& spec) const {
-  const OracleSpec& o = spec.oracle;
-  if (o.enabled) {
-    if (!options_.spec.allow_oracle) {
-      return absl::InvalidArgumentError(
-          "oracle: oracle drafting is for tests and benchmarks (start the scheduler with "
-          "--allow-oracle)");
-    }
-    if (spec.mode != SpecMode::kPpsd && spec.mode != SpecMode::kSpd) {
-      return absl::InvalidArgumentError("oracle: needs a drafting policy (PPSD or SPD)");
-    }
-    if (!(o.alpha >= 0 && o.alpha <= 1)) {
-      return absl::InvalidArgumentError(absl::StrCat("oracle.alpha: ", o.alpha,
-                                                     " is outside [0, 1]"));
-    }
-    for (size_t i = 0; i < o.reference.size(); ++i) {
-      if (o.reference[i] < 0 || o.reference[i] >= config().vocab_size) {
-        return absl::InvalidArgumentError(absl::StrCat("oracle.reference[", i, "]: token id ",
-                                                       o.reference[i], " is outside the vocabulary"));
-      }
-    }
-    return absl::OkStatus();
-  }
-  if (spec.mode == SpecMode::kPpsd && !ppsd_) {
-    return absl::FailedPreconditionError(
-        "policy PPSD is not available on this deployment (the scheduler has no --ppsd-head)");
-  }
-  if (spec.mode == SpecMode::kSpd && !spd_) {
-    return absl::FailedPreconditionError(
-        "policy SPD is not available on this deployment (the scheduler has no --spd-head)");
-  }
-  if (spec.mode == SpecMode::kPtp && !ptp_head_) {
-    return absl::FailedPreconditionError(
-        "policy PTP is not available on this deployment (the scheduler has no --ptp-head)");
-  }
-  if (spec.mode == SpecMode::kPipo && !pipo_) {
-    return absl::FailedPreconditionError(
-        "policy PIPO is not available on this deployment (the scheduler has no --pipo-head)");
-  }
-  if (spec.pipo_tau >= 0 && spec.mode != SpecMode::kPipo) {
-    return absl::InvalidArgumentError("pipo_tau: applies to policy PIPO only");
-  }
-  return absl::OkStatus();
-}
-
 absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(RequestSpec spec) {
   if (absl::Status st = Validate(spec); !st.ok()) return st;
-  // PIPO's padded prompt and its compressor rows, before taking the lock.
-  PipoState pipo;
-  if (spec.mode == SpecMode::kPipo) {
-    if (absl::Status st = PreparePipo(spec, &pipo); !st.ok()) return st;
-  }
+  DecodingPolicy* policy = PolicyFor(spec.mode);
+  // Whatever the policy computes once per request, before taking the lock.
+  absl::StatusOr<std::shared_ptr<const void>> prepared = policy->Prepare(spec);
+  if (!prepared.ok()) return prepared.status();
   std::shared_ptr<RequestStream> stream;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -188,10 +127,8 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(RequestSpec spec) 
       return absl::UnavailableError(
           "the pipeline is down: not every stage answers (retry when it is back)");
     }
-    // A PIPO request holds one position per pair (at least one token each).
-    const int64_t need = budget_.WorstCaseBlocks(
-        pipo.active ? pipo.prompt_pairs : static_cast<int>(spec.prompt.size()), spec.max_tokens,
-        config().max_seq_len);
+    const int64_t need = budget_.WorstCaseBlocks(policy->PromptPositions(spec, prepared->get()),
+                                                 spec.max_tokens, config().max_seq_len);
     if (need * budget_.block_size() > budget_.capacity_tokens()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "max_tokens: prompt + max_tokens needs ", need * budget_.block_size(),
@@ -201,20 +138,9 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(RequestSpec spec) 
       return absl::ResourceExhaustedError(absl::StrCat(
           "the waiting queue is full (", options_.max_waiting, " requests); retry later"));
     }
-    if (spec.mode == SpecMode::kPtp) {
-      if (absl::Status st = PtpAvailableLocked(); !st.ok()) return st;
-    }
-    if (spec.mode == SpecMode::kPipo && !pipo_unavailable_.empty()) {
-      return absl::FailedPreconditionError(pipo_unavailable_);
-    }
-    if ((spec.mode == SpecMode::kPpsd || spec.mode == SpecMode::kSpd) &&
-        DrafterFor(spec.mode, spec.oracle.enabled) == nullptr) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "policy ", SpecModeName(spec.mode), " is not available on this deployment yet"));
-    }
+    if (absl::Status st = policy->AvailableLocked(spec); !st.ok()) return st;
     std::shared_ptr<Sequence> seq = MakeSequenceLocked(
-        std::make_shared<const RequestSpec>(std::move(spec)),
-        pipo.active ? std::make_shared<const PipoState>(std::move(pipo)) : nullptr);
+        std::make_shared<const RequestSpec>(std::move(spec)), *std::move(prepared));
     seq->stream_id = seq->id;
     seq->kv_blocks = need;
     stream = std::make_shared<RequestStream>(seq->stream_id);
@@ -242,7 +168,7 @@ bool Engine::Cancel(uint64_t id) {
     if (!seq) return false;
     spdlog::info("request {} (seq {}): aborted after {} tokens", seq->request_id, seq->id,
                  seq->generated());
-    FinishLocked(*seq, FinishReason::kAbort);
+    FinishLocked(*seq, FinishReason::kAbort, absl::OkStatus());
   }
   cv_.notify_all();  // the release may go out at once
   return true;
@@ -283,14 +209,12 @@ bool Engine::WaitUntilUp(std::chrono::milliseconds timeout) const {
 }
 
 std::shared_ptr<Sequence> Engine::MakeSequenceLocked(std::shared_ptr<const RequestSpec> origin,
-                                                     std::shared_ptr<const PipoState> pipo) {
+                                                     std::shared_ptr<const void> prepared) {
   auto seq = std::make_shared<Sequence>(next_seq_id_++, *origin);
-  seq->drafter = DrafterFor(seq->mode, origin->oracle.enabled);
   seq->limit = std::min<int32_t>(seq->prompt_len + seq->max_tokens, config().max_seq_len);
-  if (seq->mode == SpecMode::kPtp) seq->ptp.n_aux = ptp_n_aux_;
-  if (pipo) seq->pipo = *pipo;
   seq->origin = std::move(origin);
-  seq->pipo_origin = std::move(pipo);
+  seq->prepared = std::move(prepared);
+  PolicyFor(seq->mode)->Attach(*seq, seq->prepared.get());
   return seq;
 }
 
@@ -308,7 +232,7 @@ void Engine::FinishLocked(Sequence& seq, FinishReason reason, absl::Status error
     last.error = std::move(error);
     last.mode = seq.mode;
     last.generated = seq.generated();
-    last.spec = seq.spec.stats;
+    last.spec = seq.stats;
     it->second->Push(std::move(last));
     streams_.erase(it);
   }
@@ -319,19 +243,7 @@ void Engine::RetireLocked(Sequence& seq) {
   const std::shared_ptr<Sequence> keep = seq.shared_from_this();
   const bool was_running = seq.state != SeqState::kWaiting;
   seq.state = SeqState::kFinished;
-  // Drafts still in flight are never shown; their slots run out harmlessly
-  // and the release below frees their KV.
-  seq.spec.stats.discarded_tokens += static_cast<int64_t>(seq.spec.drafts.size());
-  if (!seq.spec.drafts.empty()) {
-    SpecMetrics(seq).discarded_tokens->Increment(static_cast<double>(seq.spec.drafts.size()));
-  }
-  seq.spec.drafts.clear();
-  seq.spec.taps.clear();
-  if (seq.drafter) drafter_releases_.emplace_back(seq.drafter, seq.id);
-  if (seq.pipo.active) {
-    std::lock_guard<std::mutex> lock(pipo_mu_);
-    pipo_->Release(seq.id);
-  }
+  seq.policy->RetireLocked(seq);
   RecordSpecFinishLocked(seq);
   if (was_running) {
     budget_.Return(seq.kv_blocks);
@@ -361,7 +273,7 @@ void Engine::FailAllLocked(const absl::Status& error, bool restart) {
     // A fresh attempt under a new stages' id: the stages are wiped when the
     // pipeline comes back, and any late batch of the old id is void.
     RetireLocked(*s);
-    std::shared_ptr<Sequence> again = MakeSequenceLocked(s->origin, s->pipo_origin);
+    std::shared_ptr<Sequence> again = MakeSequenceLocked(s->origin, s->prepared);
     again->stream_id = s->stream_id;
     again->arrival = s->arrival;
     again->kv_blocks = s->kv_blocks;
@@ -411,6 +323,13 @@ void Engine::AdmitLocked() {
     running_.push_back(seq);
   }
   UpdateGaugesLocked();
+}
+
+void Engine::RecordSpecFinishLocked(const Sequence& s) {
+  if (s.stats.cycles == 0) return;  // plain decoding counts no cycles
+  SpecMetrics(s.policy->name())
+      .equivalent_acceptance_length->Observe(static_cast<double>(n_stages()) * s.generated() /
+                                             static_cast<double>(s.stats.cycles));
 }
 
 void Engine::UpdateGaugesLocked() {

@@ -28,11 +28,12 @@
 #include "model/formats/model_source.h"
 #include "model/runtime/device_spec.h"
 #include "model/runtime/output_head.h"
-#include "model/runtime/pipo_model.h"
 #include "scheduler/batch_builder.h"
-#include "scheduler/drafter.h"
+#include "scheduler/decoding_policy.h"
 #include "scheduler/kv_budget.h"
 #include "scheduler/metrics.h"
+#include "scheduler/policies/resources.h"
+#include "scheduler/policy_host.h"
 #include "scheduler/request_stream.h"
 #include "scheduler/sequence.h"
 #include "scheduler/stage_control.h"
@@ -41,47 +42,14 @@
 
 namespace specline::scheduler {
 
-// When a sequence with a speculative mode may spend pipeline slots on
-// drafts (docs/speculation.md "Policy").
-enum class SpecPolicy {
-  kNever,   // decode every sequence plainly
-  kAlways,  // draft whenever the sequence has room in the pipeline
-  // Draft only while fewer sequences run than micro-batches fit in the
-  // pipeline (otherwise other requests fill it), and only while the
-  // sequence's recent acceptance is at least min_acceptance (else one probe
-  // draft every probe_interval tokens).
-  kAuto,
-};
-const char* SpecPolicyName(SpecPolicy p);
-
-struct SpecOptions {
-  SpecPolicy policy = SpecPolicy::kAuto;
-  SpecMode default_mode = SpecMode::kAutoregressive;  // for requests that do not choose
-  std::string ppsd_head;  // head directory enabling PPSD ("" = none)
-  std::string spd_head;   // head directory enabling SPD ("" = none)
-  // PTP adapter directory enabling PTP ("" = none); every stage must run
-  // the same adapter (specline-stage --ptp-head).
-  std::string ptp_head;
-  int ptp_n_aux = 0;  // auxiliary rows per PTP call; 0 = the adapter's N
-  // PIPO head directory enabling PIPO ("" = none; not lossless, opt-in per
-  // request); every stage must run its backbone (specline-stage --pipo-head).
-  std::string pipo_head;
-  double pipo_tau = -1;  // server default threshold; < 0 = the head's tau_default
-  bool allow_oracle = false;  // accept OracleSpec (tests, benchmarks)
-  double min_acceptance = 0.3;
-  int probe_interval = 16;
-  int max_drafts = 0;  // drafts in flight per sequence; 0 = max_inflight - 1
-  // KV positions of the drafters' own caches (PPSD layer head, SPD module),
-  // over all sequences; a sequence that does not fit decodes plainly.
-  int draft_kv_capacity_tokens = 8192;
-};
-
 struct EngineOptions {
   BatchPolicy batch;
   int max_inflight = 0;            // micro-batches in the pipeline; 0 = one per stage
   int max_waiting = 1024;          // queued requests beyond this: RESOURCE_EXHAUSTED
   int64_t kv_capacity_tokens = 0;  // per stage; 0 = the smallest the stages report
-  int kv_block_size = 16;          // must match the stages' block size
+  // Block size of the scheduler's own caches (drafters, PIPO's MTP layer).
+  // Admission counts in the stages' blocks, which they report (StageInfo).
+  int kv_block_size = 16;
   std::chrono::milliseconds batch_timeout{10000};
   std::chrono::milliseconds health_interval{250};
   std::chrono::milliseconds health_deadline{500};
@@ -109,7 +77,7 @@ struct EngineStats {
   bool pipeline_up = false;
 };
 
-class Engine {
+class Engine : private PolicyHost {
  public:
   // `model` supplies the config and the output head (final norm + LM head;
   // no layer is touched). `stages` in pipeline order; `inbox` is where the
@@ -141,9 +109,9 @@ class Engine {
   EngineStats Stats() const;
   bool up() const;
   bool WaitUntilUp(std::chrono::milliseconds timeout) const;
-  const ModelConfig& config() const { return model_->config(); }
+  const ModelConfig& config() const override { return model_->config(); }
   const std::string& model_path() const { return model_->path(); }
-  int n_stages() const { return static_cast<int>(stages_.size()); }
+  int n_stages() const override { return static_cast<int>(stages_.size()); }
   const std::string& inbox_address() const { return inbox_->address(); }
   // Decoding modes requests may ask for on this deployment.
   std::vector<SpecMode> modes() const;
@@ -158,15 +126,29 @@ class Engine {
   };
   using Notice = std::pair<uint64_t, uint32_t>;  // (sequence, new epoch)
 
+  // PolicyHost (what the decoding policies may ask of the engine).
+  int max_inflight() const override { return options_.max_inflight; }
+  int RunningLocked() const override { return static_cast<int>(running_.size()); }
+  void EmitTokenLocked(Sequence& seq, int32_t token) override;
+  void FinishLocked(Sequence& seq, FinishReason reason, absl::Status error) override {
+    FinishLocked(seq, reason, std::move(error), StreamEvent{});
+  }
+  void NoticeEpochLocked(const Sequence& seq) override { notices_.emplace_back(seq.id, seq.epoch); }
+  SchedulerMetrics::Spec& SpecMetrics(const std::string& policy) override {
+    return metrics_->ForPolicy(policy);
+  }
+  std::string StageName(int stage) const override;
+
   // engine.cc (locked helpers end in Locked: mu_ must be held)
-  // A new attempt of `origin` (its stages' id is fresh).
+  DecodingPolicy* PolicyFor(SpecMode mode) const;
+  // A new attempt of `origin` (its stages' id is fresh) under its policy,
+  // from what the policy prepared for it.
   std::shared_ptr<Sequence> MakeSequenceLocked(std::shared_ptr<const RequestSpec> origin,
-                                               std::shared_ptr<const PipoState> pipo);
+                                               std::shared_ptr<const void> prepared);
   // `last` may carry the final token(s); its finish and error are set here.
   // The stream gets exactly one last event, whatever the caller holds.
-  void FinishLocked(Sequence& seq, FinishReason reason, absl::Status error = absl::OkStatus(),
-                    StreamEvent last = {});
-  // Takes the sequence out of the engine (lists, KV, drafter state) without
+  void FinishLocked(Sequence& seq, FinishReason reason, absl::Status error, StreamEvent last);
+  // Takes the sequence out of the engine (lists, KV, policy state) without
   // touching its stream; FinishLocked and restarts share it.
   void RetireLocked(Sequence& seq);
   // Ends every waiting and running sequence with `error`, except those a
@@ -177,58 +159,22 @@ class Engine {
   void ExpireRestartsLocked(Clock::time_point now);
   void AdmitLocked();
   void UpdateGaugesLocked();
-  void LoadDrafters();
-  absl::Status ValidateSpeculation(const RequestSpec& spec) const;
+  void RecordSpecFinishLocked(const Sequence& s);
   // engine_pipeline.cc
   void DriverLoop();
   bool HasWorkLocked();
+  // Builds the next micro-batch from the running sequences (false: nothing
+  // to send).
+  bool BuildBatchLocked(internal::MicroBatch& batch, uint64_t& generation);
   void ReceiverLoop();
   void HandleResult(internal::MicroBatch batch);
-  void EmitTokenLocked(Sequence& seq, int32_t token);
   void CheckTimeoutsLocked();
-  // engine_spec.cc: speculation
-  Drafter* DrafterFor(SpecMode mode, bool oracle) const;
-  bool WantsDraftLocked(const Sequence& s) const;
-  std::vector<DraftJob> GatherDraftJobsLocked();
-  void RunDrafters(std::vector<DraftJob>& jobs);
-  void ApplyDraftsLocked(std::vector<DraftJob>& jobs);
-  std::vector<int> TapLayersFor(const std::vector<SlotRun>& runs) const;
   void StoreTapsLocked(const internal::MicroBatch& batch);
-  // Samples the next token, or verifies the oldest draft against `logits`.
-  // The next verified token from the target's output: `logits`, or for a
-  // greedy request without penalty just its argmax (greedy_token >= 0).
-  void DecideTokenLocked(Sequence& s, std::span<const float> logits, int32_t greedy_token = -1);
-  void FlushLocked(Sequence& s);
-  // engine_ptp.cc: one PTP call came back. `verify_greedy` (greedy requests
-  // without penalty) or `verify_logits` (vocab logits per row) are the
-  // teacher rows; `aux` the auxiliary rows' argmax proposals.
-  void DecidePtpCallLocked(Sequence& s, std::span<const int32_t> verify_greedy,
-                           std::span<const float> verify_logits, std::span<const int32_t> aux);
-  // The teacher's token after the committed tokens and `accepted` (this
-  // call's proposals accepted so far) from its logits, under the request's
-  // coupled sampling at the u of its generated index.
-  int32_t PtpTeacherToken(const Sequence& s, std::span<const int32_t> accepted,
-                          std::span<const float> logits) const;
-  absl::Status PtpAvailableLocked() const;
-  void LoadPtpAdapter();
-  // engine_pipo.cc: a PIPO run came back with its pairs' h_b (the last
-  // stage's output). Fills the MTP layer for prompt pairs and, when the run
-  // ends at the newest pair, takes a step: t1, the MTP and confidence heads,
-  // t2 or PAD, the next pair.
-  void DecidePipoLocked(Sequence& s, const SlotRun& run, std::span<const float> h_b);
-  // Pads and compresses the prompt of a PIPO request (no engine lock).
-  absl::Status PreparePipo(const RequestSpec& spec, PipoState* out);
-  void LoadPipoHead();
   void SendNotices(std::vector<Notice> notices);
-  void ReleaseDrafterState();
-  void RecordSpecFinishLocked(const Sequence& s);
-  // The speculation counters of the sequence's policy (label policy=...).
-  SchedulerMetrics::Spec& SpecMetrics(const Sequence& s);
   // engine_health.cc
   void HealthLoop();
   bool BringUp(const std::vector<internal::StageInfo>& infos);
   void PipelineDownLocked(const std::string& message, int stage);
-  std::string StageName(int stage) const;
 
   std::shared_ptr<const ModelSource> model_;
   std::vector<std::unique_ptr<StageControl>> stages_;
@@ -261,24 +207,9 @@ class Engine {
   std::mutex send_mu_;  // the sender is used by the driver and replaced on bring-up
   std::unique_ptr<transport::ActivationSender> sender_;
 
-  // Speculation: drafters (shared by their sequences; used by the driver
-  // thread only), drafter state to free, epoch notices to send.
-  std::unique_ptr<Drafter> ppsd_, spd_, oracle_ppsd_, oracle_spd_;
-  // PTP: the adapter (for N and its fingerprint, which every stage must
-  // report), and why the current pipeline cannot serve it ("" = it can).
-  std::shared_ptr<const DraftHead> ptp_head_;
-  uint64_t ptp_fingerprint_ = 0;
-  int ptp_n_aux_ = 0;
-  std::string ptp_unavailable_ = "the pipeline is not up";
-  // PIPO: the compressor / MTP / confidence heads (scheduler side), guarded
-  // by pipo_mu_ (taken after mu_ when both are held); the stages' check.
-  std::unique_ptr<PipoModel> pipo_;
-  std::mutex pipo_mu_;
-  uint64_t pipo_fingerprint_ = 0;
-  float pipo_tau_ = 0;
-  std::string pipo_unavailable_ = "the pipeline is not up";
-  int max_drafts_ = 1;
-  std::vector<std::pair<Drafter*, uint64_t>> drafter_releases_;
+  // The decoding policies this deployment serves (policies/registry.h),
+  // and the epoch notices their flushes ask for, to send to every stage.
+  std::vector<std::unique_ptr<DecodingPolicy>> policies_;
   std::vector<Notice> notices_;
   std::mutex notice_mu_;  // the senders below, replaced on bring-up
   std::vector<std::unique_ptr<transport::ActivationSender>> notice_senders_;

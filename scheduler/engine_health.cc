@@ -103,6 +103,19 @@ bool Engine::BringUp(const std::vector<internal::StageInfo>& infos) {
     expect = in.layer_end();
     smallest = std::min(smallest, in.kv_capacity_tokens());
   }
+  // Admission counts blocks of the stages' size (a stage that does not say
+  // runs the default of --kv-block-size); they must all agree.
+  int block_size = 0;
+  for (size_t i = 0; i < infos.size(); ++i) {
+    const int b = infos[i].kv_block_size() > 0 ? infos[i].kv_block_size() : options_.kv_block_size;
+    if (block_size != 0 && b != block_size) {
+      spdlog::error("{} uses KV blocks of {} positions, an earlier stage {}: not starting the "
+                    "pipeline (start every stage with the same --kv-block-size)",
+                    StageName(static_cast<int>(i)), b, block_size);
+      return false;
+    }
+    block_size = b;
+  }
   if (expect != c.n_layers) {
     spdlog::error("the stages cover layers [0, {}) of {}: not starting the pipeline", expect,
                   c.n_layers);
@@ -151,40 +164,14 @@ bool Engine::BringUp(const std::vector<internal::StageInfo>& infos) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stop_) return false;
-    budget_ = KvBudget(capacity, options_.kv_block_size);
-    // PTP and PIPO need their head on every stage too: say which stage
-    // lacks it ("" = every stage has it).
-    auto missing = [&](bool needed, uint64_t (internal::StageInfo::*fingerprint)() const,
-                       uint64_t want, const char* policy, const char* what,
-                       const std::string& flag_value, const char* flag) -> std::string {
-      for (size_t i = 0; needed && i < infos.size(); ++i) {
-        const uint64_t got = (infos[i].*fingerprint)();
-        if (got == want) continue;
-        std::string why = absl::StrCat("policy ", policy, " is not available: ", StageName(i),
-                                       got == 0 ? " has no " : " runs a different ", what,
-                                       " (start every stage with --", flag, " ", flag_value, ")");
-        spdlog::error("{}", why);
-        return why;
-      }
-      return "";
-    };
-    ptp_unavailable_ = missing(ptp_head_ != nullptr, &internal::StageInfo::ptp_fingerprint,
-                               ptp_fingerprint_, "PTP", "PTP adapter", options_.spec.ptp_head,
-                               "ptp-head");
-    pipo_unavailable_ = missing(pipo_ != nullptr, &internal::StageInfo::pipo_fingerprint,
-                                pipo_fingerprint_, "PIPO", "PIPO backbone",
-                                options_.spec.pipo_head, "pipo-head");
-    // The PPSD oracle without a head exits where the first stage ends.
-    if (options_.spec.allow_oracle && !oracle_ppsd_ && !infos.empty()) {
-      oracle_ppsd_ = MakeOracleDrafter(infos.front().layer_end());
-    }
+    budget_ = KvBudget(capacity, block_size);
+    for (const auto& p : policies_) p->OnPipelineUpLocked(infos);
     // Restarted requests of a policy this pipeline cannot serve any more.
     const auto waiting = waiting_;
     for (const std::shared_ptr<Sequence>& seq : waiting) {
-      const std::string& why = seq->mode == SpecMode::kPtp    ? ptp_unavailable_
-                               : seq->mode == SpecMode::kPipo ? pipo_unavailable_
-                                                              : std::string();
-      if (!why.empty()) FinishLocked(*seq, FinishReason::kError, absl::FailedPreconditionError(why));
+      if (absl::Status st = seq->policy->AvailableLocked(*seq->origin); !st.ok()) {
+        FinishLocked(*seq, FinishReason::kError, st);
+      }
     }
     releases_.clear();
     inflight_.clear();

@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "model/runtime/ptp_coupling.h"
 #include "scheduler/engine.h"
 #include "spdlog/spdlog.h"
 
@@ -18,91 +17,36 @@ bool Engine::HasWorkLocked() {
   if (!up_ || static_cast<int>(inflight_.size()) >= options_.max_inflight) return false;
   AdmitLocked();
   if (!releases_.empty()) return true;
-  return std::any_of(running_.begin(), running_.end(), [this](const auto& s) {
-    return s->pending() > 0 || WantsDraftLocked(*s);
+  return std::any_of(running_.begin(), running_.end(), [](const auto& s) {
+    return s->pending() > 0 || s->policy->WantsDraftLocked(*s);
   });
 }
 
 void Engine::DriverLoop() {
   for (;;) {
-    ReleaseDrafterState();
+    for (const auto& p : policies_) p->ReleaseRetired();
     internal::MicroBatch batch;
     uint64_t generation = 0;
-    std::vector<DraftJob> jobs;
+    std::vector<std::pair<std::shared_ptr<Sequence>, std::unique_ptr<DraftWork>>> drafts;
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return stop_ || HasWorkLocked(); });
       if (stop_) return;
-      jobs = GatherDraftJobsLocked();
+      for (const auto& s : running_) {
+        if (!s->policy->WantsDraftLocked(*s)) continue;
+        if (auto work = s->policy->GatherDraftLocked(s)) drafts.emplace_back(s, std::move(work));
+      }
     }
     // Drafting runs without the lock: the receiver keeps verifying meanwhile.
-    if (!jobs.empty()) RunDrafters(jobs);
+    for (auto& [s, work] : drafts) work->Run();
     {
       std::unique_lock<std::mutex> lock(mu_);
       if (stop_) return;
-      ApplyDraftsLocked(jobs);
-      jobs.clear();
-      if (!up_ || static_cast<int>(inflight_.size()) >= options_.max_inflight) continue;
-      std::vector<SlotRun> runs = PlanBatch(running_, options_.batch);
-      if (runs.empty() && releases_.empty()) continue;
-      const auto now = Clock::now();
-      batch.set_batch_id(next_batch_id_++);
-      const bool any_aux =
-          std::any_of(runs.begin(), runs.end(), [](const SlotRun& r) { return r.aux > 0; });
-      const bool any_pipo =
-          std::any_of(runs.begin(), runs.end(), [](const SlotRun& r) { return r.seq->pipo.active; });
-      std::string pipo_rows;  // stage 0's input of PIPO slots, in slot order
-      for (SlotRun& r : runs) {
-        Sequence& s = *r.seq;
-        if (s.pipo.active) {
-          // Pairs go as compressor rows (z of [cached, ...)), sent once.
-          const size_t bytes = static_cast<size_t>(r.count) * config().dim * sizeof(float);
-          pipo_rows.append(reinterpret_cast<const char*>(s.pipo.z.data()), bytes);
-          s.pipo.z.erase(s.pipo.z.begin(), s.pipo.z.begin() + bytes / sizeof(float));
-        }
-        for (int32_t i = 0; i < r.count; ++i) {
-          const int32_t pos = r.first_pos + i;
-          batch.add_seq_ids(s.id);
-          batch.add_positions(pos);
-          batch.add_epochs(s.epoch);
-          const bool aux = i >= r.verify_rows();
-          // An auxiliary row's token is a placeholder: stage 0 embeds its u.
-          batch.add_tokens(aux || s.pipo.active ? 0
-                           : r.ptp_call         ? s.ptp_token(pos)
-                                                : s.chain_token(pos));
-          if (any_aux) {
-            batch.add_aux_u(aux ? static_cast<float>(PtpUniform(s.sampling.seed, pos - s.prompt_len))
-                                : -1.0f);
-          }
-          if (any_pipo) batch.add_pipo(s.pipo.active);
-        }
-        if (!s.sent_any) {
-          s.sent_any = true;
-          s.first_scheduled = now;
-          metrics_->queue_time->Observe(Seconds(now - s.arrival));
-        }
-        if (s.state == SeqState::kPrefill) {
-          // Prompt tokens, not positions: a PIPO position holds a pair (the
-          // padded prompt's last may end in PAD), a PTP call's auxiliary
-          // rows are no prompt.
-          const int32_t tokens =
-              s.pipo.active ? std::min(2 * r.count, s.prompt_len - 2 * r.first_pos) : r.count - r.aux;
-          metrics_->prompt_tokens->Increment(tokens);
-        }
-        ++s.in_flight;
-        s.cached += r.count;
+      for (auto& [s, work] : drafts) {
+        if (!s->finished()) s->policy->ApplyDraftLocked(*s, *work);
       }
-      if (any_pipo) batch.set_hidden(std::move(pipo_rows));
-      for (int layer : TapLayersFor(runs)) batch.add_tap_layers(layer);
-      for (uint64_t id : releases_) batch.add_release(id);
-      releases_.clear();
-      generation = generation_;
-      InFlight& f = inflight_[batch.batch_id()];
-      f.generation = generation;
-      f.sent = now;
-      f.slots = batch.seq_ids_size();
-      f.runs = std::move(runs);
-      metrics_->batch_slots->Observe(f.slots);
+      drafts.clear();
+      if (!BuildBatchLocked(batch, generation)) continue;
     }
     const std::string wire = batch.SerializeAsString();
     absl::Status st;
@@ -119,6 +63,47 @@ void Engine::DriverLoop() {
       }
     }
   }
+}
+
+bool Engine::BuildBatchLocked(internal::MicroBatch& batch, uint64_t& generation) {
+  if (!up_ || static_cast<int>(inflight_.size()) >= options_.max_inflight) return false;
+  std::vector<SlotRun> runs = PlanBatch(running_, options_.batch);
+  if (runs.empty() && releases_.empty()) return false;
+  const auto now = Clock::now();
+  batch.set_batch_id(next_batch_id_++);
+  BatchRows rows;
+  std::vector<int> tap_layers;
+  for (SlotRun& r : runs) {
+    Sequence& s = *r.seq;
+    s.policy->WriteRows(s, r, rows);
+    for (int l : s.policy->TapLayers(s)) {
+      if (std::find(tap_layers.begin(), tap_layers.end(), l) == tap_layers.end()) {
+        tap_layers.push_back(l);
+      }
+    }
+    if (!s.sent_any) {
+      s.sent_any = true;
+      s.first_scheduled = now;
+      metrics_->queue_time->Observe(Seconds(now - s.arrival));
+    }
+    if (s.state == SeqState::kPrefill) {
+      metrics_->prompt_tokens->Increment(s.policy->PromptTokens(s, r));
+    }
+    ++s.in_flight;
+    s.cached += r.count;
+  }
+  rows.WriteTo(batch);
+  for (int layer : tap_layers) batch.add_tap_layers(layer);
+  for (uint64_t id : releases_) batch.add_release(id);
+  releases_.clear();
+  generation = generation_;
+  InFlight& f = inflight_[batch.batch_id()];
+  f.generation = generation;
+  f.sent = now;
+  f.slots = batch.seq_ids_size();
+  f.runs = std::move(runs);
+  metrics_->batch_slots->Observe(f.slots);
+  return true;
 }
 
 void Engine::ReceiverLoop() {
@@ -169,18 +154,18 @@ void Engine::HandleResult(internal::MicroBatch batch) {
   }
   if (batch.kind() != internal::MicroBatch::BATCH) return;
   std::vector<SlotRun> runs;
-  // Rows that go to the output head. A plain run's newest row: its logits,
-  // or only its greedy token when the request needs no more (greedy, no
-  // penalty). A PTP call's rows: the verify rows likewise, the auxiliary
-  // rows their argmax (the proposals).
+  // Where each run's rows went: decision rows into `rows` (logits) or
+  // `greedy_rows` (argmax only: a greedy request without penalty needs no
+  // more), auxiliary rows into `greedy_rows`, raw rows into `hidden_rows`
+  // for a policy that reads them itself (DecodingPolicy::Wanted).
   struct RunRows {
     int64_t logits = -1;  // first row in `rows`
     int64_t greedy = -1;  // first row in `greedy_rows`
     int64_t aux = -1;     // first auxiliary row in `greedy_rows`
-    int64_t pipo = -1;    // a PIPO run: its first row in `pipo_rows` (h_b of every pair)
-    int32_t verify = 0, n_aux = 0;
+    int64_t hidden = -1;  // first row in `hidden_rows`
+    int32_t decide = 0, n_aux = 0, n_hidden = 0;
   };
-  std::vector<float> rows, greedy_rows, pipo_rows;
+  std::vector<float> rows, greedy_rows, hidden_rows;
   std::vector<RunRows> plan;
   const int dim = config().dim;
   uint64_t generation = 0;
@@ -233,39 +218,37 @@ void Engine::HandleResult(internal::MicroBatch batch) {
     int row = 0;
     for (SlotRun& r : f.runs) {
       RunRows& p = plan.emplace_back();
-      // A PTP call uses its teacher and auxiliary rows, a PIPO run all its
-      // pairs (the MTP layer reads each one's h_b), a plain run its last.
-      const bool pipo = r.seq->pipo.active;
-      const int32_t used = r.ptp_call ? r.teacher + r.aux : pipo ? r.count : 1;
-      const int32_t first = r.ptp_call ? r.first_pos + r.verify_rows() - r.teacher
-                            : pipo     ? r.first_pos
-                                       : r.first_pos + r.count - 1;
+      Sequence& s = *r.seq;
+      const WantedRows want = s.policy->Wanted(r);
       // Rows keep the order they were sent in; a run's rows are found by
       // skipping what lies before them (runs of dropped slots are gone).
       int found = row;
       while (found < slots &&
-             !(batch.seq_ids(found) == r.seq->id && batch.positions(found) == first)) {
+             !(batch.seq_ids(found) == s.id && batch.positions(found) == want.first)) {
         ++found;
       }
-      if (found + used > slots) continue;  // dropped by a stage as stale
+      if (found + want.used > slots) continue;  // dropped by a stage as stale
       bool whole = true;
-      for (int32_t k = 1; k < used; ++k) {
-        whole = whole && batch.seq_ids(found + k) == r.seq->id &&
-                batch.positions(found + k) == first + k;
+      for (int32_t k = 1; k < want.used; ++k) {
+        whole = whole && batch.seq_ids(found + k) == s.id &&
+                batch.positions(found + k) == want.first + k;
       }
       if (!whole) continue;
       row = found;
-      if (pipo) {
-        if (!r.seq->finished()) p.pipo = take(pipo_rows, row, used);
+      if (s.policy->ReadsHidden()) {
+        if (!s.finished()) {
+          p.hidden = take(hidden_rows, row, want.used);
+          p.n_hidden = want.used;
+        }
         continue;
       }
-      if (!r.needs_logits || r.seq->finished() || r.epoch != r.seq->epoch) continue;
-      const SamplingParams& sp = r.seq->sampling;
+      if (!r.needs_logits || s.finished() || r.epoch != s.epoch) continue;
+      const SamplingParams& sp = s.sampling;
       const bool greedy_only = sp.greedy() && sp.repetition_penalty == 1.0f;
-      p.verify = used - r.aux;  // 1 for a plain run
-      p.n_aux = r.aux;
-      (greedy_only ? p.greedy : p.logits) = take(greedy_only ? greedy_rows : rows, row, p.verify);
-      if (r.aux > 0) p.aux = take(greedy_rows, row + p.verify, r.aux);
+      p.decide = want.used - want.aux;
+      p.n_aux = want.aux;
+      (greedy_only ? p.greedy : p.logits) = take(greedy_only ? greedy_rows : rows, row, p.decide);
+      if (want.aux > 0) p.aux = take(greedy_rows, row + p.decide, want.aux);
     }
     runs = std::move(f.runs);
   }
@@ -282,43 +265,60 @@ void Engine::HandleResult(internal::MicroBatch batch) {
     for (size_t i = 0; i < runs.size(); ++i) {
       Sequence& s = *runs[i].seq;
       const RunRows& p = plan[i];
-      if (p.pipo >= 0) {
-        if (!s.finished() && runs[i].first_pos + runs[i].count <= s.pipo.pairs()) {
-          DecidePipoLocked(s, runs[i],
-                           std::span(pipo_rows).subspan(p.pipo * dim, int64_t{runs[i].count} * dim));
-        }
+      if (s.finished()) continue;
+      RunOutput out;
+      if (p.hidden >= 0) {
+        out.hidden = std::span(hidden_rows).subspan(p.hidden * dim, int64_t{p.n_hidden} * dim);
+        s.policy->DecideLocked(s, runs[i], out);
         continue;
       }
-      // Skipped: cancelled, or flushed while the logits were computed, or
-      // (defensively) not the newest verified token.
-      if ((p.logits < 0 && p.greedy < 0) || s.finished() || runs[i].epoch != s.epoch) continue;
-      const std::span<const int32_t> greedy_span =
-          p.greedy < 0 ? std::span<const int32_t>() : std::span(greedy).subspan(p.greedy, p.verify);
-      const std::span<const float> logit_span =
-          p.logits < 0 ? std::span<const float>()
-                       : std::span(logits).subspan(p.logits * vocab, int64_t{p.verify} * vocab);
-      if (runs[i].ptp_call) {
-        const int32_t first_teacher = runs[i].first_pos + runs[i].verify_rows() - runs[i].teacher;
-        if (first_teacher + 1 != static_cast<int32_t>(s.tokens.size()) ||
-            p.verify != static_cast<int32_t>(s.ptp.proposals.size()) + 1) {
-          continue;
-        }
-        DecidePtpCallLocked(
-            s, greedy_span, logit_span,
-            p.aux < 0 ? std::span<const int32_t>() : std::span(greedy).subspan(p.aux, p.n_aux));
-        continue;
-      }
-      if (runs[i].first_pos + runs[i].count != static_cast<int32_t>(s.tokens.size())) continue;
-      if (p.greedy >= 0) {
-        DecideTokenLocked(s, {}, greedy_span[0]);
-      } else {
-        DecideTokenLocked(s, logit_span);
-      }
+      // Skipped: cancelled, or flushed while the logits were computed.
+      if ((p.logits < 0 && p.greedy < 0) || runs[i].epoch != s.epoch) continue;
+      if (p.greedy >= 0) out.greedy = std::span(greedy).subspan(p.greedy, p.decide);
+      if (p.logits >= 0) out.logits = std::span(logits).subspan(p.logits * vocab, int64_t{p.decide} * vocab);
+      if (p.aux >= 0) out.aux = std::span(greedy).subspan(p.aux, p.n_aux);
+      s.policy->DecideLocked(s, runs[i], out);
     }
     notices.swap(notices_);
   }
   cv_.notify_all();
   SendNotices(std::move(notices));
+}
+
+// Keeps the taps the policies may still read (each policy checks its rows).
+void Engine::StoreTapsLocked(const internal::MicroBatch& batch) {
+  const int n = batch.seq_ids_size();
+  if (batch.taps_size() == 0 || batch.positions_size() != n || batch.epochs_size() != n) return;
+  const int dim = config().dim;
+  Sequence* s = nullptr;
+  for (int i = 0; i < n; ++i) {
+    if (!s || s->id != batch.seq_ids(i)) {
+      auto it = std::find_if(running_.begin(), running_.end(),
+                             [&](const auto& q) { return q->id == batch.seq_ids(i); });
+      s = it == running_.end() ? nullptr : it->get();
+    }
+    if (!s) continue;
+    for (const internal::TapData& t : batch.taps()) {
+      if (t.hidden().size() != static_cast<size_t>(n) * dim * sizeof(float)) continue;
+      const float* row = reinterpret_cast<const float*>(t.hidden().data()) + int64_t{i} * dim;
+      s->policy->StoreTap(*s, batch.epochs(i), batch.positions(i), t.layer(),
+                          std::span<const float>(row, dim));
+    }
+  }
+}
+
+void Engine::SendNotices(std::vector<Notice> notices) {
+  if (notices.empty()) return;
+  internal::MicroBatch m;
+  m.set_kind(internal::MicroBatch::EPOCH);
+  for (const auto& [seq, epoch] : notices) {
+    m.add_seq_ids(seq);
+    m.add_epochs(epoch);
+  }
+  const std::string wire = m.SerializeAsString();
+  std::lock_guard<std::mutex> lock(notice_mu_);
+  // Best effort: a lost notice only means a stage computes a stale slot.
+  for (auto& sender : notice_senders_) (void)sender->Send(wire);
 }
 
 // Appends a sampled token, streams it, and ends the sequence when the token
@@ -339,7 +339,8 @@ void Engine::EmitTokenLocked(Sequence& s, int32_t token) {
   if (std::find(s.stop_ids.begin(), s.stop_ids.end(), token) != s.stop_ids.end()) {
     reason = FinishReason::kStop;
   } else if (s.generated() >= s.max_tokens ||
-             (!s.pipo.active && static_cast<int>(s.tokens.size()) > config().max_seq_len)) {
+             (s.policy->LimitedByContext() &&
+              static_cast<int>(s.tokens.size()) > config().max_seq_len)) {
     reason = FinishReason::kLength;
   }
   if (reason == FinishReason::kNone) {

@@ -1,5 +1,7 @@
 #include "scheduler/sequence.h"
 
+#include "scheduler/decoding_policy.h"
+
 namespace specline::scheduler {
 
 const char* SeqStateName(SeqState s) {
@@ -44,17 +46,12 @@ Sequence::Sequence(uint64_t id_, RequestSpec spec)
       sampling(spec.sampling),
       rng(spec.sampling.seed),
       arrival(Clock::now()),
-      mode(spec.mode),
-      oracle_spec(std::move(spec.oracle)) {
-  // The drafter's stream must not share uniforms with the verifier's.
-  SeedSpeculation(spec.sampling.seed);
-}
+      mode(spec.mode) {}
 
-void Sequence::SeedSpeculation(uint64_t seed) {
-  spec.draft_rng = Rng(seed ^ 0x9e3779b97f4a7c15ULL);
-  if (oracle_spec.enabled) {
-    oracle = std::make_unique<OracleDrafter>(oracle_spec.alpha, seed ^ 0xd1b54a32d192ed03ULL);
-  }
+Sequence::~Sequence() = default;
+
+int32_t Sequence::chain_end() const {
+  return policy ? policy->ChainEnd(*this) : static_cast<int32_t>(tokens.size());
 }
 
 }  // namespace specline::scheduler

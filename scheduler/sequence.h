@@ -10,14 +10,12 @@
 // tokens[cached, end) is the work still to send: a prompt remainder during
 // PREFILL, the one newest token during DECODE.
 //
-// Speculation (docs/speculation.md) adds `spec.drafts`: unverified tokens
-// past the verified ones, already sent (each rides one micro-batch behind
-// its predecessor). The chain is tokens ++ drafts; `cached` counts sent
-// positions of the chain. When the newest verified token comes back, its
-// logits verify drafts.front(): accepted, it moves to `tokens` (and is
-// streamed); rejected, the replacement is appended to `tokens`, every draft
-// is discarded, `cached` moves back to the replacement's position and
-// `epoch` is bumped, which stages use to drop stale slots (their caches
+// A decoding policy (scheduler/decoding_policy.h) may send inputs ahead of
+// the verified tokens: pipeline speculation's drafts, each riding one
+// micro-batch behind its predecessor (policies/pipeline_draft.h). The
+// chain is then tokens ++ drafts and `cached` counts sent positions of the
+// chain. A rejected draft moves `cached` back to the replacement's position
+// and bumps `epoch`, which stages use to drop stale slots (their caches
 // roll back implicitly when the replacement is written).
 #pragma once
 
@@ -27,13 +25,13 @@
 #include <string>
 #include <vector>
 
-#include "model/runtime/oracle_drafter.h"
 #include "model/runtime/sampler.h"
 #include "scheduler/spec_state.h"
 
 namespace specline::scheduler {
 
-class Drafter;
+class DecodingPolicy;
+struct PolicyState;
 
 using Clock = std::chrono::steady_clock;
 
@@ -60,6 +58,7 @@ struct RequestSpec {
 // removing it from a list cannot free it mid-call.
 struct Sequence : std::enable_shared_from_this<Sequence> {
   Sequence(uint64_t id, RequestSpec spec);
+  ~Sequence();  // PolicyState is complete in sequence.cc
 
   // The stages' id of this attempt: never reused, so a stale batch can
   // never touch another sequence's KV.
@@ -68,9 +67,10 @@ struct Sequence : std::enable_shared_from_this<Sequence> {
   // of a request that failed before its first token (docs/serving.md
   // "Failures").
   uint64_t stream_id = 0;
-  // What Submit was given (and PIPO's prepared prompt), kept to restart.
+  // What Submit was given, and what its policy prepared from it once
+  // (DecodingPolicy::Prepare), kept to restart.
   std::shared_ptr<const RequestSpec> origin;
-  std::shared_ptr<const PipoState> pipo_origin;
+  std::shared_ptr<const void> prepared;
   int attempts = 1;
   // While waiting for the pipeline to come back: fail when it has not by then.
   std::chrono::steady_clock::time_point retry_deadline{};
@@ -93,34 +93,20 @@ struct Sequence : std::enable_shared_from_this<Sequence> {
   Clock::time_point first_scheduled{};
   Clock::time_point first_token{};
 
+  // How it decodes: its policy, and that policy's own per-sequence state
+  // (drafts, PTP proposals, PIPO pairs). The counters every policy reports.
   SpecMode mode = SpecMode::kAutoregressive;
-  Drafter* drafter = nullptr;  // null: plain decoding (or speculation disabled)
-  OracleSpec oracle_spec;
-  std::unique_ptr<OracleDrafter> oracle;  // oracle sequences only
-  SpecState spec;
-  PtpState ptp;
-  PipoState pipo;
+  DecodingPolicy* policy = nullptr;
+  std::unique_ptr<PolicyState> policy_state;
+  SpecStats stats;
   // Tokens past this index are never generated: min(prompt + max_tokens,
-  // the context length). Bounds PTP's auxiliary rows (and so its KV).
+  // the context length).
   int32_t limit = 0;
 
-  // Seeds the drafter's randomness (and the oracle) from the request seed.
-  void SeedSpeculation(uint64_t seed);
-
   int generated() const { return static_cast<int>(tokens.size()) - prompt_len; }
-  // Length of the chain: verified tokens then drafts (PIPO: pairs).
-  int32_t chain_end() const {
-    return pipo.active ? pipo.pairs() : static_cast<int32_t>(tokens.size() + spec.drafts.size());
-  }
-  int32_t chain_token(int32_t pos) const {
-    return pos < static_cast<int32_t>(tokens.size()) ? tokens[pos]
-                                                      : spec.drafts[pos - tokens.size()].token;
-  }
-  // The input of PTP verify row `pos`: a token, else a pending proposal.
-  int32_t ptp_token(int32_t pos) const {
-    return pos < static_cast<int32_t>(tokens.size()) ? tokens[pos]
-                                                      : ptp.proposals[pos - tokens.size()];
-  }
+  // Length of the chain of inputs: verified tokens, then whatever the
+  // policy sends ahead of them (drafts; PIPO: pairs).
+  int32_t chain_end() const;
   // Inputs not yet sent to the stages.
   int32_t pending() const { return chain_end() - cached; }
   bool finished() const { return state == SeqState::kFinished; }

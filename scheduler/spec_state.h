@@ -1,6 +1,6 @@
-// Per-sequence state of pipeline speculation (docs/speculation.md): the
-// drafts in flight, the features (taps) the drafter reads, and the counters
-// behind the spec-decode metrics.
+// The decoding methods, the counters every speculative policy reports, and
+// the per-sequence state of pipeline speculation (docs/speculation.md): the
+// drafts in flight and the features (taps) the drafter reads.
 #pragma once
 
 #include <cstdint>
@@ -56,26 +56,8 @@ struct SpecStats {
   int64_t flushes() const { return rejected_tokens; }
 };
 
-// PTP's per-sequence state (docs/ptp.md "One call"): the proposals the
-// last call made, verified by the next one.
-struct PtpState {
-  int n_aux = 0;  // auxiliary rows per call; 0: not a PTP sequence
-  std::vector<int32_t> proposals;  // for positions tokens.size() ...
-};
-
-// PIPO's per-sequence state (docs/pipo.md "The pair stream"): positions on
-// the stages and in the MTP layer are pair indices.
-struct PipoState {
-  bool active = false;
-  float tau = 0;                // keep t2 when the confidence is >= tau
-  std::vector<int32_t> stream;  // the padded prompt, then (t1, t2 or PAD) per step
-  int32_t prompt_pairs = 0;
-  // Compressor rows [pairs sent, stream.size() / 2) * dim: what the driver
-  // sends to stage 0 instead of tokens.
-  std::vector<float> z;
-  int32_t pairs() const { return static_cast<int32_t>(stream.size() / 2); }
-};
-
+// The drafts of one sequence under pipeline speculation
+// (policies/pipeline_draft.h) and the features its drafter reads.
 struct SpecState {
   std::deque<DraftToken> drafts;  // chain positions tokens.size() ...
   int chain_index = 0;            // drafts since the last verified token was decided
@@ -90,6 +72,8 @@ struct SpecState {
   std::deque<std::pair<uint32_t, int32_t>> flush_history;
   static constexpr size_t kFlushHistory = 64;
   bool TapsValid(uint32_t row_epoch, uint32_t epoch, int32_t pos) const;
+  // The chain's end after `verified` tokens.
+  int32_t end(int32_t verified) const { return verified + static_cast<int32_t>(drafts.size()); }
   // Positions [0, fed) are final in the drafter's own state (its KV cache):
   // their taps are no longer needed. A flush at p lowers it to p.
   int32_t fed = 0;
@@ -99,7 +83,6 @@ struct SpecState {
   // several percent of a short request (bench/spec_bench, alpha = 0).
   double acceptance_ema = 0.5;
   int tokens_since_draft = 0;
-  SpecStats stats;
 };
 
 // Flushes start epochs row_epoch + 1 .. epoch, each recorded in

@@ -27,6 +27,7 @@ void StageRunner::PublishStatsLocked() {
   StageStats s;
   s.kv_capacity_tokens = int64_t{kv.shape().num_blocks} * kv.shape().block_size;
   s.kv_free_tokens = int64_t{kv.free_blocks()} * kv.shape().block_size;
+  s.kv_block_size = kv.shape().block_size;
   s.sequences = kv.num_sequences();
   s.stale_slots = stale_slots_;
   std::lock_guard<std::mutex> lock(stats_mu_);

@@ -23,6 +23,7 @@ namespace specline {
 struct StageStats {
   int64_t kv_capacity_tokens = 0;
   int64_t kv_free_tokens = 0;  // free blocks * block size
+  int kv_block_size = 0;
   int sequences = 0;
   uint64_t batches = 0;
   uint64_t stale_slots = 0;  // dropped because a flush made them stale

@@ -33,6 +33,7 @@ grpc::Status StageServiceImpl::GetInfo(grpc::ServerContext* ctx, const internal:
       info->set_kv_capacity_tokens(s.kv_capacity_tokens);
       info->set_kv_free_tokens(s.kv_free_tokens);
       info->set_sequences(s.sequences);
+      info->set_kv_block_size(s.kv_block_size);
       any = true;
     }
     info->set_kv_capacity_tokens(std::min(info->kv_capacity_tokens(), s.kv_capacity_tokens));

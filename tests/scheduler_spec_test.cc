@@ -284,7 +284,7 @@ TEST(SpdDrafter, UsesTheLockstepDepthScheduleNotTheDeepestTaps) {
   std::shared_ptr<const DraftHead> head =
       LoadDraftHead(HeadDir("spd-v11", n), base->config());
   auto pool = std::make_shared<kernels::ThreadPool>(1);
-  auto drafter = scheduler::MakeSpdDrafter(head, base, pool, 1024);
+  auto drafter = scheduler::MakeSpdDrafter(head, base, pool, 16, 1024);
   SpdModule reference(head, base, pool);
   const int dim = base->config().dim;
 
@@ -362,29 +362,28 @@ TEST(SpdDrafter, WaitsForTheLockstepDepthsTaps) {
   std::shared_ptr<const ModelSource> base = OpenModel(SchedulerTestModel());
   std::shared_ptr<const DraftHead> head = LoadDraftHead(HeadDir("spd-v11", n), base->config());
   auto drafter =
-      scheduler::MakeSpdDrafter(head, base, std::make_shared<kernels::ThreadPool>(1), 1024);
+      scheduler::MakeSpdDrafter(head, base, std::make_shared<kernels::ThreadPool>(1), 16, 1024);
   SpdModule module(head, base, std::make_shared<kernels::ThreadPool>(1));
-  scheduler::RequestSpec r;
-  r.prompt = MakePrompt(7, 5);
-  scheduler::Sequence s(1, r);  // rows 0..5 left the pipeline, 6 is the newest verified
-  s.spec.fed = 6;
-  s.spec.drafts.push_back({MakePrompt(1, 6)[0], {}});
-  s.spec.drafts.push_back({MakePrompt(1, 7)[0], {}});  // rows 6, 7 at depths 2, 1; 8 at 0
+  const int32_t verified = 7;  // rows 0..5 left the pipeline, 6 is the newest verified
+  scheduler::SpecState sp;
+  sp.fed = 6;
+  sp.drafts.push_back({MakePrompt(1, 6)[0], {}});
+  sp.drafts.push_back({MakePrompt(1, 7)[0], {}});  // rows 6, 7 at depths 2, 1; 8 at 0
   const std::vector<float> h(base->config().dim, 0.5f);
   auto give = [&](int32_t pos, int depth) {
     for (int l : module.TapsForDepth(depth)) {
-      if (l != 0) s.spec.taps[pos][l] = h;
+      if (l != 0) sp.taps[pos][l] = h;
     }
   };
-  EXPECT_FALSE(drafter->Ready(s));
+  EXPECT_FALSE(drafter->Ready(sp, verified));
   give(6, 2);
-  EXPECT_FALSE(drafter->Ready(s)) << "row 7 lacks depth 1";
+  EXPECT_FALSE(drafter->Ready(sp, verified)) << "row 7 lacks depth 1";
   give(7, 1);
-  EXPECT_TRUE(drafter->Ready(s));
-  s.spec.fed = 5;  // row 5 left the pipeline and is not final: it needs depth n
-  EXPECT_FALSE(drafter->Ready(s));
+  EXPECT_TRUE(drafter->Ready(sp, verified));
+  sp.fed = 5;  // row 5 left the pipeline and is not final: it needs depth n
+  EXPECT_FALSE(drafter->Ready(sp, verified));
   give(5, n);
-  EXPECT_TRUE(drafter->Ready(s));
+  EXPECT_TRUE(drafter->Ready(sp, verified));
 }
 
 }  // namespace

@@ -4,15 +4,40 @@
 
 #include "scheduler/batch_builder.h"
 #include "scheduler/kv_budget.h"
+#include "scheduler/policies/autoregressive.h"
 #include "scheduler/request_convert.h"
 
 namespace specline::scheduler {
 namespace {
 
+// Planning asks only the policy's shape of a run; nothing here reaches the
+// host.
+class NoEngine : public PolicyHost {
+ public:
+  const ModelConfig& config() const override { return config_; }
+  int n_stages() const override { return 1; }
+  std::string StageName(int) const override { return "stage"; }
+  int max_inflight() const override { return 1; }
+  int RunningLocked() const override { return 0; }
+  void EmitTokenLocked(Sequence&, int32_t) override { ADD_FAILURE(); }
+  void FinishLocked(Sequence&, FinishReason, absl::Status) override { ADD_FAILURE(); }
+  void NoticeEpochLocked(const Sequence&) override { ADD_FAILURE(); }
+  SchedulerMetrics::Spec& SpecMetrics(const std::string& policy) override {
+    return metrics_.ForPolicy(policy);
+  }
+
+ private:
+  ModelConfig config_;
+  SchedulerMetrics metrics_;
+};
+
 std::shared_ptr<Sequence> Seq(uint64_t id, int prompt, int generated, int32_t cached) {
+  static NoEngine host;
+  static AutoregressivePolicy plain(host);
   RequestSpec spec;
   spec.prompt.assign(prompt, 1);
   auto s = std::make_shared<Sequence>(id, spec);
+  plain.Attach(*s, nullptr);
   for (int i = 0; i < generated; ++i) s->tokens.push_back(2);
   s->cached = cached;
   s->state = generated > 0 ? SeqState::kDecode : SeqState::kPrefill;

@@ -1,0 +1,82 @@
+// The default hooks: plain autoregressive decoding's answers, which most
+// policies share for most of a sequence's life (prompt chunks, one token
+// per step).
+#include "scheduler/decoding_policy.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace specline::scheduler {
+
+void BatchRows::Add(uint64_t seq_id, int32_t pos, uint32_t epoch, int32_t token, float aux_u,
+                    bool alt_input) {
+  rows_.push_back({seq_id, pos, epoch, token, aux_u, alt_input});
+  any_aux_ = any_aux_ || aux_u >= 0;
+  any_alt_ = any_alt_ || alt_input;
+}
+
+void BatchRows::AppendInputs(std::span<const float> rows) {
+  inputs_.append(reinterpret_cast<const char*>(rows.data()), rows.size_bytes());
+}
+
+void BatchRows::WriteTo(internal::MicroBatch& batch) const {
+  for (const Row& r : rows_) {
+    batch.add_seq_ids(r.seq);
+    batch.add_positions(r.pos);
+    batch.add_epochs(r.epoch);
+    batch.add_tokens(r.token);
+    if (any_aux_) batch.add_aux_u(r.aux_u);
+    if (any_alt_) batch.add_pipo(r.alt_input);
+  }
+  if (any_alt_) batch.set_hidden(inputs_);
+}
+
+absl::Status DecodingPolicy::Validate(const RequestSpec& /*r*/) const { return absl::OkStatus(); }
+
+absl::StatusOr<std::shared_ptr<const void>> DecodingPolicy::Prepare(const RequestSpec& /*r*/) {
+  return std::shared_ptr<const void>();
+}
+
+int32_t DecodingPolicy::PromptPositions(const RequestSpec& r, const void* /*prepared*/) const {
+  return static_cast<int32_t>(r.prompt.size());
+}
+
+void DecodingPolicy::Attach(Sequence& s, const void* /*prepared*/) {
+  s.policy = this;
+  s.policy_state.reset();
+}
+
+int32_t DecodingPolicy::ChainEnd(const Sequence& s) const {
+  return static_cast<int32_t>(s.tokens.size());
+}
+
+// A plain decoder has exactly one pending token; sending all of them keeps
+// the rule right if a policy ever leaves more.
+SlotRun DecodingPolicy::PlanDecode(const std::shared_ptr<Sequence>& s, int32_t budget) const {
+  const int32_t n = std::min<int32_t>(s->pending(), budget);
+  return {s, s->cached, n, n == s->pending(), s->epoch};
+}
+
+SlotRun DecodingPolicy::PlanPrefill(const std::shared_ptr<Sequence>& s, int32_t chunk,
+                                    int32_t budget) const {
+  const int32_t n = std::min({s->pending(), chunk, budget});
+  return {s, s->cached, n, n == s->pending(), s->epoch};
+}
+
+void DecodingPolicy::WriteRows(Sequence& s, const SlotRun& r, BatchRows& out) {
+  for (int32_t i = 0; i < r.count; ++i) {
+    const int32_t pos = r.first_pos + i;
+    out.Add(s.id, pos, s.epoch, s.tokens[pos]);
+  }
+}
+
+int32_t DecodingPolicy::PromptTokens(const Sequence& /*s*/, const SlotRun& r) const {
+  return r.count - r.aux;
+}
+
+WantedRows DecodingPolicy::Wanted(const SlotRun& r) const {
+  return {r.first_pos + r.verify_rows() - r.output_rows, r.output_rows + r.aux, r.aux};
+}
+
+}  // namespace specline::scheduler

@@ -1,0 +1,282 @@
+#include "scheduler/policies/pipeline_draft.h"
+
+#include <algorithm>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "model/runtime/verify.h"
+#include "scheduler/policies/registry.h"
+#include "spdlog/spdlog.h"
+
+namespace specline::scheduler {
+namespace {
+
+// One drafter call, made on the driver thread without the engine lock.
+struct DrafterCall : DraftWork {
+  Drafter* drafter = nullptr;
+  DraftJob job;
+  void Run() override {
+    try {
+      drafter->Propose(job);
+    } catch (const std::exception& e) {
+      job.status = absl::InternalError(e.what());
+    }
+  }
+};
+
+}  // namespace
+
+const char* SpecPolicyName(SpecPolicy p) {
+  switch (p) {
+    case SpecPolicy::kNever: return "never";
+    case SpecPolicy::kAlways: return "always";
+    case SpecPolicy::kAuto: return "auto";
+  }
+  return "?";
+}
+
+PipelineDraftPolicy::PipelineDraftPolicy(PolicyHost& host, SpecMode mode, DraftRules rules,
+                                         std::unique_ptr<Drafter> drafter,
+                                         std::unique_ptr<Drafter> oracle)
+    : DecodingPolicy(host),
+      oracle_(std::move(oracle)),
+      mode_(mode),
+      rules_(rules),
+      drafter_(std::move(drafter)) {}
+
+absl::Status PipelineDraftPolicy::Validate(const RequestSpec& r) const {
+  if (r.oracle.enabled || drafter_) return absl::OkStatus();
+  return NotServed(mode_);
+}
+
+absl::Status PipelineDraftPolicy::AvailableLocked(const RequestSpec& r) const {
+  if ((r.oracle.enabled ? oracle_ : drafter_) != nullptr) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "policy ", absl::AsciiStrToUpper(SpecModeName(mode_)), " is not available on this deployment yet"));
+}
+
+void PipelineDraftPolicy::Attach(Sequence& s, const void* /*prepared*/) {
+  DecodingPolicy::Attach(s, nullptr);
+  auto st = std::make_unique<DraftChainState>();
+  const uint64_t seed = s.sampling.seed;
+  // The drafter's stream must not share uniforms with the verifier's.
+  st->spec.draft_rng = Rng(seed ^ 0x9e3779b97f4a7c15ULL);
+  const OracleSpec* oracle = s.origin ? &s.origin->oracle : nullptr;
+  if (oracle && oracle->enabled) {
+    st->oracle = std::make_unique<OracleDrafter>(oracle->alpha, seed ^ 0xd1b54a32d192ed03ULL);
+    st->reference = &oracle->reference;  // immutable after Submit
+    st->drafter = oracle_.get();
+  } else {
+    st->drafter = drafter_.get();
+  }
+  s.policy_state = std::move(st);
+}
+
+void PipelineDraftPolicy::QueueRelease(Drafter* d, uint64_t seq_id) {
+  std::lock_guard<std::mutex> lock(release_mu_);
+  releases_.emplace_back(d, seq_id);
+}
+
+void PipelineDraftPolicy::RetireLocked(Sequence& s) {
+  auto& st = PolicyStateOf<DraftChainState>(s);
+  // Drafts still in flight are never shown; their slots run out harmlessly
+  // and the release the engine sends frees their KV.
+  const auto n = static_cast<int64_t>(st.spec.drafts.size());
+  s.stats.discarded_tokens += n;
+  if (n > 0) metrics().discarded_tokens->Increment(static_cast<double>(n));
+  st.spec.drafts.clear();
+  st.spec.taps.clear();
+  if (st.drafter) QueueRelease(st.drafter, s.id);
+}
+
+void PipelineDraftPolicy::ReleaseRetired() {
+  std::vector<std::pair<Drafter*, uint64_t>> releases;
+  {
+    std::lock_guard<std::mutex> lock(release_mu_);
+    releases.swap(releases_);
+  }
+  for (auto& [drafter, seq] : releases) drafter->Release(seq);
+}
+
+int32_t PipelineDraftPolicy::ChainEnd(const Sequence& s) const {
+  return static_cast<int32_t>(s.tokens.size() +
+                              PolicyStateOf<DraftChainState>(s).spec.drafts.size());
+}
+
+bool PipelineDraftPolicy::WantsDraftLocked(const Sequence& s) const {
+  const auto& st = PolicyStateOf<DraftChainState>(s);
+  if (!st.drafter || s.finished() || s.state != SeqState::kDecode || s.pending() > 0) return false;
+  if (static_cast<int>(st.spec.drafts.size()) >= rules_.max_drafts) return false;
+  // A draft for position p is useful only if p can still be generated.
+  const int32_t p = s.chain_end();
+  if (p >= host_.config().max_seq_len || p - s.prompt_len >= s.max_tokens) return false;
+  switch (rules_.when) {
+    case SpecPolicy::kNever: return false;
+    case SpecPolicy::kAlways: break;
+    case SpecPolicy::kAuto:
+      // Other requests can fill the pipeline: their tokens are all useful.
+      if (host_.RunningLocked() >= host_.max_inflight()) return false;
+      if (st.spec.acceptance_ema < rules_.min_acceptance &&
+          st.spec.tokens_since_draft < rules_.probe_interval) {
+        return false;
+      }
+      break;
+  }
+  return st.drafter->Ready(st.spec, static_cast<int32_t>(s.tokens.size()));
+}
+
+std::unique_ptr<DraftWork> PipelineDraftPolicy::GatherDraftLocked(
+    const std::shared_ptr<Sequence>& sp) {
+  Sequence& s = *sp;
+  auto& st = PolicyStateOf<DraftChainState>(s);
+  auto call = std::make_unique<DrafterCall>();
+  call->drafter = st.drafter;
+  DraftJob& j = call->job;
+  j.seq_id = s.id;
+  j.epoch = s.epoch;
+  j.end = s.chain_end();
+  j.verified = static_cast<int32_t>(s.tokens.size());
+  j.first = std::min(st.spec.fed, j.end - 1);
+  j.prompt_len = s.prompt_len;
+  j.vocab_size = host_.config().vocab_size;
+  j.chain = s.tokens;
+  for (const DraftToken& d : st.spec.drafts) j.chain.push_back(d.token);
+  j.sampling = s.sampling;
+  for (int32_t p = j.first; p < j.end; ++p) {
+    auto it = st.spec.taps.find(p);
+    j.taps.push_back(it == st.spec.taps.end() ? std::map<int, std::vector<float>>{} : it->second);
+  }
+  j.rng = st.spec.draft_rng;
+  j.oracle = st.oracle.get();
+  j.reference = st.reference;
+  return call;
+}
+
+void PipelineDraftPolicy::ApplyDraftLocked(Sequence& s, DraftWork& work) {
+  auto& st = PolicyStateOf<DraftChainState>(s);
+  DraftJob& j = static_cast<DrafterCall&>(work).job;
+  if (!j.status.ok()) {
+    // Speculation is an optimisation: the request goes on plainly.
+    spdlog::warn("request {} (seq {}): drafter {} failed, decoding plainly from here: {}",
+                 s.request_id, s.id, st.drafter ? st.drafter->name() : "?", j.status.ToString());
+    if (st.drafter) QueueRelease(st.drafter, s.id);
+    st.drafter = nullptr;
+    return;
+  }
+  // The sequence moved while the drafter ran (a flush, or a token the
+  // receiver decided): this draft is for a position that no longer exists.
+  if (s.epoch != j.epoch || s.chain_end() != j.end) return;
+  SpecState& sp = st.spec;
+  sp.draft_rng = j.rng;
+  sp.fed = j.fed;
+  sp.taps.erase(sp.taps.begin(), sp.taps.lower_bound(sp.fed));
+  if (sp.drafts.empty()) {
+    ++s.stats.drafts;
+    metrics().drafts->Increment();
+  }
+  sp.drafts.push_back(std::move(j.draft));
+  sp.tokens_since_draft = 0;
+  ++s.stats.draft_tokens;
+  metrics().draft_tokens->Increment();
+}
+
+void PipelineDraftPolicy::WriteRows(Sequence& s, const SlotRun& r, BatchRows& out) {
+  const auto& drafts = PolicyStateOf<DraftChainState>(s).spec.drafts;
+  const auto verified = static_cast<int32_t>(s.tokens.size());
+  for (int32_t i = 0; i < r.count; ++i) {
+    const int32_t pos = r.first_pos + i;
+    out.Add(s.id, pos, s.epoch, pos < verified ? s.tokens[pos] : drafts[pos - verified].token);
+  }
+}
+
+std::vector<int> PipelineDraftPolicy::TapLayers(const Sequence& s) const {
+  const Drafter* d = PolicyStateOf<DraftChainState>(s).drafter;
+  return d ? d->TapLayers() : std::vector<int>{};
+}
+
+// Keeps the taps of still-valid slots the drafter may still read (a slot
+// from before a flush that kept its position is still valid:
+// SpecState::TapsValid).
+void PipelineDraftPolicy::StoreTap(Sequence& s, uint32_t row_epoch, int32_t pos, int layer,
+                                   std::span<const float> row) {
+  auto& st = PolicyStateOf<DraftChainState>(s);
+  if (!st.drafter || !st.spec.TapsValid(row_epoch, s.epoch, pos)) return;
+  if (pos < st.spec.fed || pos >= s.chain_end()) return;
+  st.spec.taps[pos][layer].assign(row.begin(), row.end());
+}
+
+void PipelineDraftPolicy::DecideLocked(Sequence& s, const SlotRun& r, const RunOutput& out) {
+  if (r.first_pos + r.count != static_cast<int32_t>(s.tokens.size())) return;
+  DecideTokenLocked(s, out.logits, out.greedy.empty() ? -1 : out.greedy[0]);
+}
+
+void PipelineDraftPolicy::DecideTokenLocked(Sequence& s, std::span<const float> logits,
+                                            int32_t greedy_token) {
+  SpecState& sp = PolicyStateOf<DraftChainState>(s).spec;
+  SpecStats& stats = s.stats;
+  const int n = host_.n_stages();
+  // Greedy (with or without penalty) consumes no randomness.
+  auto target = [&] {
+    return greedy_token >= 0 ? greedy_token : Sample(logits, s.sampling, s.tokens, s.rng);
+  };
+  if (sp.drafts.empty()) {
+    stats.cycles += n;  // decided by a token that crossed the whole pipeline alone
+    ++sp.tokens_since_draft;
+    host_.EmitTokenLocked(s, target());
+    return;
+  }
+  DraftToken d = std::move(sp.drafts.front());
+  sp.drafts.pop_front();
+  VerifyResult v;
+  if (s.sampling.greedy()) {
+    v = VerifyGreedy(target(), d.token);
+  } else {
+    const TokenDistribution p = Warp(logits, s.sampling, s.tokens);
+    if (d.q.ids.empty()) d.q = {{d.token}, {1.0f}};  // a point-mass draft
+    v = VerifyDraft(p, d.q, d.token, s.rng);
+  }
+  const int index = sp.chain_index++;
+  // Recent acceptance, for the auto rule (a short memory: acceptance
+  // changes with the text).
+  sp.acceptance_ema = 0.8 * sp.acceptance_ema + 0.2 * (v.accepted ? 1.0 : 0.0);
+  ++sp.tokens_since_draft;
+  if (v.accepted) {
+    ++stats.accepted_tokens;
+    stats.cycles += 1;
+    if (static_cast<int>(stats.accepted_per_pos.size()) <= index) {
+      stats.accepted_per_pos.resize(index + 1);
+    }
+    ++stats.accepted_per_pos[index];
+    metrics().accepted_tokens->Increment();
+    metrics().AcceptedAtPosition(index)->Increment();
+  } else {
+    ++stats.rejected_tokens;
+    stats.cycles += n;  // the replacement starts down the pipeline now
+    metrics().flushes->Increment();
+    FlushLocked(s);
+  }
+  if (sp.drafts.empty()) sp.chain_index = 0;
+  host_.EmitTokenLocked(s, v.token);
+}
+
+// Rejection: every draft in flight is void. The replacement goes next at
+// position tokens.size() with a new epoch; stages drop the old epoch's
+// slots (told at once by a notice) and roll their caches back when the
+// replacement is written; drafter state rolls back through `fed`.
+void PipelineDraftPolicy::FlushLocked(Sequence& s) {
+  SpecState& sp = PolicyStateOf<DraftChainState>(s).spec;
+  s.stats.discarded_tokens += static_cast<int64_t>(sp.drafts.size());
+  metrics().discarded_tokens->Increment(static_cast<double>(sp.drafts.size()));
+  sp.drafts.clear();
+  sp.chain_index = 0;
+  const int32_t verified = static_cast<int32_t>(s.tokens.size());
+  s.cached = verified;
+  ++s.epoch;
+  sp.flush_history.emplace_back(s.epoch, verified);
+  if (sp.flush_history.size() > SpecState::kFlushHistory) sp.flush_history.pop_front();
+  sp.taps.erase(sp.taps.lower_bound(verified), sp.taps.end());
+  sp.fed = std::min(sp.fed, verified);
+  host_.NoticeEpochLocked(s);
+}
+
+}  // namespace specline::scheduler

@@ -1,0 +1,73 @@
+// Pipeline speculation (docs/speculation.md), shared by PPSD and SPD: the
+// driver asks a drafter for the next token of a sequence that has room in
+// the pipeline and sends it one micro-batch behind its predecessor; when
+// the newest verified token comes back, its logits verify the oldest
+// draft (lossless: greedy equality, or rejection sampling), and a rejection
+// flushes the chain (new epoch, stages drop the stale slots, caches roll
+// back implicitly). PPSD and SPD differ only in their drafter
+// (policies/ppsd.cc, policies/spd.cc).
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "model/runtime/oracle_drafter.h"
+#include "scheduler/decoding_policy.h"
+#include "scheduler/drafter.h"
+#include "scheduler/policies/draft_rules.h"
+
+namespace specline::scheduler {
+
+// Per sequence: the chain of drafts and the drafter that makes them.
+struct DraftChainState : PolicyState {
+  SpecState spec;
+  Drafter* drafter = nullptr;  // null: decodes plainly (its drafter failed)
+  std::unique_ptr<OracleDrafter> oracle;  // oracle requests only
+  const std::vector<int32_t>* reference = nullptr;  // the oracle's truth (the request's)
+};
+
+class PipelineDraftPolicy : public DecodingPolicy {
+ public:
+  // `drafter` serves requests (null: oracle requests only); `oracle` the
+  // requests that ask for the oracle (null until known, or not allowed).
+  PipelineDraftPolicy(PolicyHost& host, SpecMode mode, DraftRules rules,
+                      std::unique_ptr<Drafter> drafter, std::unique_ptr<Drafter> oracle);
+
+  SpecMode mode() const override { return mode_; }
+  bool advertised() const override { return drafter_ != nullptr; }
+  absl::Status Validate(const RequestSpec& r) const override;
+  absl::Status AvailableLocked(const RequestSpec& r) const override;
+  void Attach(Sequence& s, const void* prepared) override;
+  void RetireLocked(Sequence& s) override;
+  void ReleaseRetired() override;
+  int32_t ChainEnd(const Sequence& s) const override;
+  bool WantsDraftLocked(const Sequence& s) const override;
+  std::unique_ptr<DraftWork> GatherDraftLocked(const std::shared_ptr<Sequence>& s) override;
+  void ApplyDraftLocked(Sequence& s, DraftWork& work) override;
+  void WriteRows(Sequence& s, const SlotRun& r, BatchRows& out) override;
+  std::vector<int> TapLayers(const Sequence& s) const override;
+  void StoreTap(Sequence& s, uint32_t row_epoch, int32_t pos, int layer,
+                std::span<const float> row) override;
+  void DecideLocked(Sequence& s, const SlotRun& r, const RunOutput& out) override;
+
+ protected:
+  std::unique_ptr<Drafter> oracle_;
+
+ private:
+  // Verifies the oldest draft against the target's output (or samples
+  // when there is none) and emits the verified token.
+  void DecideTokenLocked(Sequence& s, std::span<const float> logits, int32_t greedy_token);
+  void FlushLocked(Sequence& s);
+  void QueueRelease(Drafter* d, uint64_t seq_id);
+
+  SpecMode mode_;
+  DraftRules rules_;
+  std::unique_ptr<Drafter> drafter_;
+  std::mutex release_mu_;  // RetireLocked (engine lock) -> ReleaseRetired (driver)
+  std::vector<std::pair<Drafter*, uint64_t>> releases_;
+};
+
+}  // namespace specline::scheduler

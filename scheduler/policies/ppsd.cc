@@ -1,0 +1,45 @@
+#include "scheduler/policies/ppsd.h"
+
+#include <stdexcept>
+
+#include "scheduler/policies/pipeline_draft.h"
+
+namespace specline::scheduler {
+namespace {
+
+class PpsdPolicy : public PipelineDraftPolicy {
+ public:
+  using PipelineDraftPolicy::PipelineDraftPolicy;
+  // The PPSD oracle without a head exits where the first stage ends, which
+  // is known once the stages answer.
+  void OnPipelineUpLocked(const std::vector<internal::StageInfo>& infos) override {
+    if (!oracle_ && allow_oracle_ && !infos.empty()) {
+      oracle_ = MakeOracleDrafter(infos.front().layer_end());
+    }
+  }
+  bool allow_oracle_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<DecodingPolicy> MakePpsdPolicy(const PolicyResources& r) {
+  const SpecOptions& o = r.options;
+  if (o.ppsd_head.empty() && !o.allow_oracle) return nullptr;
+  std::unique_ptr<Drafter> drafter, oracle;
+  if (!o.ppsd_head.empty()) {
+    // Checked against the served model now, so a wrong head stops the
+    // scheduler at start-up rather than failing requests later.
+    std::shared_ptr<const DraftHead> head = LoadDraftHead(o.ppsd_head, r.model->config());
+    if (head->spec().method == DraftMethod::kSpd) {
+      throw std::invalid_argument(o.ppsd_head + ": an SPD module is not a PPSD head");
+    }
+    drafter = MakePpsdDrafter(head, r.pool, r.kv_block_size, o.draft_kv_capacity_tokens);
+    if (o.allow_oracle) oracle = MakeOracleDrafter(head->spec().exit_layer);
+  }
+  auto policy = std::make_unique<PpsdPolicy>(r.host, SpecMode::kPpsd, r.draft_rules(),
+                                             std::move(drafter), std::move(oracle));
+  policy->allow_oracle_ = o.allow_oracle;
+  return policy;
+}
+
+}  // namespace specline::scheduler

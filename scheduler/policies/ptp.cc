@@ -1,0 +1,189 @@
+#include "scheduler/policies/ptp.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "absl/strings/str_cat.h"
+#include "model/runtime/ptp_adapter.h"
+#include "model/runtime/ptp_coupling.h"
+#include "scheduler/policies/stage_check.h"
+
+namespace specline::scheduler {
+namespace {
+
+// The proposals the last call made, verified by the next one.
+struct PtpState : PolicyState {
+  int n_aux = 0;  // auxiliary rows per call
+  std::vector<int32_t> proposals;  // for positions tokens.size() ...
+};
+
+class PtpPolicy : public DecodingPolicy {
+ public:
+  PtpPolicy(PolicyHost& host, std::string head_dir, uint64_t fingerprint, int n_aux)
+      : DecodingPolicy(host), head_dir_(std::move(head_dir)), fingerprint_(fingerprint),
+        n_aux_(n_aux) {}
+
+  SpecMode mode() const override { return SpecMode::kPtp; }
+
+  absl::Status AvailableLocked(const RequestSpec& /*r*/) const override {
+    if (!unavailable_.empty()) return absl::FailedPreconditionError(unavailable_);
+    return absl::OkStatus();
+  }
+  void OnPipelineUpLocked(const std::vector<internal::StageInfo>& infos) override {
+    unavailable_ = StageLacks(host_, infos, &internal::StageInfo::ptp_fingerprint, fingerprint_,
+                              "PTP", "PTP adapter", head_dir_, "ptp-head");
+  }
+  void Attach(Sequence& s, const void* /*prepared*/) override {
+    DecodingPolicy::Attach(s, nullptr);
+    auto st = std::make_unique<PtpState>();
+    st->n_aux = n_aux_;
+    s.policy_state = std::move(st);
+  }
+
+  // A call in decode is never split: it is skipped when it does not fit.
+  SlotRun PlanDecode(const std::shared_ptr<Sequence>& s, int32_t budget) const override {
+    const int32_t teacher =
+        s->pending() + static_cast<int32_t>(PolicyStateOf<PtpState>(*s).proposals.size());
+    if (teacher > budget) return {s, s->cached, 0};
+    return Call(s, teacher, teacher, budget);
+  }
+  // The prompt's last chunk carries the first call's auxiliary rows.
+  SlotRun PlanPrefill(const std::shared_ptr<Sequence>& s, int32_t chunk,
+                      int32_t budget) const override {
+    const int32_t n = std::min({s->pending(), chunk, budget});
+    if (n == s->pending()) return Call(s, n, 1, budget);
+    return DecodingPolicy::PlanPrefill(s, chunk, budget);
+  }
+
+  // Token rows carry a token or a pending proposal; an auxiliary row's
+  // token is a placeholder: stage 0 embeds its u.
+  void WriteRows(Sequence& s, const SlotRun& r, BatchRows& out) override {
+    const auto& proposals = PolicyStateOf<PtpState>(s).proposals;
+    const auto verified = static_cast<int32_t>(s.tokens.size());
+    for (int32_t i = 0; i < r.count; ++i) {
+      const int32_t pos = r.first_pos + i;
+      if (i >= r.verify_rows()) {
+        out.Add(s.id, pos, s.epoch, 0,
+                static_cast<float>(PtpUniform(s.sampling.seed, pos - s.prompt_len)));
+      } else {
+        out.Add(s.id, pos, s.epoch, pos < verified ? s.tokens[pos] : proposals[pos - verified]);
+      }
+    }
+  }
+
+  void DecideLocked(Sequence& s, const SlotRun& r, const RunOutput& out) override;
+
+ private:
+  // `tokens` token rows from the sequence's cached length (the last
+  // `teacher` of them yield logits), then as many auxiliary rows as the
+  // budget and the sequence's limit allow.
+  static SlotRun Call(const std::shared_ptr<Sequence>& s, int32_t tokens, int32_t teacher,
+                      int32_t budget) {
+    SlotRun r{s, s->cached, tokens, true, s->epoch};
+    r.output_rows = teacher;
+    r.aux = std::clamp<int32_t>(std::min(PolicyStateOf<PtpState>(*s).n_aux, budget - tokens), 0,
+                                s->limit - (s->cached + tokens));
+    r.count += r.aux;
+    return r;
+  }
+  // The teacher's token after the committed tokens and `accepted` (this
+  // call's proposals accepted so far) from its logits, under the request's
+  // coupled sampling at the u of its generated index.
+  int32_t TeacherToken(const Sequence& s, std::span<const int32_t> accepted,
+                       std::span<const float> logits) const;
+
+  std::string head_dir_;
+  uint64_t fingerprint_;
+  int n_aux_;
+  std::string unavailable_ = "the pipeline is not up";
+};
+
+int32_t PtpPolicy::TeacherToken(const Sequence& s, std::span<const int32_t> accepted,
+                                std::span<const float> logits) const {
+  // The history a penalty sees: the committed tokens, then the proposals
+  // accepted before this one (committed too once the call is decided).
+  std::vector<int32_t> history;
+  std::span<const int32_t> h = s.tokens;
+  if (s.sampling.repetition_penalty != 1.0f && !accepted.empty()) {
+    history = s.tokens;
+    history.insert(history.end(), accepted.begin(), accepted.end());
+    h = history;
+  }
+  const int64_t t = static_cast<int64_t>(s.tokens.size() + accepted.size()) - s.prompt_len;
+  return CoupledSample(logits, s.sampling, h, PtpUniform(s.sampling.seed, t));
+}
+
+void PtpPolicy::DecideLocked(Sequence& s, const SlotRun& r, const RunOutput& out) {
+  PtpState& st = PolicyStateOf<PtpState>(s);
+  // Defensive: the call must end at the newest token plus the proposals it
+  // carried.
+  const int32_t first_teacher = r.first_pos + r.verify_rows() - r.output_rows;
+  if (first_teacher + 1 != static_cast<int32_t>(s.tokens.size()) ||
+      r.output_rows != static_cast<int32_t>(st.proposals.size()) + 1) {
+    return;
+  }
+  const std::vector<int32_t> proposals = std::move(st.proposals);
+  st.proposals.clear();
+  const int m = static_cast<int>(proposals.size());
+  const int vocab = host_.config().vocab_size;
+  // Row i's teacher token: the proposals before it were accepted.
+  auto teacher = [&](int i) {
+    if (!out.greedy.empty()) return out.greedy[i];
+    return TeacherToken(s, std::span(proposals).first(i),
+                        out.logits.subspan(int64_t{i} * vocab, vocab));
+  };
+  // Accept the longest prefix of proposals the teacher agrees with, then the
+  // teacher's own token (docs/ptp.md "One call").
+  int a = 0;
+  int32_t c = teacher(0);
+  while (a < m && proposals[a] == c) c = teacher(++a);
+
+  SpecStats& stats = s.stats;
+  SchedulerMetrics::Spec& m_ = metrics();
+  ++stats.drafts;  // one call
+  m_.drafts->Increment();
+  stats.draft_tokens += m;
+  m_.draft_tokens->Increment(m);
+  stats.accepted_tokens += a;
+  m_.accepted_tokens->Increment(a);
+  if (static_cast<int>(stats.accepted_per_pos.size()) < a) stats.accepted_per_pos.resize(a);
+  for (int i = 0; i < a; ++i) {
+    ++stats.accepted_per_pos[i];
+    m_.AcceptedAtPosition(i)->Increment();
+  }
+  if (a < m) {
+    ++stats.rejected_tokens;
+    m_.flushes->Increment();
+    stats.discarded_tokens += m - a - 1;
+    m_.discarded_tokens->Increment(m - a - 1);
+  }
+  stats.cycles += host_.n_stages();  // a call crosses the whole pipeline once
+
+  // The stages keep positions up to the call's last row; the next call
+  // starts at the newest committed token and overwrites the rest there
+  // (implicit rollback: docs/ptp.md, "Truncate the KV cache to n+a").
+  for (int i = 0; i < a && !s.finished(); ++i) host_.EmitTokenLocked(s, proposals[i]);
+  if (!s.finished()) host_.EmitTokenLocked(s, c);
+  if (s.finished()) return;
+  s.cached = static_cast<int32_t>(s.tokens.size()) - 1;
+  // The auxiliary rows assumed every proposal was right: their proposals
+  // hold only if so, and only if the first one foresaw the teacher's token.
+  if (a == m && !out.aux.empty() && out.aux[0] == c) {
+    st.proposals.assign(out.aux.begin() + 1, out.aux.end());
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<DecodingPolicy> MakePtpPolicy(const PolicyResources& r) {
+  const SpecOptions& o = r.options;
+  if (o.ptp_head.empty()) return nullptr;
+  std::shared_ptr<const DraftHead> head = LoadDraftHead(o.ptp_head, r.model->config());
+  // PtpAdapter refuses other methods with a message naming the directory.
+  const uint64_t fingerprint = PtpAdapter(head).fingerprint();
+  const int n_aux = o.ptp_n_aux > 0 ? o.ptp_n_aux : head->spec().ptp_n_aux;
+  if (n_aux < 1) throw std::invalid_argument(o.ptp_head + ": ptp.n_aux must be at least 1");
+  return std::make_unique<PtpPolicy>(r.host, o.ptp_head, fingerprint, n_aux);
+}
+
+}  // namespace specline::scheduler

@@ -1,0 +1,34 @@
+// What a decoding policy may ask of the engine that runs it. The engine
+// implements it; policies never see the engine's lists or threads.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "model/model_config.h"
+#include "scheduler/metrics.h"
+#include "scheduler/sequence.h"
+
+namespace specline::scheduler {
+
+class PolicyHost {
+ public:
+  virtual ~PolicyHost() = default;
+  virtual const ModelConfig& config() const = 0;
+  virtual int n_stages() const = 0;
+  virtual std::string StageName(int stage) const = 0;
+  // Micro-batches the pipeline holds at once, and sequences running now
+  // (engine lock held): the auto drafting rule compares them.
+  virtual int max_inflight() const = 0;
+  virtual int RunningLocked() const = 0;
+  // Appends a token, streams it, and ends the sequence on a stop id, its
+  // max_tokens or the context length.
+  virtual void EmitTokenLocked(Sequence& s, int32_t token) = 0;
+  virtual void FinishLocked(Sequence& s, FinishReason reason, absl::Status error) = 0;
+  // s.epoch changed: tell every stage to drop this sequence's older slots.
+  virtual void NoticeEpochLocked(const Sequence& s) = 0;
+  virtual SchedulerMetrics::Spec& SpecMetrics(const std::string& policy) = 0;
+};
+
+}  // namespace specline::scheduler
