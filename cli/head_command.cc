@@ -40,7 +40,7 @@ int RandomHeadCommand(int argc, char** argv) {
   const ModelConfig& c = model->config();
   const int stages = args.Int("stages", 2);
   const std::string method = args.Str("method", "spd");
-  DraftHeadSpec s;
+  HeadConfig s;
   if (method == "ppsd-norm" || method == "ppsd-layer") {
     s.method = method == "ppsd-norm" ? DraftMethod::kPpsdNorm : DraftMethod::kPpsdLayer;
     s.exit_layer = args.Int("exit-layer", EvenSplit(c.n_layers, stages)[1]);

@@ -118,7 +118,7 @@ int InfoCommand(int argc, char** argv) {
   }
   if (args.Has("head")) {
     auto head = LoadDraftHead(args.Str("head"), c);  // throws ModelFormatError
-    const DraftHeadSpec& s = head->spec();
+    const HeadConfig& s = head->config();
     std::cout << "head " << head->dir() << ": method " << DraftMethodName(s.method);
     if (s.method == DraftMethod::kSpd) {
       std::cout << ", n_stages " << s.spd_stages << ", layers " << s.spd_layers << ", layout "

@@ -7,7 +7,7 @@
 namespace specline::scheduler {
 
 std::vector<SlotRun> PlanBatch(const std::vector<std::shared_ptr<Sequence>>& running,
-                               const BatchPolicy& policy) {
+                               const BatchLimits& policy) {
   std::vector<SlotRun> runs;
   int32_t budget = std::max(policy.max_batch_tokens, 1);
   auto take = [&](SlotRun r) {

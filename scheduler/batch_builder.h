@@ -17,7 +17,7 @@
 
 namespace specline::scheduler {
 
-struct BatchPolicy {
+struct BatchLimits {
   int max_batch_tokens = 256;
   int prefill_chunk = 64;
 };
@@ -43,6 +43,6 @@ struct SlotRun {
 // `running` in admission order. Does not change the sequences. Each
 // sequence's policy shapes its run (DecodingPolicy::PlanDecode/PlanPrefill).
 std::vector<SlotRun> PlanBatch(const std::vector<std::shared_ptr<Sequence>>& running,
-                               const BatchPolicy& policy);
+                               const BatchLimits& policy);
 
 }  // namespace specline::scheduler

@@ -32,13 +32,13 @@ void BatchRows::WriteTo(internal::MicroBatch& batch) const {
   if (any_alt_) batch.set_hidden(inputs_);
 }
 
-absl::Status DecodingPolicy::Validate(const RequestSpec& /*r*/) const { return absl::OkStatus(); }
+absl::Status DecodingPolicy::Validate(const RequestOptions& /*r*/) const { return absl::OkStatus(); }
 
-absl::StatusOr<std::shared_ptr<const void>> DecodingPolicy::Prepare(const RequestSpec& /*r*/) {
+absl::StatusOr<std::shared_ptr<const void>> DecodingPolicy::Prepare(const RequestOptions& /*r*/) {
   return std::shared_ptr<const void>();
 }
 
-int32_t DecodingPolicy::PromptPositions(const RequestSpec& r, const void* /*prepared*/) const {
+int32_t DecodingPolicy::PromptPositions(const RequestOptions& r, const void* /*prepared*/) const {
   return static_cast<int32_t>(r.prompt.size());
 }
 

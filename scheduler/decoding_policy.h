@@ -109,23 +109,23 @@ class DecodingPolicy {
   DecodingPolicy(const DecodingPolicy&) = delete;
   DecodingPolicy& operator=(const DecodingPolicy&) = delete;
 
-  virtual SpecMode mode() const = 0;
-  const char* name() const { return SpecModeName(mode()); }
+  virtual v1::DecodingPolicy mode() const = 0;
+  const char* name() const { return PolicyShortName(mode()); }
   // Whether requests may ask for it (false: only with an oracle, in tests).
   virtual bool advertised() const { return true; }
 
   // --- Requests: any thread, no engine lock.
   // What only this policy reads, and whether this deployment serves it.
-  virtual absl::Status Validate(const RequestSpec& r) const;
+  virtual absl::Status Validate(const RequestOptions& r) const;
   // Once per request before it queues, kept for its restarts (PIPO
   // compresses the prompt here). May return null.
-  virtual absl::StatusOr<std::shared_ptr<const void>> Prepare(const RequestSpec& r);
+  virtual absl::StatusOr<std::shared_ptr<const void>> Prepare(const RequestOptions& r);
   // KV positions the prompt takes on the stages.
-  virtual int32_t PromptPositions(const RequestSpec& r, const void* prepared) const;
+  virtual int32_t PromptPositions(const RequestOptions& r, const void* prepared) const;
 
   // --- The rest runs with the engine lock held unless it says otherwise.
   // Whether the current pipeline can serve the policy (FAILED_PRECONDITION).
-  virtual absl::Status AvailableLocked(const RequestSpec& /*r*/) const { return absl::OkStatus(); }
+  virtual absl::Status AvailableLocked(const RequestOptions& /*r*/) const { return absl::OkStatus(); }
   // The stages came up: check what the policy needs of them.
   virtual void OnPipelineUpLocked(const std::vector<internal::StageInfo>& /*infos*/) {}
   // A new attempt of a request: set s.policy_state (and anything else per sequence).

@@ -37,15 +37,15 @@ Engine::Engine(std::shared_ptr<const ModelSource> model,
   metrics_->pipeline_up->Set(0);
 }
 
-DecodingPolicy* Engine::PolicyFor(SpecMode mode) const {
+DecodingPolicy* Engine::PolicyFor(v1::DecodingPolicy mode) const {
   for (const auto& p : policies_) {
     if (p->mode() == mode) return p.get();
   }
   return nullptr;
 }
 
-std::vector<SpecMode> Engine::modes() const {
-  std::vector<SpecMode> m;
+std::vector<v1::DecodingPolicy> Engine::modes() const {
+  std::vector<v1::DecodingPolicy> m;
   for (const auto& p : policies_) {
     if (p->advertised()) m.push_back(p->mode());
   }
@@ -77,7 +77,7 @@ void Engine::Stop() {
   }
 }
 
-absl::Status Engine::Validate(const RequestSpec& spec) const {
+absl::Status Engine::Validate(const RequestOptions& spec) const {
   const ModelConfig& c = config();
   if (spec.prompt.empty()) return absl::InvalidArgumentError("prompt: must not be empty");
   if (static_cast<int>(spec.prompt.size()) >= c.max_seq_len) {
@@ -113,7 +113,7 @@ absl::Status Engine::Validate(const RequestSpec& spec) const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(RequestSpec spec) {
+absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(RequestOptions spec) {
   if (absl::Status st = Validate(spec); !st.ok()) return st;
   DecodingPolicy* policy = PolicyFor(spec.mode);
   // Whatever the policy computes once per request, before taking the lock.
@@ -140,7 +140,7 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(RequestSpec spec) 
     }
     if (absl::Status st = policy->AvailableLocked(spec); !st.ok()) return st;
     std::shared_ptr<Sequence> seq = MakeSequenceLocked(
-        std::make_shared<const RequestSpec>(std::move(spec)), *std::move(prepared));
+        std::make_shared<const RequestOptions>(std::move(spec)), *std::move(prepared));
     seq->stream_id = seq->id;
     seq->kv_blocks = need;
     stream = std::make_shared<RequestStream>(seq->stream_id);
@@ -208,7 +208,7 @@ bool Engine::WaitUntilUp(std::chrono::milliseconds timeout) const {
   return cv_.wait_for(lock, timeout, [&] { return up_ || stop_; }) && up_;
 }
 
-std::shared_ptr<Sequence> Engine::MakeSequenceLocked(std::shared_ptr<const RequestSpec> origin,
+std::shared_ptr<Sequence> Engine::MakeSequenceLocked(std::shared_ptr<const RequestOptions> origin,
                                                      std::shared_ptr<const void> prepared) {
   auto seq = std::make_shared<Sequence>(next_seq_id_++, *origin);
   seq->limit = std::min<int32_t>(seq->prompt_len + seq->max_tokens, config().max_seq_len);

@@ -26,7 +26,7 @@
 #include "absl/status/statusor.h"
 #include "kernels/cpu/thread_pool.h"
 #include "model/formats/model_source.h"
-#include "model/runtime/device_spec.h"
+#include "model/runtime/device_config.h"
 #include "model/runtime/output_head.h"
 #include "scheduler/batch_builder.h"
 #include "scheduler/decoding_policy.h"
@@ -43,7 +43,7 @@
 namespace specline::scheduler {
 
 struct EngineOptions {
-  BatchPolicy batch;
+  BatchLimits batch;
   int max_inflight = 0;            // micro-batches in the pipeline; 0 = one per stage
   int max_waiting = 1024;          // queued requests beyond this: RESOURCE_EXHAUSTED
   int64_t kv_capacity_tokens = 0;  // per stage; 0 = the smallest the stages report
@@ -59,7 +59,7 @@ struct EngineOptions {
   std::chrono::milliseconds retry_window{5000};
   int max_attempts = 3;
   int threads = 1;  // output head (LM head matmul) and drafters
-  DeviceSpec device;  // where the output head runs (cpu, or a CUDA device)
+  DeviceConfig device;  // where the output head runs (cpu, or a CUDA device)
   // How the engine connects to the stages' data addresses (the cluster
   // secret; docs/security.md).
   transport::TransportOptions data_plane;
@@ -94,10 +94,10 @@ class Engine : private PolicyHost {
   void Stop();  // fails what still runs (UNAVAILABLE) and joins the threads
 
   // Checks a request against the model: INVALID_ARGUMENT naming the field.
-  absl::Status Validate(const RequestSpec& spec) const;
+  absl::Status Validate(const RequestOptions& spec) const;
   // Queues a request. INVALID_ARGUMENT, RESOURCE_EXHAUSTED (waiting queue
   // full), UNAVAILABLE (pipeline down, or draining).
-  absl::StatusOr<std::shared_ptr<RequestStream>> Submit(RequestSpec spec);
+  absl::StatusOr<std::shared_ptr<RequestStream>> Submit(RequestOptions spec);
   // Aborts a waiting or running request (its stream ends with kAbort) and
   // schedules the release of its KV on every stage. False when unknown.
   bool Cancel(uint64_t id);
@@ -114,8 +114,8 @@ class Engine : private PolicyHost {
   int n_stages() const override { return static_cast<int>(stages_.size()); }
   const std::string& inbox_address() const { return inbox_->address(); }
   // Decoding modes requests may ask for on this deployment.
-  std::vector<SpecMode> modes() const;
-  SpecMode default_mode() const { return options_.spec.default_mode; }
+  std::vector<v1::DecodingPolicy> modes() const;
+  v1::DecodingPolicy default_mode() const { return options_.spec.default_mode; }
 
  private:
   struct InFlight {
@@ -140,10 +140,10 @@ class Engine : private PolicyHost {
   std::string StageName(int stage) const override;
 
   // engine.cc (locked helpers end in Locked: mu_ must be held)
-  DecodingPolicy* PolicyFor(SpecMode mode) const;
+  DecodingPolicy* PolicyFor(v1::DecodingPolicy mode) const;
   // A new attempt of `origin` (its stages' id is fresh) under its policy,
   // from what the policy prepared for it.
-  std::shared_ptr<Sequence> MakeSequenceLocked(std::shared_ptr<const RequestSpec> origin,
+  std::shared_ptr<Sequence> MakeSequenceLocked(std::shared_ptr<const RequestOptions> origin,
                                                std::shared_ptr<const void> prepared);
   // `last` may carry the final token(s); its finish and error are set here.
   // The stream gets exactly one last event, whatever the caller holds.

@@ -7,13 +7,14 @@
 #include "absl/strings/str_split.h"
 #include "common/cluster_secret.h"
 #include "common/flag_map.h"
+#include "proto/policy_names.h"
 
 namespace specline::scheduler {
 namespace {
 
-absl::Status ParseSpecPolicy(const std::string& text, SpecPolicy* out) {
-  for (SpecPolicy p : {SpecPolicy::kAuto, SpecPolicy::kAlways, SpecPolicy::kNever}) {
-    if (text == SpecPolicyName(p)) {
+absl::Status ParseSpecPolicy(const std::string& text, DraftGate* out) {
+  for (DraftGate p : {DraftGate::kAuto, DraftGate::kAlways, DraftGate::kNever}) {
+    if (text == DraftGateName(p)) {
       *out = p;
       return absl::OkStatus();
     }
@@ -22,13 +23,13 @@ absl::Status ParseSpecPolicy(const std::string& text, SpecPolicy* out) {
       absl::StrCat("--spec-policy: \"", text, "\" is not auto, always or never"));
 }
 
-absl::Status ParseMode(const std::string& text, SpecMode* out) {
-  if (text == "ar" || text == "autoregressive") *out = SpecMode::kAutoregressive;
-  else if (text == "ppsd") *out = SpecMode::kPpsd;
-  else if (text == "spd") *out = SpecMode::kSpd;
-  else if (text == "ptp") *out = SpecMode::kPtp;
-  else if (text == "pipo") *out = SpecMode::kPipo;
-  else return absl::InvalidArgumentError(absl::StrCat("--default-policy: \"", text, "\" is not ar, ppsd, spd, ptp or pipo"));
+absl::Status ParseMode(const std::string& text, v1::DecodingPolicy* out) {
+  absl::StatusOr<v1::DecodingPolicy> p = PolicyFromName(text);
+  if (!p.ok() || *p == v1::DECODING_POLICY_UNSPECIFIED) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--default-policy: \"", text, "\" is not ", kPolicyNames));
+  }
+  *out = *p;
   return absl::OkStatus();
 }
 
@@ -90,7 +91,7 @@ absl::StatusOr<SchedulerFlags> ParseSchedulerFlags(int argc, char** argv) {
     else return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
     if (!st.ok()) return st;
   }
-  absl::StatusOr<DeviceSpec> spec = ParseDeviceSpec(device, dtype);
+  absl::StatusOr<DeviceConfig> spec = ParseDeviceSpec(device, dtype);
   if (!spec.ok()) return spec.status();
   e.device = *spec;
   e.batch_timeout = std::chrono::milliseconds(timeout_ms);

@@ -11,7 +11,7 @@ namespace specline::scheduler {
 
 std::unique_ptr<LogitsHead> MakeLogitsHead(const ModelSource& model,
                                            std::shared_ptr<kernels::ThreadPool> pool,
-                                           const DeviceSpec& device) {
+                                           const DeviceConfig& device) {
   if (!device.cuda) return std::make_unique<OutputHead>(model, std::move(pool));
 #ifdef SPECLINE_HAVE_CUDA
   std::string why;

@@ -6,7 +6,7 @@
 
 #include "kernels/cpu/thread_pool.h"
 #include "model/formats/model_source.h"
-#include "model/runtime/device_spec.h"
+#include "model/runtime/device_config.h"
 #include "model/runtime/output_head.h"
 
 namespace specline::scheduler {
@@ -15,6 +15,6 @@ namespace specline::scheduler {
 // (the scheduler refuses to start: a deployment asked for it explicitly).
 std::unique_ptr<LogitsHead> MakeLogitsHead(const ModelSource& model,
                                            std::shared_ptr<kernels::ThreadPool> pool,
-                                           const DeviceSpec& device);
+                                           const DeviceConfig& device);
 
 }  // namespace specline::scheduler

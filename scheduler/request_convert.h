@@ -1,4 +1,4 @@
-// The Scheduler gRPC API's request -> the engine's RequestSpec: proto
+// The Scheduler gRPC API's request -> the engine's RequestOptions: proto
 // defaults (0 means "off" for top_p and repetition_penalty), the decoding
 // policy, and a random seed when none is given.
 #pragma once
@@ -9,15 +9,14 @@
 
 namespace specline::scheduler {
 
-// INVALID_ARGUMENT naming the field for bad sampling values;
-// FAILED_PRECONDITION for a policy the engine has no implementation of
-// (PIPO, PTP). UNSPECIFIED becomes `default_mode`. Whether this deployment
-// has the heads a policy needs, the oracle and the prompt are checked by
+// INVALID_ARGUMENT naming the field for bad sampling values or an unknown
+// policy value. UNSPECIFIED becomes `default_mode`. Whether this deployment
+// serves the policy, the oracle and the prompt are checked by
 // Engine::Validate.
-absl::StatusOr<RequestSpec> ToRequestSpec(const internal::SubmitRequest& req,
-                                          SpecMode default_mode = SpecMode::kAutoregressive);
+absl::StatusOr<RequestOptions> ToRequestOptions(
+    const internal::SubmitRequest& req,
+    v1::DecodingPolicy default_mode = v1::DECODING_POLICY_AUTOREGRESSIVE);
 
-v1::DecodingPolicy ToPolicy(SpecMode mode);
 // The final message's counters; n_stages and the generated token count give
 // L'acc.
 void ToProto(const SpecStats& stats, int n_stages, int generated, v1::SpecDecodeStats* out);

@@ -22,7 +22,7 @@ struct StreamEvent {
   double queue_seconds = -1;                  // >= 0 on the first event
   absl::Status error;  // not OK on a last event that failed (UNAVAILABLE, ...)
   // On the last event: how the request was decoded and its speculation counters.
-  SpecMode mode = SpecMode::kAutoregressive;
+  v1::DecodingPolicy mode = v1::DECODING_POLICY_AUTOREGRESSIVE;
   SpecStats spec;
   int generated = 0;
   bool last() const { return finish != FinishReason::kNone; }

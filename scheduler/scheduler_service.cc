@@ -32,12 +32,12 @@ grpc::Status SchedulerService::Submit(grpc::ServerContext* ctx,
     spdlog::warn("refused a Submit without the cluster secret from {}", ctx->peer());
     return st;
   }
-  absl::StatusOr<RequestSpec> spec = ToRequestSpec(*req, engine_.default_mode());
+  absl::StatusOr<RequestOptions> spec = ToRequestOptions(*req, engine_.default_mode());
   if (!spec.ok()) return ToGrpc(spec.status());
   const std::string rid = req->request_id();
   // Every event names the policy, so the gateway can mark each response
   // lossless or not (PIPO) as it streams.
-  const v1::DecodingPolicy policy = ToPolicy(spec->mode);
+  const v1::DecodingPolicy policy = spec->mode;
   absl::StatusOr<std::shared_ptr<RequestStream>> stream = engine_.Submit(*std::move(spec));
   if (!stream.ok()) {
     spdlog::info("request {}: rejected: {}", rid, stream.status().ToString());
@@ -95,8 +95,8 @@ grpc::Status SchedulerService::GetModel(grpc::ServerContext* ctx, const internal
   out->set_context_length(c.max_seq_len);
   out->set_n_layers(c.n_layers);
   out->set_n_stages(engine_.n_stages());
-  for (SpecMode m : engine_.modes()) out->add_policies(ToPolicy(m));
-  out->set_default_policy(ToPolicy(engine_.default_mode()));
+  for (v1::DecodingPolicy m : engine_.modes()) out->add_policies(m);
+  out->set_default_policy(engine_.default_mode());
   return grpc::Status::OK;
 }
 

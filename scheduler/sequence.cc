@@ -14,17 +14,6 @@ const char* SeqStateName(SeqState s) {
   return "?";
 }
 
-const char* SpecModeName(SpecMode m) {
-  switch (m) {
-    case SpecMode::kAutoregressive: return "autoregressive";
-    case SpecMode::kPpsd: return "ppsd";
-    case SpecMode::kSpd: return "spd";
-    case SpecMode::kPtp: return "ptp";
-    case SpecMode::kPipo: return "pipo";
-  }
-  return "?";
-}
-
 const char* FinishReasonName(FinishReason r) {
   switch (r) {
     case FinishReason::kNone: return "none";
@@ -36,7 +25,7 @@ const char* FinishReasonName(FinishReason r) {
   return "?";
 }
 
-Sequence::Sequence(uint64_t id_, RequestSpec spec)
+Sequence::Sequence(uint64_t id_, RequestOptions spec)
     : id(id_),
       request_id(std::move(spec.request_id)),
       tokens(std::move(spec.prompt)),

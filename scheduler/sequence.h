@@ -42,14 +42,14 @@ enum class FinishReason { kNone, kStop, kLength, kAbort, kError };
 const char* FinishReasonName(FinishReason r);
 
 // What a caller asks for; validated before it becomes a Sequence.
-struct RequestSpec {
+struct RequestOptions {
   std::string request_id;  // for logs; the engine's numeric id is separate
   std::vector<int32_t> prompt;
   SamplingParams sampling;  // sampling.seed is used as given
   int max_tokens = 16;
   std::vector<int32_t> stop_ids;  // generation ends after emitting one
-  SpecMode mode = SpecMode::kAutoregressive;
-  OracleSpec oracle;  // tests and benchmarks: draft with the oracle instead of a head
+  v1::DecodingPolicy mode = v1::DECODING_POLICY_AUTOREGRESSIVE;
+  OracleOptions oracle;  // tests and benchmarks: draft with the oracle instead of a head
   float pipo_tau = -1;  // PIPO's threshold; < 0 = the server's default
 };
 
@@ -57,7 +57,7 @@ struct RequestSpec {
 // whatever ends a sequence takes a reference first (shared_from_this), so
 // removing it from a list cannot free it mid-call.
 struct Sequence : std::enable_shared_from_this<Sequence> {
-  Sequence(uint64_t id, RequestSpec spec);
+  Sequence(uint64_t id, RequestOptions spec);
   ~Sequence();  // PolicyState is complete in sequence.cc
 
   // The stages' id of this attempt: never reused, so a stale batch can
@@ -69,7 +69,7 @@ struct Sequence : std::enable_shared_from_this<Sequence> {
   uint64_t stream_id = 0;
   // What Submit was given, and what its policy prepared from it once
   // (DecodingPolicy::Prepare), kept to restart.
-  std::shared_ptr<const RequestSpec> origin;
+  std::shared_ptr<const RequestOptions> origin;
   std::shared_ptr<const void> prepared;
   int attempts = 1;
   // While waiting for the pipeline to come back: fail when it has not by then.
@@ -95,7 +95,7 @@ struct Sequence : std::enable_shared_from_this<Sequence> {
 
   // How it decodes: its policy, and that policy's own per-sequence state
   // (drafts, PTP proposals, PIPO pairs). The counters every policy reports.
-  SpecMode mode = SpecMode::kAutoregressive;
+  v1::DecodingPolicy mode = v1::DECODING_POLICY_AUTOREGRESSIVE;
   DecodingPolicy* policy = nullptr;
   std::unique_ptr<PolicyState> policy_state;
   SpecStats stats;

@@ -9,24 +9,16 @@
 #include <vector>
 
 #include "model/runtime/sampler.h"
+#include "proto/policy_names.h"
+#include "specline/v1/generation.pb.h"
 
 namespace specline::scheduler {
-
-// How a sequence decodes. PPSD drafts from an early-exit head once the
-// newest token has passed layer E; SPD drafts from the speculation module
-// at once, on whatever depth each in-flight token has reached. PTP sends
-// one call at a time that verifies the previous call's proposals and
-// proposes the next ones from auxiliary rows (docs/ptp.md). PIPO (not
-// lossless) decodes a stream of pairs on a fine-tuned backbone, up to two
-// tokens per pass (docs/pipo.md).
-enum class SpecMode { kAutoregressive, kPpsd, kSpd, kPtp, kPipo };
-const char* SpecModeName(SpecMode m);
 
 // Oracle drafter (tests and benchmarks only): instead of a head, propose
 // reference[i] (the i-th generated token of a plain run) with probability
 // alpha, else a wrong token. The sequence keeps its mode's timing (PPSD:
 // after layer E; SPD: at once).
-struct OracleSpec {
+struct OracleOptions {
   bool enabled = false;
   double alpha = 0;
   std::vector<int32_t> reference;  // generated tokens of the plain run

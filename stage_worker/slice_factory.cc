@@ -10,7 +10,7 @@ namespace specline {
 
 absl::StatusOr<std::unique_ptr<SliceBackend>> MakeSlice(
     const ModelSource& src, int begin, int end, const SliceOptions& options,
-    const DeviceSpec& device, int stage, std::shared_ptr<kernels::ThreadPool> pool) {
+    const DeviceConfig& device, int stage, std::shared_ptr<kernels::ThreadPool> pool) {
   if (!device.cuda) return std::make_unique<StageSlice>(src, begin, end, options, std::move(pool));
 #ifdef SPECLINE_HAVE_CUDA
   int count = 0;

@@ -7,16 +7,16 @@
 #include "absl/status/statusor.h"
 #include "kernels/cpu/thread_pool.h"
 #include "model/formats/model_source.h"
-#include "model/runtime/device_spec.h"
+#include "model/runtime/device_config.h"
 #include "model/runtime/slice_backend.h"
 
 namespace specline {
 
-// `stage` resolves DeviceSpec::ordinal == -1 (stage % visible GPUs).
+// `stage` resolves DeviceConfig::ordinal == -1 (stage % visible GPUs).
 // UNAVAILABLE when CUDA is asked for and no device is usable; model errors
 // come as ModelFormatError, like StageSlice's.
 absl::StatusOr<std::unique_ptr<SliceBackend>> MakeSlice(
     const ModelSource& src, int begin, int end, const SliceOptions& options,
-    const DeviceSpec& device, int stage, std::shared_ptr<kernels::ThreadPool> pool);
+    const DeviceConfig& device, int stage, std::shared_ptr<kernels::ThreadPool> pool);
 
 }  // namespace specline

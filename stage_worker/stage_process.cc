@@ -44,7 +44,7 @@ absl::StatusOr<std::unique_ptr<StageProcess>> StageProcess::Start(const StageFla
         "--stage 0 must hold layer 0 (it embeds the tokens), and only stage 0");
   }
 
-  absl::StatusOr<DeviceSpec> device = ParseDeviceSpec(flags.device, flags.dtype);
+  absl::StatusOr<DeviceConfig> device = ParseDeviceSpec(flags.device, flags.dtype);
   if (!device.ok()) return device.status();
   device->cuda_graphs = flags.cuda_graphs;
   // One pool for every CPU slice of the process: their calls are serialized
@@ -67,14 +67,14 @@ absl::StatusOr<std::unique_ptr<StageProcess>> StageProcess::Start(const StageFla
   uint64_t pipo_fingerprint = 0;
   if (!flags.pipo_head.empty()) {
     std::unique_ptr<DraftHead> head = LoadDraftHead(flags.pipo_head, config);
-    if (head->spec().method != DraftMethod::kPipo) {
+    if (head->config().method != DraftMethod::kPipo) {
       return absl::InvalidArgumentError(absl::StrCat("--pipo-head ", flags.pipo_head, ": a ",
-                                                     DraftMethodName(head->spec().method),
+                                                     DraftMethodName(head->config().method),
                                                      " head is not a PIPO head"));
     }
     pipo_fingerprint = head->Fingerprint();
     p->pipo_backbone_ =
-        OpenModel((std::filesystem::path(flags.pipo_head) / head->spec().pipo_backbone_file).string());
+        OpenModel((std::filesystem::path(flags.pipo_head) / head->config().pipo_backbone_file).string());
   }
   const int n = static_cast<int>(flags.layers.size());
   for (int i = 0; i < n; ++i) {

@@ -397,7 +397,7 @@ TEST(Deploy, ChartNetworkPolicyAdmitsOnlyTheReleaseToInternalPorts) {
 std::string PpsdHead(const std::string& model_path, int n) {
   const std::string dir = TempDir() + "/deploy_ppsd" + std::to_string(n);
   auto model = OpenModel(model_path);
-  DraftHeadSpec s;
+  HeadConfig s;
   s.method = DraftMethod::kPpsdLayer;
   s.exit_layer = EvenSplit(model->config().n_layers, n)[1];
   WriteRandomDraftHead(dir, s, model->config(), /*seed=*/3, model.get());

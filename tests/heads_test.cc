@@ -29,21 +29,21 @@ using ::testing::HasSubstr;
 
 ModelConfig Base() { return LlamaShape(32, 64, 4, 4, 2, 40, 128); }
 
-DraftHeadSpec NormSpec() {
-  DraftHeadSpec s;
+HeadConfig NormSpec() {
+  HeadConfig s;
   s.method = DraftMethod::kPpsdNorm;
   s.exit_layer = 2;
   return s;
 }
-DraftHeadSpec LayerSpec() {
-  DraftHeadSpec s;
+HeadConfig LayerSpec() {
+  HeadConfig s;
   s.method = DraftMethod::kPpsdLayer;
   s.exit_layer = 1;
   s.metadata_json = R"({"recipe":"test","data":"none","steps":0,"created":"2026-11-22"})";
   return s;
 }
-DraftHeadSpec SpdSpec(SpdFeatureLayout layout) {
-  DraftHeadSpec s;
+HeadConfig SpdSpec(SpdFeatureLayout layout) {
+  HeadConfig s;
   s.method = DraftMethod::kSpd;
   s.spd_stages = 2;
   s.spd_layers = 2;
@@ -52,8 +52,8 @@ DraftHeadSpec SpdSpec(SpdFeatureLayout layout) {
   return s;
 }
 
-DraftHeadSpec PtpSpec() {
-  DraftHeadSpec s;
+HeadConfig PtpSpec() {
+  HeadConfig s;
   s.method = DraftMethod::kPtp;
   s.ptp_n_aux = 4;
   s.ptp_lora_rank = 2;
@@ -111,7 +111,7 @@ void ExpectEachEditFails(const std::string& dir, const ModelConfig& base,
 
 TEST(HeadFile, RoundTripEveryMethod) {
   const ModelConfig base = Base();
-  for (const DraftHeadSpec& spec : {NormSpec(), LayerSpec(), SpdSpec(SpdFeatureLayout::kV10),
+  for (const HeadConfig& spec : {NormSpec(), LayerSpec(), SpdSpec(SpdFeatureLayout::kV10),
                                     SpdSpec(SpdFeatureLayout::kV11), PtpSpec()}) {
     SCOPED_TRACE(DraftMethodName(spec.method));
     const auto expected = ExpectedDraftHeadTensors(spec, base);
@@ -128,16 +128,16 @@ TEST(HeadFile, RoundTripEveryMethod) {
     const std::string dir = NewDir("rt");
     WriteDraftHead(dir, spec, base, tensors);
     auto head = LoadDraftHead(dir, base);
-    EXPECT_EQ(head->spec().method, spec.method);
-    EXPECT_EQ(head->spec().exit_layer, spec.exit_layer);
-    EXPECT_EQ(head->spec().spd_stages, spec.spd_stages);
-    EXPECT_EQ(head->spec().spd_taps, spec.spd_taps);
-    EXPECT_EQ(head->spec().spd_layers, spec.spd_layers);
-    EXPECT_EQ(head->spec().spd_layout, spec.spd_layout);
-    EXPECT_EQ(head->spec().ptp_n_aux, spec.ptp_n_aux);
-    EXPECT_EQ(head->spec().ptp_lora_rank, spec.ptp_lora_rank);
-    EXPECT_EQ(head->spec().ptp_lora_alpha, spec.ptp_lora_alpha);
-    EXPECT_EQ(json::parse(head->spec().metadata_json), json::parse(spec.metadata_json));
+    EXPECT_EQ(head->config().method, spec.method);
+    EXPECT_EQ(head->config().exit_layer, spec.exit_layer);
+    EXPECT_EQ(head->config().spd_stages, spec.spd_stages);
+    EXPECT_EQ(head->config().spd_taps, spec.spd_taps);
+    EXPECT_EQ(head->config().spd_layers, spec.spd_layers);
+    EXPECT_EQ(head->config().spd_layout, spec.spd_layout);
+    EXPECT_EQ(head->config().ptp_n_aux, spec.ptp_n_aux);
+    EXPECT_EQ(head->config().ptp_lora_rank, spec.ptp_lora_rank);
+    EXPECT_EQ(head->config().ptp_lora_alpha, spec.ptp_lora_alpha);
+    EXPECT_EQ(json::parse(head->config().metadata_json), json::parse(spec.metadata_json));
     for (const auto& [name, values] : tensors) {
       const TensorInfo* t = head->FileTensor(name);
       ASSERT_NE(t, nullptr) << name;
@@ -346,9 +346,9 @@ TEST(PtpHead, TrainedAdapterLoads) {
   if (model.empty()) GTEST_SKIP() << "../shared/models/stories260K absent";
   const ModelConfig base = OpenModel(model)->config();
   auto head = LoadDraftHead(testing::SourcePath("training/heads/stories260K/ptp"), base);
-  EXPECT_EQ(head->spec().method, DraftMethod::kPtp);
-  EXPECT_EQ(head->spec().ptp_n_aux, 8);
-  EXPECT_EQ(head->spec().ptp_lora_rank, 16);
+  EXPECT_EQ(head->config().method, DraftMethod::kPtp);
+  EXPECT_EQ(head->config().ptp_n_aux, 8);
+  EXPECT_EQ(head->config().ptp_lora_rank, 16);
   EXPECT_EQ(head->source().Tensors().size(), 1u + 7u * 2u * base.n_layers);
   EXPECT_NE(head->source().Find("model.layers.4.mlp.down_proj.lora_B"), nullptr);
 }
@@ -362,10 +362,10 @@ TEST(PipoHead, TrainedHeadLoadsAndBadFieldsFail) {
   const ModelConfig base = OpenModel(model)->config();
   const std::string trained = testing::SourcePath("training/heads/stories260K/pipo");
   auto head = LoadDraftHead(trained, base);
-  EXPECT_EQ(head->spec().method, DraftMethod::kPipo);
-  EXPECT_EQ(head->spec().pipo_pad_id, 0);
-  EXPECT_DOUBLE_EQ(head->spec().pipo_tau_default, 0.95);
-  EXPECT_EQ(head->spec().pipo_backbone_file, "backbone.bin");
+  EXPECT_EQ(head->config().method, DraftMethod::kPipo);
+  EXPECT_EQ(head->config().pipo_pad_id, 0);
+  EXPECT_DOUBLE_EQ(head->config().pipo_tau_default, 0.95);
+  EXPECT_EQ(head->config().pipo_backbone_file, "backbone.bin");
   EXPECT_NE(head->FileTensor("mtp.layers.0.self_attn.q_proj.weight"), nullptr);
 
   const std::string dir = NewDir("pipo");
@@ -437,7 +437,7 @@ TEST(PpsdHead, LayerHeadMatchesNumpyGolden) {
                              b["n_kv_heads"], b["vocab_size"], 64);
   c.head_dim = b["head_dim"];
   auto loaded = LoadDraftHead(testing::SourcePath("tests/data/heads/tiny_ppsd_layer"), c);
-  EXPECT_EQ(loaded->spec().exit_layer, g["exit_layer"].get<int>());
+  EXPECT_EQ(loaded->config().exit_layer, g["exit_layer"].get<int>());
   std::shared_ptr<const DraftHead> shared = std::move(loaded);
   auto pool = std::make_shared<kernels::ThreadPool>(2);
   PpsdHead head(shared, pool);

@@ -63,7 +63,7 @@ struct Reference {
 };
 
 // Plain autoregressive decoding in one process: what every request must equal.
-inline Reference Generate1(const ModelSource& model, const scheduler::RequestSpec& spec) {
+inline Reference Generate1(const ModelSource& model, const scheduler::RequestOptions& spec) {
   static std::mutex mu;  // one reference pipeline per process, used serially
   std::lock_guard<std::mutex> lock(mu);
   static LocalPipeline local(model, {0, model.config().n_layers}, SliceOptions{16, 4096}, 1);
@@ -256,7 +256,7 @@ class InprocPipeline {
     if (!options.spec.pipo_head.empty() && heads_on_stages) {
       auto head = LoadDraftHead(options.spec.pipo_head, model_->config());
       pipo_fingerprint = head->Fingerprint();
-      pipo_backbone_ = OpenModel(options.spec.pipo_head + "/" + head->spec().pipo_backbone_file);
+      pipo_backbone_ = OpenModel(options.spec.pipo_head + "/" + head->config().pipo_backbone_file);
     }
     for (int i = 0; i < n_stages; ++i) {
       auto pool = std::make_shared<kernels::ThreadPool>(1);

@@ -15,7 +15,7 @@ namespace {
 using scheduler::EngineOptions;
 using scheduler::FinishReason;
 using scheduler::FinishReasonName;
-using scheduler::RequestSpec;
+using scheduler::RequestOptions;
 
 EngineOptions SmallBatches() {
   EngineOptions o;
@@ -25,16 +25,16 @@ EngineOptions SmallBatches() {
   return o;
 }
 
-RequestSpec Greedy(std::vector<int32_t> prompt, int max_tokens) {
-  RequestSpec s;
+RequestOptions Greedy(std::vector<int32_t> prompt, int max_tokens) {
+  RequestOptions s;
   s.prompt = std::move(prompt);
   s.max_tokens = max_tokens;
   return s;
 }
 
-void ExpectMatchesReference(InprocPipeline& p, const std::vector<RequestSpec>& specs) {
+void ExpectMatchesReference(InprocPipeline& p, const std::vector<RequestOptions>& specs) {
   std::vector<std::shared_ptr<scheduler::RequestStream>> streams;
-  for (const RequestSpec& s : specs) {
+  for (const RequestOptions& s : specs) {
     auto st = p.engine().Submit(s);
     ASSERT_TRUE(st.ok()) << st.status();
     streams.push_back(*st);
@@ -60,7 +60,7 @@ TEST_P(EngineStagesTest, GreedySingleRequestEqualsGenerate) {
 TEST_P(EngineStagesTest, TwentyFourConcurrentGreedyRequestsEqualGenerate) {
   InprocPipeline p(GetParam(), SmallBatches());
   const int kv0 = p.engine().Stats().kv_free_tokens;
-  std::vector<RequestSpec> specs;
+  std::vector<RequestOptions> specs;
   const int lengths[] = {1, 2, 5, 9, 15, 16, 17, 31, 33, 48, 64, 100};
   for (int i = 0; i < 24; ++i) {
     specs.push_back(Greedy(MakePrompt(lengths[i % 12], 100 + i), 4 + (i * 7) % 23));
@@ -72,9 +72,9 @@ TEST_P(EngineStagesTest, TwentyFourConcurrentGreedyRequestsEqualGenerate) {
 
 TEST_P(EngineStagesTest, SeededSamplingEqualsGenerateWithTheSameSeed) {
   InprocPipeline p(GetParam(), SmallBatches());
-  std::vector<RequestSpec> specs;
+  std::vector<RequestOptions> specs;
   for (int i = 0; i < 8; ++i) {
-    RequestSpec s = Greedy(MakePrompt(3 + 11 * i, 200 + i), 24);
+    RequestOptions s = Greedy(MakePrompt(3 + 11 * i, 200 + i), 24);
     s.sampling.temperature = 0.9f;
     s.sampling.top_k = i % 2 ? 0 : 40;
     s.sampling.top_p = i % 3 ? 0.95f : 1.0f;
@@ -92,17 +92,17 @@ INSTANTIATE_TEST_SUITE_P(Stages, EngineStagesTest, ::testing::Values(1, 2, 3),
 TEST(EngineTest, EndingsAreExact) {
   InprocPipeline p(2, SmallBatches());
   // max_tokens
-  RequestSpec len = Greedy(MakePrompt(10, 7), 13);
+  RequestOptions len = Greedy(MakePrompt(10, 7), 13);
   // a stop token: the 6th token greedy decoding produces
   const std::vector<int32_t> free_run = Generate1(p.model(), Greedy(MakePrompt(12, 8), 30)).tokens;
   ASSERT_GE(free_run.size(), 6u);
-  RequestSpec stop = Greedy(MakePrompt(12, 8), 30);
+  RequestOptions stop = Greedy(MakePrompt(12, 8), 30);
   stop.stop_ids = {free_run[5]};
   // the context length (160): at most 160 - prompt + 1 tokens
-  RequestSpec ctx = Greedy(MakePrompt(150, 9), 100);
+  RequestOptions ctx = Greedy(MakePrompt(150, 9), 100);
   ExpectMatchesReference(p, {len, stop, ctx});
 
-  auto run = [&](const RequestSpec& s) {
+  auto run = [&](const RequestOptions& s) {
     auto st = p.engine().Submit(s);
     EXPECT_TRUE(st.ok());
     return Collect(**st);
@@ -166,7 +166,7 @@ TEST(EngineTest, AdmissionWaitsForKvAndCapacityReturns) {
   EngineOptions o = SmallBatches();
   InprocPipeline p(2, o, /*stage_kv_tokens=*/128);
   ASSERT_EQ(p.engine().Stats().kv_capacity_tokens, 128);
-  std::vector<RequestSpec> specs;
+  std::vector<RequestOptions> specs;
   for (int i = 0; i < 6; ++i) specs.push_back(Greedy(MakePrompt(30, 400 + i), 34));
   ExpectMatchesReference(p, specs);
   EXPECT_EQ(p.engine().Stats().kv_free_tokens, 128);
@@ -204,7 +204,7 @@ TEST(EngineTest, FullWaitingQueueIsResourceExhausted) {
 TEST(EngineTest, MalformedRequestsAreInvalidAndChangeNothing) {
   InprocPipeline p(1, SmallBatches());
   const auto before = p.engine().Stats();
-  auto bad = [&](RequestSpec s, const std::string& field) {
+  auto bad = [&](RequestOptions s, const std::string& field) {
     auto st = p.engine().Submit(s);
     ASSERT_FALSE(st.ok()) << field;
     EXPECT_EQ(st.status().code(), absl::StatusCode::kInvalidArgument) << st.status();
@@ -215,7 +215,7 @@ TEST(EngineTest, MalformedRequestsAreInvalidAndChangeNothing) {
   bad(Greedy({1, -1}, 5), "prompt[1]");
   bad(Greedy(MakePrompt(160, 1), 5), "prompt");
   bad(Greedy({1, 2}, 0), "max_tokens");
-  RequestSpec s = Greedy({1, 2}, 5);
+  RequestOptions s = Greedy({1, 2}, 5);
   s.sampling.top_p = 1.5f;
   bad(s, "top_p");
   s = Greedy({1, 2}, 5);

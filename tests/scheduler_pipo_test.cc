@@ -19,7 +19,7 @@
 namespace specline::testing {
 namespace {
 
-using scheduler::SpecMode;
+using v1::DecodingPolicy;
 
 const nlohmann::json& Golden() { return GoldenJson("training/tests/data/pipo_golden.json"); }
 
@@ -33,7 +33,7 @@ scheduler::EngineOptions PipoOptions() {
 }
 
 // The reference decoder (one process, its own PipoModel).
-PipoGenerateResult Reference(const scheduler::RequestSpec& spec, double tau) {
+PipoGenerateResult Reference(const scheduler::RequestOptions& spec, double tau) {
   static PipoModel model(LoadDraftHead(PipoHead(), OpenModel(Stories())->config()),
                          std::make_shared<kernels::ThreadPool>(1));
   PipoGenerateOptions o;
@@ -47,19 +47,19 @@ PipoGenerateResult Reference(const scheduler::RequestSpec& spec, double tau) {
   return r.ok() ? *r : PipoGenerateResult{};
 }
 
-scheduler::RequestSpec Pipo(std::vector<int32_t> prompt, int max_tokens, float tau,
+scheduler::RequestOptions Pipo(std::vector<int32_t> prompt, int max_tokens, float tau,
                             float temperature = 0, uint64_t seed = 0) {
-  scheduler::RequestSpec r;
+  scheduler::RequestOptions r;
   r.prompt = std::move(prompt);
   r.max_tokens = max_tokens;
-  r.mode = SpecMode::kPipo;
+  r.mode = v1::DECODING_POLICY_PIPO;
   r.pipo_tau = tau;
   r.sampling.temperature = temperature;
   r.sampling.seed = seed;
   return r;
 }
 
-StreamResult RunPipo(InprocPipeline& p, const scheduler::RequestSpec& spec) {
+StreamResult RunPipo(InprocPipeline& p, const scheduler::RequestOptions& spec) {
   auto s = p.engine().Submit(spec);
   EXPECT_TRUE(s.ok()) << s.status();
   return s.ok() ? Collect(**s) : StreamResult{};
@@ -75,7 +75,7 @@ TEST(PipoEngine, GreedyEqualsTheReferenceAndTheGoldenOnEveryDepth) {
                              g["tau"].get<float>());
       const StreamResult got = RunPipo(p, spec);
       EXPECT_EQ(got.tokens, g["tokens"].get<std::vector<int32_t>>()) << name << ", " << stages << " stages";
-      EXPECT_EQ(got.last.mode, SpecMode::kPipo);
+      EXPECT_EQ(got.last.mode, v1::DECODING_POLICY_PIPO);
       // One step per backbone pass; the second token kept `accepted` times.
       EXPECT_EQ(got.last.spec.drafts, g["steps"].get<int64_t>()) << name;
       EXPECT_EQ(got.last.spec.accepted_tokens, g["accepted"].get<int64_t>()) << name;
@@ -94,7 +94,7 @@ TEST(PipoEngine, SampledAndMixedRequestsEqualTheirReferences) {
                    Stories());
   const std::vector<int32_t> base = Golden()["prompt"].get<std::vector<int32_t>>();
   struct Job {
-    scheduler::RequestSpec spec;
+    scheduler::RequestOptions spec;
     std::shared_ptr<scheduler::RequestStream> stream;
   };
   std::vector<Job> jobs;
@@ -117,7 +117,7 @@ TEST(PipoEngine, SampledAndMixedRequestsEqualTheirReferences) {
   }
   for (Job& j : jobs) {
     const StreamResult got = Collect(*j.stream);
-    if (j.spec.mode == SpecMode::kPipo) {
+    if (j.spec.mode == v1::DECODING_POLICY_PIPO) {
       const PipoGenerateResult want = Reference(j.spec, j.spec.pipo_tau);
       EXPECT_EQ(got.tokens, want.tokens) << "request " << j.stream->id();
       EXPECT_EQ(got.last.finish, want.stopped ? scheduler::FinishReason::kStop
@@ -167,7 +167,7 @@ TEST(PipoEngine, MisuseIsRefusedWithWhatToFix) {
     auto with_pad = Pipo({1, 0, 407}, 8, 0.9f);
     EXPECT_EQ(p.engine().Submit(with_pad).status().code(), absl::StatusCode::kInvalidArgument);
     auto tau_elsewhere = Pipo(prompt, 8, 0.9f);
-    tau_elsewhere.mode = SpecMode::kAutoregressive;
+    tau_elsewhere.mode = v1::DECODING_POLICY_AUTOREGRESSIVE;
     EXPECT_EQ(p.engine().Submit(tau_elsewhere).status().code(), absl::StatusCode::kInvalidArgument);
     // The server's default threshold applies when the request names none.
     auto default_tau = Pipo(prompt, 16, -1);

@@ -24,7 +24,7 @@
 namespace specline::testing {
 namespace {
 
-using scheduler::SpecMode;
+using v1::DecodingPolicy;
 
 const nlohmann::json& Golden() { return GoldenJson("training/tests/data/ptp_golden.json"); }
 
@@ -32,7 +32,7 @@ std::string Stories() { return SharedModelPath("stories260K/stories260K.bin"); }
 std::string TrainedAdapter() { return SourcePath(Golden()["head"].get<std::string>()); }
 
 // Plain decoding in one process with coupled sampling: what PTP must equal.
-std::vector<int32_t> CoupledPlain(const ModelSource& model, const scheduler::RequestSpec& spec) {
+std::vector<int32_t> CoupledPlain(const ModelSource& model, const scheduler::RequestOptions& spec) {
   LocalPipeline local(model, {0, model.config().n_layers}, SliceOptions{16, 4096}, 1);
   GenerationOptions o;
   o.sampling = spec.sampling;
@@ -169,19 +169,19 @@ TEST(PtpEngine, Stories260KReproducesTheReferenceSequencesAndCalls) {
                      std::chrono::microseconds(0), Stories());
     for (const char* name : {"greedy", "t1", "t08_k40_p09"}) {
       const auto& g = Golden()["sequences"][name];
-      scheduler::RequestSpec spec;
+      scheduler::RequestOptions spec;
       spec.prompt = Golden()["prompt"].get<std::vector<int32_t>>();
       spec.max_tokens = g["steps"].get<int>();
       spec.sampling = Params(g["temperature"].get<float>(), g["top_k"].get<int>(),
                              g["top_p"].get<float>(), 0, 1, Golden()["seed"].get<uint64_t>());
-      spec.mode = SpecMode::kPtp;
+      spec.mode = v1::DECODING_POLICY_PTP;
       auto stream = p.engine().Submit(spec);
       ASSERT_TRUE(stream.ok()) << stream.status();
       const StreamResult got = Collect(**stream);
       const auto want = g["tokens"].get<std::vector<int32_t>>();
       EXPECT_EQ(got.tokens, want) << name << " on " << stages << " stages";
       EXPECT_EQ(got.tokens, CoupledPlain(p.model(), spec)) << name;
-      EXPECT_EQ(got.last.mode, SpecMode::kPtp);
+      EXPECT_EQ(got.last.mode, v1::DECODING_POLICY_PTP);
       // Calls: the prompt's (which carries the first auxiliary rows) and one
       // per verification after it, as in the reference's loop.
       EXPECT_EQ(got.last.spec.drafts, g["calls"].get<int64_t>()) << name;
@@ -203,7 +203,7 @@ TEST(PtpEngine, EqualsCoupledPlainDecodingNextToOtherRequests) {
         Params(0, 0, 1, 0, 1, 3),      Params(0, 0, 1, 0, 1.3f, 4),  Params(1, 0, 1, 0, 1, 5),
         Params(0.8f, 40, 0.9f, 0, 1, 6), Params(1.2f, 0, 1, 0.05f, 1.2f, 7)};
     struct Job {
-      scheduler::RequestSpec spec;
+      scheduler::RequestOptions spec;
       std::shared_ptr<scheduler::RequestStream> stream;
     };
     std::vector<Job> jobs;
@@ -213,7 +213,7 @@ TEST(PtpEngine, EqualsCoupledPlainDecodingNextToOtherRequests) {
       j.spec.max_tokens = 12 + i % 7;
       j.spec.sampling = kinds[i % kinds.size()];
       j.spec.sampling.seed += i;
-      j.spec.mode = i % 4 == 3 ? SpecMode::kAutoregressive : SpecMode::kPtp;
+      j.spec.mode = i % 4 == 3 ? v1::DECODING_POLICY_AUTOREGRESSIVE : v1::DECODING_POLICY_PTP;
       if (i % 5 == 2) j.spec.stop_ids = {static_cast<int32_t>(i * 7 % 96)};
       auto s = p.engine().Submit(j.spec);
       ASSERT_TRUE(s.ok()) << s.status();
@@ -223,7 +223,7 @@ TEST(PtpEngine, EqualsCoupledPlainDecodingNextToOtherRequests) {
     int64_t calls = 0;
     for (Job& j : jobs) {
       const StreamResult got = Collect(*j.stream);
-      if (j.spec.mode == SpecMode::kPtp) {
+      if (j.spec.mode == v1::DECODING_POLICY_PTP) {
         EXPECT_EQ(got.tokens, CoupledPlain(p.model(), j.spec)) << "request " << j.stream->id();
         calls += got.last.spec.drafts;
       } else {
@@ -242,18 +242,18 @@ TEST(PtpEngine, EqualsCoupledPlainDecodingNextToOtherRequests) {
 // its KV on every stage.
 TEST(PtpEngine, ShortRequestsAndCancelsLeaveNothingBehind) {
   InprocPipeline p(2, PtpOptions(HeadDir("ptp", 2)));
-  scheduler::RequestSpec one;
+  scheduler::RequestOptions one;
   one.prompt = MakePrompt(5, 9);
   one.max_tokens = 1;
-  one.mode = SpecMode::kPtp;
+  one.mode = v1::DECODING_POLICY_PTP;
   auto s = p.engine().Submit(one);
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(Collect(**s).tokens, CoupledPlain(p.model(), one));
 
-  scheduler::RequestSpec edge;
+  scheduler::RequestOptions edge;
   edge.prompt = MakePrompt(SchedulerTestConfig().max_seq_len - 3, 10);
   edge.max_tokens = 50;
-  edge.mode = SpecMode::kPtp;
+  edge.mode = v1::DECODING_POLICY_PTP;
   s = p.engine().Submit(edge);
   ASSERT_TRUE(s.ok()) << s.status();
   const StreamResult got = Collect(**s);
@@ -264,10 +264,10 @@ TEST(PtpEngine, ShortRequestsAndCancelsLeaveNothingBehind) {
   // so the request cannot reach its end first. A PTP call gives at most
   // 1 + n_aux tokens (4 auxiliary rows: HeadDir("ptp")) per pass through
   // stage 0.
-  scheduler::RequestSpec long_one;
+  scheduler::RequestOptions long_one;
   long_one.prompt = MakePrompt(4, 11);
   long_one.max_tokens = 100;
-  long_one.mode = SpecMode::kPtp;
+  long_one.mode = v1::DECODING_POLICY_PTP;
   p.gate().Close();
   s = p.engine().Submit(long_one);
   ASSERT_TRUE(s.ok()) << s.status();
@@ -289,27 +289,27 @@ TEST(PtpEngine, MisconfigurationsAreRefusedWithWhatToFix) {
   // No adapter on the scheduler: PTP is not offered.
   {
     InprocPipeline p(2, scheduler::EngineOptions{});
-    scheduler::RequestSpec r;
+    scheduler::RequestOptions r;
     r.prompt = MakePrompt(4, 1);
-    r.mode = SpecMode::kPtp;
+    r.mode = v1::DECODING_POLICY_PTP;
     auto s = p.engine().Submit(r);
     EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition);
     EXPECT_NE(s.status().message().find("--ptp-head"), std::string::npos) << s.status();
     const auto modes = p.engine().modes();
-    EXPECT_EQ(std::count(modes.begin(), modes.end(), SpecMode::kPtp), 0);
+    EXPECT_EQ(std::count(modes.begin(), modes.end(), v1::DECODING_POLICY_PTP), 0);
   }
   // Stages without it: PTP is refused, plain requests still run.
   {
     InprocPipeline p(2, PtpOptions(HeadDir("ptp", 2)), InprocPipeline::kStageKvTokens,
                      std::chrono::microseconds(0), "", /*heads_on_stages=*/false);
-    scheduler::RequestSpec r;
+    scheduler::RequestOptions r;
     r.prompt = MakePrompt(4, 1);
     r.max_tokens = 4;
-    r.mode = SpecMode::kPtp;
+    r.mode = v1::DECODING_POLICY_PTP;
     auto s = p.engine().Submit(r);
     EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition);
     EXPECT_NE(s.status().message().find("has no PTP adapter"), std::string::npos) << s.status();
-    r.mode = SpecMode::kAutoregressive;
+    r.mode = v1::DECODING_POLICY_AUTOREGRESSIVE;
     s = p.engine().Submit(r);
     ASSERT_TRUE(s.ok()) << s.status();
     EXPECT_EQ(Collect(**s).tokens, Generate1(p.model(), r).tokens);

@@ -11,10 +11,10 @@ namespace {
 
 using scheduler::EngineOptions;
 using scheduler::FinishReason;
-using scheduler::RequestSpec;
+using scheduler::RequestOptions;
 
-RequestSpec Greedy(std::vector<int32_t> prompt, int max_tokens) {
-  RequestSpec s;
+RequestOptions Greedy(std::vector<int32_t> prompt, int max_tokens) {
+  RequestOptions s;
   s.prompt = std::move(prompt);
   s.max_tokens = max_tokens;
   return s;
@@ -32,8 +32,8 @@ EngineOptions Options(std::chrono::milliseconds retry_window) {
 // 160 KV positions per stage: `first` (prompt 20 + 130 tokens) takes them
 // all, so `second` waits in the queue without a token.
 constexpr int kKv = 160;
-RequestSpec First() { return Greedy(MakePrompt(20, 71), 130); }
-RequestSpec Second() { return Greedy(MakePrompt(10, 72), 20); }
+RequestOptions First() { return Greedy(MakePrompt(20, 71), 130); }
+RequestOptions Second() { return Greedy(MakePrompt(10, 72), 20); }
 
 struct Started {
   std::shared_ptr<scheduler::RequestStream> first, second;
@@ -97,7 +97,7 @@ TEST(EngineRestart, RunningRequestWithoutTokenRestartsUnderAFreshId) {
   // The first request is caught mid-prefill (no token yet): it restarts.
   InprocPipeline p(2, Options(60s), kKv);
   p.gate().Close();
-  RequestSpec long_prompt = Greedy(MakePrompt(100, 73), 20);
+  RequestOptions long_prompt = Greedy(MakePrompt(100, 73), 20);
   auto stream = *p.engine().Submit(long_prompt);
   ASSERT_GE(p.gate().StepUntil([&] { return p.gate().passed() >= 2; }), 0);
   EXPECT_FALSE(stream->Next(0ms).has_value()) << "prefill of 100 tokens in chunks of 16 is not done";

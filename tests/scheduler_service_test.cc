@@ -81,7 +81,7 @@ TEST_F(SchedulerServiceTest, StreamsTheSameTokensAsPlainDecoding) {
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ASSERT_TRUE(st.ok()) << st.error_message();
 
-  scheduler::RequestSpec spec;
+  scheduler::RequestOptions spec;
   spec.prompt = prompt;
   spec.max_tokens = 15;
   spec.sampling.temperature = 0.7f;

@@ -51,7 +51,7 @@
 namespace specline::testing {
 namespace {
 
-using scheduler::SpecMode;
+using v1::DecodingPolicy;
 
 constexpr double kAlpha = 1e-4;  // per-test rejection level (see the header comment)
 
@@ -316,7 +316,7 @@ TEST(ChiSquare, RejectsADistributionOffByATenth) {
 struct ModeCase {
   std::string name;
   int n_stages;
-  SpecMode mode;
+  v1::DecodingPolicy mode;
   bool oracle;      // oracle drafter at alpha 0.5 instead of a head
   std::string ppsd;  // head kinds (HeadDir)
   std::string spd;
@@ -349,7 +349,7 @@ Outputs DrawOutputs(InprocPipeline& p, const ModeCase& c, const std::vector<int3
   for (int base = 0; base < c.n_requests; base += kWindow) {
     std::vector<std::shared_ptr<scheduler::RequestStream>> streams;
     for (int i = base; i < std::min(c.n_requests, base + kWindow); ++i) {
-      scheduler::RequestSpec r;
+      scheduler::RequestOptions r;
       r.prompt = Prompt();
       r.sampling = Sampling(static_cast<uint64_t>(i));
       r.max_tokens = kMaxTokens;
@@ -395,17 +395,17 @@ TEST_P(SampledOutput, MatchesTheExactDistribution) {
   if (const char* env = std::getenv("SPECLINE_SAMPLING_REQUESTS")) c.n_requests = std::atoi(env);
   const Exact& exact = ExactDistribution();
   scheduler::EngineOptions o;
-  o.spec.policy = scheduler::SpecPolicy::kAlways;
+  o.spec.policy = scheduler::DraftGate::kAlways;
   o.spec.allow_oracle = true;
   if (!c.ppsd.empty()) o.spec.ppsd_head = HeadDir(c.ppsd, c.n_stages);
   if (!c.spd.empty()) o.spec.spd_head = HeadDir(c.spd, c.n_stages);
-  if (c.mode == SpecMode::kPtp) o.spec.ptp_head = HeadDir("ptp", c.n_stages);
+  if (c.mode == v1::DECODING_POLICY_PTP) o.spec.ptp_head = HeadDir("ptp", c.n_stages);
   InprocPipeline p(c.n_stages, o);
 
   // The oracle's reference: any fixed sequence does (verification is
   // lossless for every proposal); the greedy output makes its proposals
   // likely under p, so both the accept and the residual paths are taken.
-  scheduler::RequestSpec greedy;
+  scheduler::RequestOptions greedy;
   greedy.prompt = Prompt();
   greedy.max_tokens = kMaxTokens;
   const std::vector<int32_t> reference = Generate1(p.model(), greedy).tokens;
@@ -431,9 +431,9 @@ TEST_P(SampledOutput, MatchesTheExactDistribution) {
   EXPECT_GE(g3.p, kAlpha) << "t3 marginal: chi2 " << g3.stat << " df " << g3.df << g3.table;
   EXPECT_GE(g123.p, kAlpha) << "(t1, t2, t3) joint: chi2 " << g123.stat << " df " << g123.df
                             << g123.table;
-  if (c.mode == SpecMode::kAutoregressive) {
+  if (c.mode == v1::DECODING_POLICY_AUTOREGRESSIVE) {
     EXPECT_EQ(drafted, 0);
-  } else if (c.mode == SpecMode::kPtp) {
+  } else if (c.mode == v1::DECODING_POLICY_PTP) {
     // PTP's tokens are the coupled samples at their own u whatever was
     // proposed (a random adapter's proposals rarely survive); every request
     // went through PTP calls (the prompt's, then one or more).
@@ -453,14 +453,14 @@ TEST_P(SampledOutput, MatchesTheExactDistribution) {
 INSTANTIATE_TEST_SUITE_P(
     Modes, SampledOutput,
     ::testing::Values(
-        ModeCase{"autoregressive", 2, SpecMode::kAutoregressive, false, "", "", kRequests},
-        ModeCase{"spd_oracle", 2, SpecMode::kSpd, true, "", "", kRequests},
-        ModeCase{"ppsd_oracle", 2, SpecMode::kPpsd, true, "", "", kRequests},
-        ModeCase{"ppsd_layer_head", 2, SpecMode::kPpsd, false, "ppsd-layer", "", kRequests},
-        ModeCase{"spd_v11_head", 2, SpecMode::kSpd, false, "", "spd-v11", kRequests},
-        ModeCase{"ptp_adapter", 2, SpecMode::kPtp, false, "", "", kRequests},
-        ModeCase{"spd_oracle_4stages", 4, SpecMode::kSpd, true, "", "", kRequests},
-        ModeCase{"ppsd_layer_head_4stages", 4, SpecMode::kPpsd, false, "ppsd-layer", "",
+        ModeCase{"autoregressive", 2, v1::DECODING_POLICY_AUTOREGRESSIVE, false, "", "", kRequests},
+        ModeCase{"spd_oracle", 2, v1::DECODING_POLICY_SPD, true, "", "", kRequests},
+        ModeCase{"ppsd_oracle", 2, v1::DECODING_POLICY_PPSD, true, "", "", kRequests},
+        ModeCase{"ppsd_layer_head", 2, v1::DECODING_POLICY_PPSD, false, "ppsd-layer", "", kRequests},
+        ModeCase{"spd_v11_head", 2, v1::DECODING_POLICY_SPD, false, "", "spd-v11", kRequests},
+        ModeCase{"ptp_adapter", 2, v1::DECODING_POLICY_PTP, false, "", "", kRequests},
+        ModeCase{"spd_oracle_4stages", 4, v1::DECODING_POLICY_SPD, true, "", "", kRequests},
+        ModeCase{"ppsd_layer_head_4stages", 4, v1::DECODING_POLICY_PPSD, false, "ppsd-layer", "",
                  kRequests}),
     [](const auto& info) { return info.param.name; });
 
@@ -545,7 +545,7 @@ TEST(ChiSquare, T3AndJointStatisticsRejectABrokenEngine) {
                        return b;
                      });
     ASSERT_NE(broken, nullptr);
-    const ModeCase c{"broken", 2, SpecMode::kAutoregressive, false, "", "", kRequests};
+    const ModeCase c{"broken", 2, v1::DECODING_POLICY_AUTOREGRESSIVE, false, "", "", kRequests};
     const Outputs out = DrawOutputs(p, c, {});
     ASSERT_EQ(out.bad, 0);
     EXPECT_NEAR(static_cast<double>(broken->corrupted()), static_cast<double>(kRequests) / every, 1.0);

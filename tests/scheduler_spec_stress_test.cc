@@ -22,13 +22,13 @@ namespace specline::testing {
 namespace {
 
 using scheduler::FinishReason;
-using scheduler::SpecMode;
+using v1::DecodingPolicy;
 
 constexpr int kStages = 4;
 
 scheduler::EngineOptions StressOptions() {
   scheduler::EngineOptions o;
-  o.spec.policy = scheduler::SpecPolicy::kAlways;
+  o.spec.policy = scheduler::DraftGate::kAlways;
   o.spec.allow_oracle = true;
   o.spec.ppsd_head = HeadDir("ppsd-layer", kStages);
   o.spec.spd_head = HeadDir("spd-v11", kStages);
@@ -37,7 +37,7 @@ scheduler::EngineOptions StressOptions() {
 
 struct Job {
   std::string label;
-  scheduler::RequestSpec spec;
+  scheduler::RequestOptions spec;
   std::vector<int32_t> expected;  // the reference (a prefix of it when cancelled)
   FinishReason expected_finish = FinishReason::kLength;
   int cancel_after = 0;  // > 0: cancel once this many tokens arrived; -1: at once
@@ -51,8 +51,8 @@ struct Outcome {
   bool ended = false;
 };
 
-scheduler::RequestSpec Base(uint32_t prompt_seed, int max_tokens) {
-  scheduler::RequestSpec r;
+scheduler::RequestOptions Base(uint32_t prompt_seed, int max_tokens) {
+  scheduler::RequestOptions r;
   r.prompt = MakePrompt(3 + prompt_seed % 9, prompt_seed);
   r.max_tokens = max_tokens;
   return r;
@@ -67,7 +67,7 @@ FinishReason ReasonOf(const std::string& r) {
 std::vector<Job> MakeJobs(const ModelSource& model, int round, bool sampled = false) {
   std::vector<Job> jobs;
   const uint32_t s0 = 100 + 37 * static_cast<uint32_t>(round);
-  auto add = [&](std::string label, scheduler::RequestSpec spec, SpecMode mode, double alpha,
+  auto add = [&](std::string label, scheduler::RequestOptions spec, v1::DecodingPolicy mode, double alpha,
                  bool oracle) -> Job& {
     Job& j = jobs.emplace_back();
     j.label = std::move(label);
@@ -76,7 +76,7 @@ std::vector<Job> MakeJobs(const ModelSource& model, int round, bool sampled = fa
     j.expected_finish = ReasonOf(ref.reason);
     spec.mode = mode;
     if (oracle) {
-      scheduler::RequestSpec plain = spec;
+      scheduler::RequestOptions plain = spec;
       plain.stop_ids.clear();
       spec.oracle = {true, alpha, Generate1(model, plain).tokens};
     }
@@ -84,20 +84,20 @@ std::vector<Job> MakeJobs(const ModelSource& model, int round, bool sampled = fa
     return j;
   };
   // Long generations with a rejection about every other draft.
-  add("spd-oracle-a", Base(s0 + 0, 96), SpecMode::kSpd, 0.5, true);
-  add("ppsd-oracle-a", Base(s0 + 1, 80), SpecMode::kPpsd, 0.5, true);
-  add("spd-oracle-b", Base(s0 + 2, 64), SpecMode::kSpd, 0.5, true);
-  add("ppsd-oracle-b", Base(s0 + 3, 100), SpecMode::kPpsd, 0.5, true);
-  add("spd-oracle-hi", Base(s0 + 4, 72), SpecMode::kSpd, 0.8, true);
+  add("spd-oracle-a", Base(s0 + 0, 96), v1::DECODING_POLICY_SPD, 0.5, true);
+  add("ppsd-oracle-a", Base(s0 + 1, 80), v1::DECODING_POLICY_PPSD, 0.5, true);
+  add("spd-oracle-b", Base(s0 + 2, 64), v1::DECODING_POLICY_SPD, 0.5, true);
+  add("ppsd-oracle-b", Base(s0 + 3, 100), v1::DECODING_POLICY_PPSD, 0.5, true);
+  add("spd-oracle-hi", Base(s0 + 4, 72), v1::DECODING_POLICY_SPD, 0.8, true);
   // Random heads (almost every draft rejected).
-  add("ppsd-head", Base(s0 + 5, 64), SpecMode::kPpsd, 0, false);
-  add("spd-head", Base(s0 + 6, 64), SpecMode::kSpd, 0, false);
+  add("ppsd-head", Base(s0 + 5, 64), v1::DECODING_POLICY_PPSD, 0, false);
+  add("spd-head", Base(s0 + 6, 64), v1::DECODING_POLICY_SPD, 0, false);
   // Stop ids: the 20th token of the reference (or a later one whose first
   // occurrence is not too early, so the stop comes mid-generation with
   // drafts in flight); the output is the reference cut right after the stop
   // id's first occurrence.
-  for (auto [k, mode] : {std::pair{7u, SpecMode::kSpd}, std::pair{8u, SpecMode::kPpsd}}) {
-    scheduler::RequestSpec spec = Base(s0 + k, 90);
+  for (auto [k, mode] : {std::pair{7u, v1::DECODING_POLICY_SPD}, std::pair{8u, v1::DECODING_POLICY_PPSD}}) {
+    scheduler::RequestOptions spec = Base(s0 + k, 90);
     const Reference full = Generate1(model, spec);
     EXPECT_GE(full.tokens.size(), 20u);
     int32_t stop = full.tokens[19];
@@ -109,28 +109,28 @@ std::vector<Job> MakeJobs(const ModelSource& model, int round, bool sampled = fa
       }
     }
     spec.stop_ids = {stop};
-    Job& j = add(std::string("stop-") + scheduler::SpecModeName(mode), spec, mode, 0.5, true);
+    Job& j = add(std::string("stop-") + PolicyShortName(mode), spec, mode, 0.5, true);
     const auto first = std::find(full.tokens.begin(), full.tokens.end(), stop);
     EXPECT_EQ(j.expected, std::vector<int32_t>(full.tokens.begin(), first + 1)) << j.label;
     EXPECT_EQ(j.expected_finish, FinishReason::kStop) << j.label;
   }
   // Cancelled after a few tokens, with drafts in flight.
-  add("cancel-spd", Base(s0 + 9, 100), SpecMode::kSpd, 0.5, true).cancel_after = 3 + round;
-  add("cancel-ppsd", Base(s0 + 10, 100), SpecMode::kPpsd, 0.5, true).cancel_after = 6 + round;
-  add("cancel-spd-head", Base(s0 + 11, 100), SpecMode::kSpd, 0, false).cancel_after = 4;
-  add("cancel-at-once", Base(s0 + 14, 100), SpecMode::kPpsd, 0.5, true).cancel_after = -1;
+  add("cancel-spd", Base(s0 + 9, 100), v1::DECODING_POLICY_SPD, 0.5, true).cancel_after = 3 + round;
+  add("cancel-ppsd", Base(s0 + 10, 100), v1::DECODING_POLICY_PPSD, 0.5, true).cancel_after = 6 + round;
+  add("cancel-spd-head", Base(s0 + 11, 100), v1::DECODING_POLICY_SPD, 0, false).cancel_after = 4;
+  add("cancel-at-once", Base(s0 + 14, 100), v1::DECODING_POLICY_PPSD, 0.5, true).cancel_after = -1;
   // Plain decoding mixed in.
-  add("plain-a", Base(s0 + 12, 60), SpecMode::kAutoregressive, 0, false);
-  add("plain-b", Base(s0 + 13, 90), SpecMode::kAutoregressive, 0, false);
+  add("plain-a", Base(s0 + 12, 60), v1::DECODING_POLICY_AUTOREGRESSIVE, 0, false);
+  add("plain-b", Base(s0 + 13, 90), v1::DECODING_POLICY_AUTOREGRESSIVE, 0, false);
   if (sampled) {
-    for (auto [k, mode] : {std::pair{15u, SpecMode::kSpd}, std::pair{16u, SpecMode::kPpsd},
-                           std::pair{17u, SpecMode::kSpd}}) {
-      scheduler::RequestSpec spec = Base(s0 + k, 80);
+    for (auto [k, mode] : {std::pair{15u, v1::DECODING_POLICY_SPD}, std::pair{16u, v1::DECODING_POLICY_PPSD},
+                           std::pair{17u, v1::DECODING_POLICY_SPD}}) {
+      scheduler::RequestOptions spec = Base(s0 + k, 80);
       spec.sampling.temperature = 0.8f;
       spec.sampling.top_k = 6;
       spec.sampling.seed = s0 + k;
       Job& j =
-          add(std::string("sampled-") + scheduler::SpecModeName(mode), spec, mode, 0.5, k != 16);
+          add(std::string("sampled-") + PolicyShortName(mode), spec, mode, 0.5, k != 16);
       j.sampled = true;
     }
   }
@@ -227,7 +227,7 @@ void RunRound(InprocPipeline& p, int round, bool sampled = false) {
     EXPECT_EQ(o.last.mode, j.spec.mode);
     // (Drafts of one speculative request depend on thread timing; the
     // round's totals are checked below.)
-    if (j.spec.mode == SpecMode::kAutoregressive) {
+    if (j.spec.mode == v1::DECODING_POLICY_AUTOREGRESSIVE) {
       EXPECT_EQ(st.draft_tokens, 0);
     }
     EXPECT_EQ(st.accepted_tokens + st.rejected_tokens + st.discarded_tokens, st.draft_tokens);
@@ -288,25 +288,25 @@ TEST(SpecStress, TightKvQueuesCancelsAndReleasesEverything) {
 TEST(SpecStress, MaxTokensEndingMidChainGivesExactlyMaxTokens) {
   InprocPipeline p(kStages, StressOptions());
   struct Case {
-    SpecMode mode;
+    v1::DecodingPolicy mode;
     int max_tokens;
     uint32_t prompt;
   };
   std::vector<Case> cases;
   uint32_t prompt = 300;
-  for (SpecMode mode : {SpecMode::kSpd, SpecMode::kPpsd}) {
+  for (v1::DecodingPolicy mode : {v1::DECODING_POLICY_SPD, v1::DECODING_POLICY_PPSD}) {
     for (int max_tokens : {1, 2, 3, 5, 7, 10, 13, 22})
       cases.push_back({mode, max_tokens, prompt++});
   }
   std::vector<std::vector<int32_t>> expected;
   std::vector<std::shared_ptr<scheduler::RequestStream>> streams;
   for (const Case& c : cases) {
-    scheduler::RequestSpec spec = Base(c.prompt, c.max_tokens);
+    scheduler::RequestOptions spec = Base(c.prompt, c.max_tokens);
     expected.push_back(Generate1(p.model(), spec).tokens);
     ASSERT_EQ(static_cast<int>(expected.back().size()), c.max_tokens);
     spec.mode = c.mode;
     // The reference runs past max_tokens, as a real drafter would.
-    scheduler::RequestSpec longer = spec;
+    scheduler::RequestOptions longer = spec;
     longer.max_tokens = c.max_tokens + 8;
     spec.oracle = {true, 1.0, Generate1(p.model(), longer).tokens};
     auto s = p.engine().Submit(spec);
@@ -315,7 +315,7 @@ TEST(SpecStress, MaxTokensEndingMidChainGivesExactlyMaxTokens) {
   }
   int64_t accepted = 0;
   for (size_t i = 0; i < cases.size(); ++i) {
-    SCOPED_TRACE(std::string(scheduler::SpecModeName(cases[i].mode)) + " max_tokens " +
+    SCOPED_TRACE(std::string(PolicyShortName(cases[i].mode)) + " max_tokens " +
                  std::to_string(cases[i].max_tokens));
     const StreamResult got = Collect(*streams[i]);
     EXPECT_EQ(static_cast<int>(got.tokens.size()), cases[i].max_tokens);

@@ -14,7 +14,7 @@
 namespace specline::testing {
 namespace {
 
-using scheduler::SpecMode;
+using v1::DecodingPolicy;
 
 // Stages slow enough that the driver always drafts behind a token before it
 // comes back (see InprocPipeline): the tests below count drafts.
@@ -24,21 +24,21 @@ constexpr auto kStageDelay = std::chrono::microseconds(400);
 scheduler::EngineOptions SpecOptions(int n_stages, const std::string& ppsd_kind,
                                      const std::string& spd_kind) {
   scheduler::EngineOptions o;
-  o.spec.policy = scheduler::SpecPolicy::kAlways;
+  o.spec.policy = scheduler::DraftGate::kAlways;
   o.spec.allow_oracle = true;
   if (!ppsd_kind.empty()) o.spec.ppsd_head = HeadDir(ppsd_kind, n_stages);
   if (!spd_kind.empty()) o.spec.spd_head = HeadDir(spd_kind, n_stages);
   return o;
 }
 
-scheduler::RequestSpec Greedy(uint32_t prompt_seed, int max_tokens) {
-  scheduler::RequestSpec r;
+scheduler::RequestOptions Greedy(uint32_t prompt_seed, int max_tokens) {
+  scheduler::RequestOptions r;
   r.prompt = MakePrompt(3 + prompt_seed % 7, prompt_seed);
   r.max_tokens = max_tokens;
   return r;
 }
 
-StreamResult RunRequest(InprocPipeline& p, scheduler::RequestSpec spec) {
+StreamResult RunRequest(InprocPipeline& p, scheduler::RequestOptions spec) {
   auto stream = p.engine().Submit(std::move(spec));
   EXPECT_TRUE(stream.ok()) << stream.status();
   if (!stream.ok()) return {};
@@ -47,12 +47,12 @@ StreamResult RunRequest(InprocPipeline& p, scheduler::RequestSpec spec) {
 
 struct OracleCase {
   int n_stages;
-  SpecMode mode;
+  v1::DecodingPolicy mode;
 };
 
 // gtest prints the case in ctest's log.
 void PrintTo(const OracleCase& c, std::ostream* os) {
-  *os << scheduler::SpecModeName(c.mode) << " on " << c.n_stages << " stages";
+  *os << PolicyShortName(c.mode) << " on " << c.n_stages << " stages";
 }
 
 class OracleGreedy : public ::testing::TestWithParam<OracleCase> {};
@@ -66,7 +66,7 @@ TEST_P(OracleGreedy, EqualsPlainDecodingAtEveryAcceptanceRate) {
   int64_t drafts = 0;
   for (double alpha : {0.0, 0.3, 0.7, 1.0}) {
     for (uint32_t prompt : {1u, 2u, 3u}) {
-      scheduler::RequestSpec spec = Greedy(prompt, 24);
+      scheduler::RequestOptions spec = Greedy(prompt, 24);
       const Reference ref = Generate1(p.model(), spec);
       spec.mode = c.mode;
       spec.oracle = {true, alpha, ref.tokens};
@@ -97,12 +97,12 @@ TEST_P(OracleGreedy, EqualsPlainDecodingAtEveryAcceptanceRate) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Pipelines, OracleGreedy,
-                         ::testing::Values(OracleCase{2, SpecMode::kPpsd},
-                                           OracleCase{2, SpecMode::kSpd},
-                                           OracleCase{4, SpecMode::kPpsd},
-                                           OracleCase{4, SpecMode::kSpd}),
+                         ::testing::Values(OracleCase{2, v1::DECODING_POLICY_PPSD},
+                                           OracleCase{2, v1::DECODING_POLICY_SPD},
+                                           OracleCase{4, v1::DECODING_POLICY_PPSD},
+                                           OracleCase{4, v1::DECODING_POLICY_SPD}),
                          [](const auto& info) {
-                           return std::string(scheduler::SpecModeName(info.param.mode)) +
+                           return std::string(PolicyShortName(info.param.mode)) +
                                   std::to_string(info.param.n_stages) + "stages";
                          });
 
@@ -120,10 +120,10 @@ class HeadGreedy : public ::testing::TestWithParam<HeadCase> {};
 TEST_P(HeadGreedy, RandomHeadsEqualPlainDecoding) {
   const HeadCase c = GetParam();
   InprocPipeline p(c.n_stages, SpecOptions(c.n_stages, c.ppsd, c.spd), kStageKv, kStageDelay);
-  const SpecMode mode = c.ppsd.empty() ? SpecMode::kSpd : SpecMode::kPpsd;
+  const v1::DecodingPolicy mode = c.ppsd.empty() ? v1::DECODING_POLICY_SPD : v1::DECODING_POLICY_PPSD;
   int64_t drafts = 0;
   for (uint32_t prompt : {4u, 5u, 6u, 7u}) {
-    scheduler::RequestSpec spec = Greedy(prompt, 20);
+    scheduler::RequestOptions spec = Greedy(prompt, 20);
     const Reference ref = Generate1(p.model(), spec);
     spec.mode = mode;
     const StreamResult got = RunRequest(p, spec);
@@ -146,11 +146,11 @@ INSTANTIATE_TEST_SUITE_P(Heads, HeadGreedy,
                            return name;
                          });
 
-TEST(SpecPolicy, UnavailableModesAndOracleMisuseAreRefused) {
+TEST(DraftGate, UnavailableModesAndOracleMisuseAreRefused) {
   scheduler::EngineOptions o;  // no heads, no oracle
   InprocPipeline p(2, o);
-  scheduler::RequestSpec spec = Greedy(1, 4);
-  spec.mode = SpecMode::kSpd;
+  scheduler::RequestOptions spec = Greedy(1, 4);
+  spec.mode = v1::DECODING_POLICY_SPD;
   auto s = p.engine().Submit(spec);
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition);
@@ -169,7 +169,7 @@ namespace {
 
 // A head that does not fit the deployment stops the scheduler at start-up
 // with a message naming the head, instead of failing requests later.
-TEST(SpecPolicy, HeadsThatDoNotFitAreRefusedAtStartUp) {
+TEST(DraftGate, HeadsThatDoNotFitAreRefusedAtStartUp) {
   auto model = OpenModel(SchedulerTestModel());
   auto make = [&](scheduler::EngineOptions o) {
     static int n = 0;
@@ -192,7 +192,7 @@ TEST(SpecPolicy, HeadsThatDoNotFitAreRefusedAtStartUp) {
   o.spec.ppsd_head = HeadDir("spd-v11", 2);  // not a PPSD head
   EXPECT_THROW(make(o), std::invalid_argument);
   o = {};
-  o.spec.default_mode = scheduler::SpecMode::kSpd;  // no head for the default
+  o.spec.default_mode = v1::DECODING_POLICY_SPD;  // no head for the default
   EXPECT_THROW(make(o), std::invalid_argument);
   o = {};
   o.spec.ppsd_head = TempDir() + "/no-such-head";
@@ -213,9 +213,9 @@ TEST(SpecFailure, DeadStageWithDraftsInFlightFailsCleanlyAndRecovers) {
   o.batch_timeout = 1500ms;  // how a batch lost inside the pipeline shows
   InprocPipeline p(2, o, kStageKv, kStageDelay);
   const auto kv0 = p.engine().Stats().kv_free_tokens;
-  std::vector<scheduler::RequestSpec> specs;
-  for (SpecMode mode : {SpecMode::kPpsd, SpecMode::kSpd, SpecMode::kSpd}) {
-    scheduler::RequestSpec r = Greedy(20 + specs.size(), 150);
+  std::vector<scheduler::RequestOptions> specs;
+  for (v1::DecodingPolicy mode : {v1::DECODING_POLICY_PPSD, v1::DECODING_POLICY_SPD, v1::DECODING_POLICY_SPD}) {
+    scheduler::RequestOptions r = Greedy(20 + specs.size(), 150);
     r.mode = mode;
     if (specs.size() == 2) r.oracle = {true, 0.5, Generate1(p.model(), r).tokens};
     specs.push_back(r);

@@ -23,7 +23,7 @@ std::string Head(const std::string& kind, int n) {
   if (std::filesystem::exists(dir + "/head.json")) return dir;
   auto model = OpenModel(Stories260K());
   const ModelConfig& c = model->config();
-  DraftHeadSpec s;
+  HeadConfig s;
   if (kind == "ppsd") {
     s.method = DraftMethod::kPpsdLayer;
     s.exit_layer = EvenSplit(c.n_layers, n)[1];

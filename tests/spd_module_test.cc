@@ -229,7 +229,7 @@ TEST(SpdModule, TapsForDepth) {
   WriteRandomModel(base, ModelFormat::kHuggingFace, model_dir, 3);
   std::shared_ptr<const ModelSource> src = OpenModel(model_dir);
   auto make = [&](SpdFeatureLayout layout, std::vector<int> taps, const std::string& dir) {
-    DraftHeadSpec s;
+    HeadConfig s;
     s.method = DraftMethod::kSpd;
     s.spd_stages = 4;
     s.spd_layers = 1;
@@ -322,7 +322,7 @@ TEST(SpdModule, RejectsWrongHeadOrBase) {
   Case b = LoadCase("b_v11");
   EXPECT_THROW(SpdModule(a.head, b.base, Pool()), std::invalid_argument);
   EXPECT_THROW(SpdModule(a.head, nullptr, Pool()), std::invalid_argument);
-  DraftHeadSpec s;
+  HeadConfig s;
   s.method = DraftMethod::kPpsdNorm;
   s.exit_layer = 1;
   const std::string dir = testing::TempDir() + "/spd_not_spd";

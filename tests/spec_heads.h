@@ -20,7 +20,7 @@ inline std::string HeadDir(const std::string& kind, int n_stages) {
   if (std::filesystem::exists(dir + "/head.json")) return dir;
   const ModelConfig base = SchedulerTestConfig();
   auto model = OpenModel(SchedulerTestModel());
-  DraftHeadSpec s;
+  HeadConfig s;
   if (kind == "ppsd-norm" || kind == "ppsd-layer") {
     s.method = kind == "ppsd-norm" ? DraftMethod::kPpsdNorm : DraftMethod::kPpsdLayer;
     s.exit_layer = EvenSplit(base.n_layers, n_stages)[1];  // where the first stage ends

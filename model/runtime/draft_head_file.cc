@@ -51,7 +51,7 @@ void AddLayerTensors(const ModelConfig& c, const std::string& prefix, TensorList
 
 // Number of FC feature-aggregation matrices and their input widths (in
 // multiples of dim).
-std::vector<int> SpdFcWidths(const DraftHeadSpec& s) {
+std::vector<int> SpdFcWidths(const HeadConfig& s) {
   std::vector<int> w;
   if (s.spd_layout == SpdFeatureLayout::kV10) {
     // fc.0: g^0 = FC(H^0); fc.k (k = 1..n): concat(H^0, H^{lmax/2}, H^{lmax}).
@@ -113,7 +113,7 @@ T Field(const json& obj, const std::string& key, const std::string& file,
 // The "ptp" object: the parameters the runtime needs, and the choices this
 // runtime implements (anything else is refused, not guessed at).
 void ReadPtpParameters(const json& j, const std::string& jpath, const ModelConfig& base,
-                       DraftHeadSpec* s) {
+                       HeadConfig* s) {
   if (!j.contains("ptp") || !j["ptp"].is_object()) Fail(jpath, "missing object 'ptp'");
   const json& p = j["ptp"];
   s->ptp_n_aux = Field<int>(p, "n_aux", jpath, "ptp.");
@@ -144,7 +144,7 @@ void ReadPtpParameters(const json& j, const std::string& jpath, const ModelConfi
 // The "pipo" object. The backbone must exist and be the base's shape (its
 // sha256 is checked by the Python loader; this runtime has no hash yet).
 void ReadPipoParameters(const json& j, const std::string& jpath, const std::string& dir,
-                        const ModelConfig& base, DraftHeadSpec* s) {
+                        const ModelConfig& base, HeadConfig* s) {
   if (!j.contains("pipo") || !j["pipo"].is_object()) Fail(jpath, "missing object 'pipo'");
   const json& p = j["pipo"];
   s->pipo_pad_id = Field<int>(p, "pad_id", jpath, "pipo.");
@@ -195,7 +195,7 @@ std::vector<int> SpdV10Taps(int n_layers, int n_stages) {
   return {s.begin(), s.end()};
 }
 
-TensorList ExpectedDraftHeadTensors(const DraftHeadSpec& s, const ModelConfig& c) {
+TensorList ExpectedDraftHeadTensors(const HeadConfig& s, const ModelConfig& c) {
   auto bad = [](const std::string& what) { throw std::invalid_argument(what); };
   if (std::string err = c.Validate(); !err.empty()) bad("base config: " + err);
   TensorList out;
@@ -319,7 +319,7 @@ std::unique_ptr<DraftHead> LoadDraftHead(const std::string& dir, const ModelConf
   auto head = std::unique_ptr<DraftHead>(new DraftHead());
   head->dir_ = dir;
   head->base_ = base;
-  DraftHeadSpec& s = head->spec_;
+  HeadConfig& s = head->config_;
   const std::string method = Field<std::string>(j, "method", jpath, "");
   if (method == "ppsd-norm") s.method = DraftMethod::kPpsdNorm;
   else if (method == "ppsd-layer") s.method = DraftMethod::kPpsdLayer;
@@ -437,7 +437,7 @@ std::unique_ptr<DraftHead> LoadDraftHead(const std::string& dir, const ModelConf
   return head;
 }
 
-void WriteDraftHead(const std::string& dir, const DraftHeadSpec& spec, const ModelConfig& base,
+void WriteDraftHead(const std::string& dir, const HeadConfig& spec, const ModelConfig& base,
                     const std::vector<std::pair<std::string, std::vector<float>>>& tensors,
                     DType dtype) {
   const TensorList expected = ExpectedDraftHeadTensors(spec, base);
@@ -524,7 +524,7 @@ void WriteDraftHead(const std::string& dir, const DraftHeadSpec& spec, const Mod
   if (!out) throw std::runtime_error("cannot write " + (fs::path(dir) / "head.json").string());
 }
 
-void WriteRandomDraftHead(const std::string& dir, const DraftHeadSpec& spec,
+void WriteRandomDraftHead(const std::string& dir, const HeadConfig& spec,
                           const ModelConfig& base, uint64_t seed, const ModelSource* init_from,
                           DType dtype) {
   const TensorList expected = ExpectedDraftHeadTensors(spec, base);

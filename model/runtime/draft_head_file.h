@@ -32,7 +32,7 @@ enum class SpdFeatureLayout { kV10, kV11 };
 const char* DraftMethodName(DraftMethod m);
 const char* SpdFeatureLayoutName(SpdFeatureLayout l);
 
-struct DraftHeadSpec {
+struct HeadConfig {
   DraftMethod method = DraftMethod::kPpsdNorm;
   // PPSD: the head reads the hidden state after the first `exit_layer`
   // layers (Hugging Face index exit_layer), 1 <= E < n_layers.
@@ -69,7 +69,7 @@ inline constexpr const char* kPtpLoraTargets[] = {
 // shape (PyTorch order). Throws std::invalid_argument for an inconsistent
 // spec (message says which field).
 std::vector<std::pair<std::string, std::vector<int64_t>>> ExpectedDraftHeadTensors(
-    const DraftHeadSpec& spec, const ModelConfig& base);
+    const HeadConfig& spec, const ModelConfig& base);
 
 // The v11 default taps: bounds [0, L/n, 3L/n, 6L/n, L-1] clamped to
 // [0, L-1] and deduplicated.
@@ -90,7 +90,7 @@ std::vector<int> SpdV10Taps(int n_layers, int n_stages);
 class DraftHead {
  public:
   ~DraftHead();
-  const DraftHeadSpec& spec() const { return spec_; }
+  const HeadConfig& config() const { return config_; }
   const ModelConfig& base_config() const { return base_; }
   const std::string& dir() const { return dir_; }
   const ModelSource& source() const { return *source_; }
@@ -103,7 +103,7 @@ class DraftHead {
 
  private:
   friend std::unique_ptr<DraftHead> LoadDraftHead(const std::string&, const ModelConfig&);
-  DraftHeadSpec spec_;
+  HeadConfig config_;
   ModelConfig base_;
   std::string dir_;
   std::unique_ptr<SafetensorsFile> file_;
@@ -122,7 +122,7 @@ std::unique_ptr<DraftHead> LoadDraftHead(const std::string& dir, const ModelConf
 // values, in ExpectedDraftHeadTensors order and shapes), in `dtype` (F32, F16
 // or BF16). Throws std::invalid_argument on tensors that do not match the
 // spec, std::runtime_error on I/O errors.
-void WriteDraftHead(const std::string& dir, const DraftHeadSpec& spec, const ModelConfig& base,
+void WriteDraftHead(const std::string& dir, const HeadConfig& spec, const ModelConfig& base,
                     const std::vector<std::pair<std::string, std::vector<float>>>& tensors,
                     DType dtype = DType::kF32);
 
@@ -132,7 +132,7 @@ void WriteDraftHead(const std::string& dir, const DraftHeadSpec& spec, const Mod
 // "norm.weight" (PPSD) and "lm_head.weight" (all methods) are copied from the
 // base model's final norm and LM head (the embedding for tied models), as
 // the papers initialise them.
-void WriteRandomDraftHead(const std::string& dir, const DraftHeadSpec& spec,
+void WriteRandomDraftHead(const std::string& dir, const HeadConfig& spec,
                           const ModelConfig& base, uint64_t seed,
                           const ModelSource* init_from = nullptr, DType dtype = DType::kF32);
 

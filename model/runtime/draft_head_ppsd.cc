@@ -11,7 +11,7 @@ PpsdHead::PpsdHead(std::shared_ptr<const DraftHead> head,
     : head_(std::move(head)), pool_(std::move(pool)) {
   if (!head_) throw std::invalid_argument("PpsdHead needs a head");
   if (!pool_) throw std::invalid_argument("PpsdHead needs a thread pool");
-  const DraftMethod m = head_->spec().method;
+  const DraftMethod m = head_->config().method;
   if (m != DraftMethod::kPpsdNorm && m != DraftMethod::kPpsdLayer) {
     throw std::invalid_argument(absl::StrCat(head_->dir(), ": a ", DraftMethodName(m),
                                              " head is not a PPSD head"));
@@ -23,7 +23,7 @@ PpsdHead::PpsdHead(std::shared_ptr<const DraftHead> head,
     SliceOptions so;
     so.kv_block_size = options.kv_block_size;
     so.kv_capacity_tokens = options.kv_capacity_tokens;
-    const int e = head_->spec().exit_layer;
+    const int e = head_->config().exit_layer;
     layer_ = std::make_unique<StageSlice>(head_->source(), e, e + 1, so, pool_);
   }
   out_ = std::make_unique<OutputHead>(head_->source(), pool_);

@@ -36,8 +36,8 @@ class PpsdHead {
            const PpsdHeadOptions& options = {});
   ~PpsdHead();
 
-  DraftMethod method() const { return head_->spec().method; }
-  int exit_layer() const { return head_->spec().exit_layer; }
+  DraftMethod method() const { return head_->config().method; }
+  int exit_layer() const { return head_->config().exit_layer; }
   int dim() const { return head_->base_config().dim; }
   int vocab_size() const { return head_->base_config().vocab_size; }
 

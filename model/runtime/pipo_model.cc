@@ -47,14 +47,14 @@ PipoModel::PipoModel(std::shared_ptr<const DraftHead> head,
     : head_(std::move(head)), pool_(std::move(pool)) {
   if (!head_) throw std::invalid_argument("PipoModel needs a head");
   if (!pool_) throw std::invalid_argument("PipoModel needs a thread pool");
-  if (head_->spec().method != DraftMethod::kPipo) {
+  if (head_->config().method != DraftMethod::kPipo) {
     throw std::invalid_argument(absl::StrCat(head_->dir(), ": a ",
-                                             DraftMethodName(head_->spec().method),
+                                             DraftMethodName(head_->config().method),
                                              " head is not a PIPO head"));
   }
   const ModelConfig& base = head_->base_config();
   const std::string bpath =
-      (std::filesystem::path(head_->dir()) / head_->spec().pipo_backbone_file).string();
+      (std::filesystem::path(head_->dir()) / head_->config().pipo_backbone_file).string();
   backbone_ = OpenModel(bpath);
   const ModelConfig& bc = backbone_->config();
   // LoadDraftHead checked this already; checked again because every matrix

@@ -45,14 +45,14 @@ struct PipoModelOptions {
 class PipoModel {
  public:
   // `head` must be method kPipo (std::invalid_argument otherwise). Opens
-  // head->dir() / spec().pipo_backbone_file (ModelFormatError when it cannot
+  // head->dir() / config().pipo_backbone_file (ModelFormatError when it cannot
   // be read or its shape is not the head's base).
   PipoModel(std::shared_ptr<const DraftHead> head, std::shared_ptr<kernels::ThreadPool> pool,
             const PipoModelOptions& options = {});
   ~PipoModel();
 
-  int32_t pad_id() const { return head_->spec().pipo_pad_id; }
-  double tau_default() const { return head_->spec().pipo_tau_default; }
+  int32_t pad_id() const { return head_->config().pipo_pad_id; }
+  double tau_default() const { return head_->config().pipo_tau_default; }
   int dim() const { return backbone_->config().dim; }
   int vocab_size() const { return backbone_->config().vocab_size; }
   const DraftHead& head() const { return *head_; }

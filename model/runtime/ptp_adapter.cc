@@ -29,11 +29,11 @@ std::vector<float> InterleavedRows(const std::vector<float>& half_order, int64_t
 
 PtpAdapter::PtpAdapter(std::shared_ptr<const DraftHead> head) : head_(std::move(head)) {
   if (!head_) throw std::invalid_argument("PtpAdapter needs a head");
-  if (head_->spec().method != DraftMethod::kPtp) {
-    throw std::invalid_argument(head_->dir() + ": a " + DraftMethodName(head_->spec().method) +
+  if (head_->config().method != DraftMethod::kPtp) {
+    throw std::invalid_argument(head_->dir() + ": a " + DraftMethodName(head_->config().method) +
                                 " head is not a PTP adapter");
   }
-  const DraftHeadSpec& s = head_->spec();
+  const HeadConfig& s = head_->config();
   const ModelConfig& c = head_->base_config();
   dim_ = c.dim;
   scale_ = static_cast<float>(s.ptp_lora_alpha / s.ptp_lora_rank);

@@ -28,7 +28,7 @@ class PtpAdapter {
   // kept alive: the LoRA matrices stay in its memory map.
   explicit PtpAdapter(std::shared_ptr<const DraftHead> head);
 
-  const DraftHeadSpec& spec() const { return head_->spec(); }
+  const HeadConfig& config() const { return head_->config(); }
   int dim() const { return dim_; }
   // The base's RoPE layout decides the order of the q/k rows of lora_B
   // (head->base_config().rope_style).

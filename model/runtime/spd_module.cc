@@ -31,14 +31,14 @@ SpdModule::SpdModule(std::shared_ptr<const DraftHead> head,
   if (!head_) throw std::invalid_argument("SpdModule needs a head");
   if (!base_) throw std::invalid_argument("SpdModule needs the base model");
   if (!pool_) throw std::invalid_argument("SpdModule needs a thread pool");
-  if (head_->spec().method != DraftMethod::kSpd) {
+  if (head_->config().method != DraftMethod::kSpd) {
     throw std::invalid_argument(absl::StrCat(head_->dir(), ": a ",
-                                             DraftMethodName(head_->spec().method),
+                                             DraftMethodName(head_->config().method),
                                              " head is not an SPD head"));
   }
   const ModelConfig& bc = base_->config();
   CheckBase(*head_, bc);
-  const DraftHeadSpec& spec = head_->spec();
+  const HeadConfig& spec = head_->config();
   const int n = spec.spd_stages, L = bc.n_layers, H = bc.dim;
 
   // Feature plan per depth. d*L/n is the deepest base layer boundary a row

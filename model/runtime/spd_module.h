@@ -55,8 +55,8 @@ class SpdModule {
             std::shared_ptr<kernels::ThreadPool> pool, const SpdModuleOptions& options = {});
   ~SpdModule();
 
-  int n_stages() const { return head_->spec().spd_stages; }
-  int n_layers() const { return head_->spec().spd_layers; }  // L_s
+  int n_stages() const { return head_->config().spd_stages; }
+  int n_layers() const { return head_->config().spd_layers; }  // L_s
   int dim() const { return head_->base_config().dim; }
   int vocab_size() const { return head_->base_config().vocab_size; }
 

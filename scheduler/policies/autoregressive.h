@@ -10,7 +10,7 @@ namespace specline::scheduler {
 class AutoregressivePolicy : public DecodingPolicy {
  public:
   using DecodingPolicy::DecodingPolicy;
-  SpecMode mode() const override { return SpecMode::kAutoregressive; }
+  v1::DecodingPolicy mode() const override { return v1::DECODING_POLICY_AUTOREGRESSIVE; }
   void DecideLocked(Sequence& s, const SlotRun& r, const RunOutput& out) override;
 };
 

@@ -6,7 +6,7 @@ namespace specline::scheduler {
 
 // When a sequence may spend pipeline slots on drafts (docs/speculation.md
 // "Policy").
-enum class SpecPolicy {
+enum class DraftGate {
   kNever,   // decode every sequence plainly
   kAlways,  // draft whenever the sequence has room in the pipeline
   // Draft only while fewer sequences run than micro-batches fit in the
@@ -15,10 +15,10 @@ enum class SpecPolicy {
   // draft every probe_interval tokens).
   kAuto,
 };
-const char* SpecPolicyName(SpecPolicy p);
+const char* DraftGateName(DraftGate p);
 
 struct DraftRules {
-  SpecPolicy when = SpecPolicy::kAuto;
+  DraftGate when = DraftGate::kAuto;
   double min_acceptance = 0.3;
   int probe_interval = 16;
   int max_drafts = 1;  // drafts in flight per sequence

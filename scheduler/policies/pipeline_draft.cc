@@ -26,16 +26,16 @@ struct DrafterCall : DraftWork {
 
 }  // namespace
 
-const char* SpecPolicyName(SpecPolicy p) {
+const char* DraftGateName(DraftGate p) {
   switch (p) {
-    case SpecPolicy::kNever: return "never";
-    case SpecPolicy::kAlways: return "always";
-    case SpecPolicy::kAuto: return "auto";
+    case DraftGate::kNever: return "never";
+    case DraftGate::kAlways: return "always";
+    case DraftGate::kAuto: return "auto";
   }
   return "?";
 }
 
-PipelineDraftPolicy::PipelineDraftPolicy(PolicyHost& host, SpecMode mode, DraftRules rules,
+PipelineDraftPolicy::PipelineDraftPolicy(PolicyHost& host, v1::DecodingPolicy mode, DraftRules rules,
                                          std::unique_ptr<Drafter> drafter,
                                          std::unique_ptr<Drafter> oracle)
     : DecodingPolicy(host),
@@ -44,15 +44,15 @@ PipelineDraftPolicy::PipelineDraftPolicy(PolicyHost& host, SpecMode mode, DraftR
       rules_(rules),
       drafter_(std::move(drafter)) {}
 
-absl::Status PipelineDraftPolicy::Validate(const RequestSpec& r) const {
+absl::Status PipelineDraftPolicy::Validate(const RequestOptions& r) const {
   if (r.oracle.enabled || drafter_) return absl::OkStatus();
   return NotServed(mode_);
 }
 
-absl::Status PipelineDraftPolicy::AvailableLocked(const RequestSpec& r) const {
+absl::Status PipelineDraftPolicy::AvailableLocked(const RequestOptions& r) const {
   if ((r.oracle.enabled ? oracle_ : drafter_) != nullptr) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(
-      "policy ", absl::AsciiStrToUpper(SpecModeName(mode_)), " is not available on this deployment yet"));
+      "policy ", absl::AsciiStrToUpper(PolicyShortName(mode_)), " is not available on this deployment yet"));
 }
 
 void PipelineDraftPolicy::Attach(Sequence& s, const void* /*prepared*/) {
@@ -61,7 +61,7 @@ void PipelineDraftPolicy::Attach(Sequence& s, const void* /*prepared*/) {
   const uint64_t seed = s.sampling.seed;
   // The drafter's stream must not share uniforms with the verifier's.
   st->spec.draft_rng = Rng(seed ^ 0x9e3779b97f4a7c15ULL);
-  const OracleSpec* oracle = s.origin ? &s.origin->oracle : nullptr;
+  const OracleOptions* oracle = s.origin ? &s.origin->oracle : nullptr;
   if (oracle && oracle->enabled) {
     st->oracle = std::make_unique<OracleDrafter>(oracle->alpha, seed ^ 0xd1b54a32d192ed03ULL);
     st->reference = &oracle->reference;  // immutable after Submit
@@ -111,9 +111,9 @@ bool PipelineDraftPolicy::WantsDraftLocked(const Sequence& s) const {
   const int32_t p = s.chain_end();
   if (p >= host_.config().max_seq_len || p - s.prompt_len >= s.max_tokens) return false;
   switch (rules_.when) {
-    case SpecPolicy::kNever: return false;
-    case SpecPolicy::kAlways: break;
-    case SpecPolicy::kAuto:
+    case DraftGate::kNever: return false;
+    case DraftGate::kAlways: break;
+    case DraftGate::kAuto:
       // Other requests can fill the pipeline: their tokens are all useful.
       if (host_.RunningLocked() >= host_.max_inflight()) return false;
       if (st.spec.acceptance_ema < rules_.min_acceptance &&

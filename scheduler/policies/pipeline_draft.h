@@ -33,13 +33,13 @@ class PipelineDraftPolicy : public DecodingPolicy {
  public:
   // `drafter` serves requests (null: oracle requests only); `oracle` the
   // requests that ask for the oracle (null until known, or not allowed).
-  PipelineDraftPolicy(PolicyHost& host, SpecMode mode, DraftRules rules,
+  PipelineDraftPolicy(PolicyHost& host, v1::DecodingPolicy mode, DraftRules rules,
                       std::unique_ptr<Drafter> drafter, std::unique_ptr<Drafter> oracle);
 
-  SpecMode mode() const override { return mode_; }
+  v1::DecodingPolicy mode() const override { return mode_; }
   bool advertised() const override { return drafter_ != nullptr; }
-  absl::Status Validate(const RequestSpec& r) const override;
-  absl::Status AvailableLocked(const RequestSpec& r) const override;
+  absl::Status Validate(const RequestOptions& r) const override;
+  absl::Status AvailableLocked(const RequestOptions& r) const override;
   void Attach(Sequence& s, const void* prepared) override;
   void RetireLocked(Sequence& s) override;
   void ReleaseRetired() override;
@@ -63,7 +63,7 @@ class PipelineDraftPolicy : public DecodingPolicy {
   void FlushLocked(Sequence& s);
   void QueueRelease(Drafter* d, uint64_t seq_id);
 
-  SpecMode mode_;
+  v1::DecodingPolicy mode_;
   DraftRules rules_;
   std::unique_ptr<Drafter> drafter_;
   std::mutex release_mu_;  // RetireLocked (engine lock) -> ReleaseRetired (driver)

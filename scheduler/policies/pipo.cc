@@ -32,10 +32,10 @@ class PipoPolicy : public DecodingPolicy {
       : DecodingPolicy(host), head_dir_(std::move(head_dir)), model_(std::move(model)),
         fingerprint_(fingerprint), tau_(tau) {}
 
-  SpecMode mode() const override { return SpecMode::kPipo; }
+  v1::DecodingPolicy mode() const override { return v1::DECODING_POLICY_PIPO; }
 
   // Pads and compresses the prompt, once per request.
-  absl::StatusOr<std::shared_ptr<const void>> Prepare(const RequestSpec& r) override {
+  absl::StatusOr<std::shared_ptr<const void>> Prepare(const RequestOptions& r) override {
     std::lock_guard<std::mutex> lock(mu_);
     absl::StatusOr<std::vector<int32_t>> padded = model_->PadPrompt(r.prompt);
     if (!padded.ok()) {
@@ -50,10 +50,10 @@ class PipoPolicy : public DecodingPolicy {
     return std::shared_ptr<const void>(std::move(st));
   }
   // A PIPO request holds one position per pair.
-  int32_t PromptPositions(const RequestSpec& /*r*/, const void* prepared) const override {
+  int32_t PromptPositions(const RequestOptions& /*r*/, const void* prepared) const override {
     return static_cast<const PipoState*>(prepared)->prompt_pairs;
   }
-  absl::Status AvailableLocked(const RequestSpec& /*r*/) const override {
+  absl::Status AvailableLocked(const RequestOptions& /*r*/) const override {
     if (!unavailable_.empty()) return absl::FailedPreconditionError(unavailable_);
     return absl::OkStatus();
   }
@@ -187,8 +187,8 @@ std::unique_ptr<DecodingPolicy> MakePipoPolicy(const PolicyResources& r) {
   const SpecOptions& o = r.options;
   if (o.pipo_head.empty()) return nullptr;
   std::shared_ptr<const DraftHead> head = LoadDraftHead(o.pipo_head, r.model->config());
-  if (head->spec().method != DraftMethod::kPipo) {
-    throw std::invalid_argument(o.pipo_head + ": a " + DraftMethodName(head->spec().method) +
+  if (head->config().method != DraftMethod::kPipo) {
+    throw std::invalid_argument(o.pipo_head + ": a " + DraftMethodName(head->config().method) +
                                 " head is not a PIPO head");
   }
   const uint64_t fingerprint = head->Fingerprint();

@@ -30,13 +30,13 @@ std::unique_ptr<DecodingPolicy> MakePpsdPolicy(const PolicyResources& r) {
     // Checked against the served model now, so a wrong head stops the
     // scheduler at start-up rather than failing requests later.
     std::shared_ptr<const DraftHead> head = LoadDraftHead(o.ppsd_head, r.model->config());
-    if (head->spec().method == DraftMethod::kSpd) {
+    if (head->config().method == DraftMethod::kSpd) {
       throw std::invalid_argument(o.ppsd_head + ": an SPD module is not a PPSD head");
     }
     drafter = MakePpsdDrafter(head, r.pool, r.kv_block_size, o.draft_kv_capacity_tokens);
-    if (o.allow_oracle) oracle = MakeOracleDrafter(head->spec().exit_layer);
+    if (o.allow_oracle) oracle = MakeOracleDrafter(head->config().exit_layer);
   }
-  auto policy = std::make_unique<PpsdPolicy>(r.host, SpecMode::kPpsd, r.draft_rules(),
+  auto policy = std::make_unique<PpsdPolicy>(r.host, v1::DECODING_POLICY_PPSD, r.draft_rules(),
                                              std::move(drafter), std::move(oracle));
   policy->allow_oracle_ = o.allow_oracle;
   return policy;

@@ -23,9 +23,9 @@ class PtpPolicy : public DecodingPolicy {
       : DecodingPolicy(host), head_dir_(std::move(head_dir)), fingerprint_(fingerprint),
         n_aux_(n_aux) {}
 
-  SpecMode mode() const override { return SpecMode::kPtp; }
+  v1::DecodingPolicy mode() const override { return v1::DECODING_POLICY_PTP; }
 
-  absl::Status AvailableLocked(const RequestSpec& /*r*/) const override {
+  absl::Status AvailableLocked(const RequestOptions& /*r*/) const override {
     if (!unavailable_.empty()) return absl::FailedPreconditionError(unavailable_);
     return absl::OkStatus();
   }
@@ -181,7 +181,7 @@ std::unique_ptr<DecodingPolicy> MakePtpPolicy(const PolicyResources& r) {
   std::shared_ptr<const DraftHead> head = LoadDraftHead(o.ptp_head, r.model->config());
   // PtpAdapter refuses other methods with a message naming the directory.
   const uint64_t fingerprint = PtpAdapter(head).fingerprint();
-  const int n_aux = o.ptp_n_aux > 0 ? o.ptp_n_aux : head->spec().ptp_n_aux;
+  const int n_aux = o.ptp_n_aux > 0 ? o.ptp_n_aux : head->config().ptp_n_aux;
   if (n_aux < 1) throw std::invalid_argument(o.ptp_head + ": ptp.n_aux must be at least 1");
   return std::make_unique<PtpPolicy>(r.host, o.ptp_head, fingerprint, n_aux);
 }

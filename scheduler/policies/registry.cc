@@ -15,13 +15,13 @@ namespace specline::scheduler {
 namespace {
 
 // The flag that gives each method its head.
-const char* HeadFlag(SpecMode mode) {
+const char* HeadFlag(v1::DecodingPolicy mode) {
   switch (mode) {
-    case SpecMode::kAutoregressive: return "";
-    case SpecMode::kPpsd: return "ppsd-head";
-    case SpecMode::kSpd: return "spd-head";
-    case SpecMode::kPtp: return "ptp-head";
-    case SpecMode::kPipo: return "pipo-head";
+    case v1::DECODING_POLICY_AUTOREGRESSIVE: return "";
+    case v1::DECODING_POLICY_PPSD: return "ppsd-head";
+    case v1::DECODING_POLICY_SPD: return "spd-head";
+    case v1::DECODING_POLICY_PTP: return "ptp-head";
+    case v1::DECODING_POLICY_PIPO: return "pipo-head";
   }
   return "";
 }
@@ -34,26 +34,26 @@ std::vector<std::unique_ptr<DecodingPolicy>> MakePolicies(const PolicyResources&
   for (auto make : {MakePpsdPolicy, MakeSpdPolicy, MakePtpPolicy, MakePipoPolicy}) {
     if (auto p = make(r)) policies.push_back(std::move(p));
   }
-  const SpecMode want = r.options.default_mode;
+  const v1::DecodingPolicy want = r.options.default_mode;
   if (std::none_of(policies.begin(), policies.end(),
                    [&](const auto& p) { return p->mode() == want && p->advertised(); })) {
     throw std::invalid_argument(absl::StrCat(
-        "the default policy ", SpecModeName(want),
+        "the default policy ", PolicyShortName(want),
         " needs its head (--ppsd-head / --spd-head / --ptp-head / --pipo-head)"));
   }
   return policies;
 }
 
-absl::Status ValidatePolicyFields(const RequestSpec& r, const SpecOptions& options,
+absl::Status ValidatePolicyFields(const RequestOptions& r, const SpecOptions& options,
                                   int vocab_size) {
-  const OracleSpec& o = r.oracle;
+  const OracleOptions& o = r.oracle;
   if (o.enabled) {
     if (!options.allow_oracle) {
       return absl::InvalidArgumentError(
           "oracle: oracle drafting is for tests and benchmarks (start the scheduler with "
           "--allow-oracle)");
     }
-    if (r.mode != SpecMode::kPpsd && r.mode != SpecMode::kSpd) {
+    if (r.mode != v1::DECODING_POLICY_PPSD && r.mode != v1::DECODING_POLICY_SPD) {
       return absl::InvalidArgumentError("oracle: needs a drafting policy (PPSD or SPD)");
     }
     if (!(o.alpha >= 0 && o.alpha <= 1)) {
@@ -67,14 +67,14 @@ absl::Status ValidatePolicyFields(const RequestSpec& r, const SpecOptions& optio
       }
     }
   }
-  if (r.pipo_tau >= 0 && r.mode != SpecMode::kPipo) {
+  if (r.pipo_tau >= 0 && r.mode != v1::DECODING_POLICY_PIPO) {
     return absl::InvalidArgumentError("pipo_tau: applies to policy PIPO only");
   }
   return absl::OkStatus();
 }
 
-absl::Status NotServed(SpecMode mode) {
-  return absl::FailedPreconditionError(absl::StrCat("policy ", absl::AsciiStrToUpper(SpecModeName(mode)),
+absl::Status NotServed(v1::DecodingPolicy mode) {
+  return absl::FailedPreconditionError(absl::StrCat("policy ", absl::AsciiStrToUpper(PolicyShortName(mode)),
                                                     " is not available on this deployment (the "
                                                     "scheduler has no --",
                                                     HeadFlag(mode), ")"));

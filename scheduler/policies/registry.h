@@ -19,10 +19,10 @@ std::vector<std::unique_ptr<DecodingPolicy>> MakePolicies(const PolicyResources&
 
 // Fields that only one policy reads, checked whatever policy the request
 // names (INVALID_ARGUMENT naming the field).
-absl::Status ValidatePolicyFields(const RequestSpec& r, const SpecOptions& options,
+absl::Status ValidatePolicyFields(const RequestOptions& r, const SpecOptions& options,
                                   int vocab_size);
 
 // Why a deployment without `mode`'s policy refuses a request for it.
-absl::Status NotServed(SpecMode mode);
+absl::Status NotServed(v1::DecodingPolicy mode);
 
 }  // namespace specline::scheduler

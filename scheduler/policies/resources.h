@@ -14,8 +14,8 @@
 namespace specline::scheduler {
 
 struct SpecOptions {
-  SpecPolicy policy = SpecPolicy::kAuto;
-  SpecMode default_mode = SpecMode::kAutoregressive;  // for requests that do not choose
+  DraftGate policy = DraftGate::kAuto;
+  v1::DecodingPolicy default_mode = v1::DECODING_POLICY_AUTOREGRESSIVE;  // for requests that do not choose
   std::string ppsd_head;  // head directory enabling PPSD ("" = none)
   std::string spd_head;   // head directory enabling SPD ("" = none)
   // PTP adapter directory enabling PTP ("" = none); every stage must run
@@ -26,7 +26,7 @@ struct SpecOptions {
   // request); every stage must run its backbone (specline-stage --pipo-head).
   std::string pipo_head;
   double pipo_tau = -1;  // server default threshold; < 0 = the head's tau_default
-  bool allow_oracle = false;  // accept OracleSpec (tests, benchmarks)
+  bool allow_oracle = false;  // accept OracleOptions (tests, benchmarks)
   double min_acceptance = 0.3;
   int probe_interval = 16;
   int max_drafts = 0;  // drafts in flight per sequence; 0 = max_inflight - 1

@@ -14,19 +14,19 @@ std::unique_ptr<DecodingPolicy> MakeSpdPolicy(const PolicyResources& r) {
   std::unique_ptr<Drafter> drafter;
   if (!o.spd_head.empty()) {
     std::shared_ptr<const DraftHead> head = LoadDraftHead(o.spd_head, r.model->config());
-    if (head->spec().method != DraftMethod::kSpd) {
-      throw std::invalid_argument(o.spd_head + ": a " + DraftMethodName(head->spec().method) +
+    if (head->config().method != DraftMethod::kSpd) {
+      throw std::invalid_argument(o.spd_head + ": a " + DraftMethodName(head->config().method) +
                                   " head is not an SPD module");
     }
-    if (head->spec().spd_stages != n_stages) {
+    if (head->config().spd_stages != n_stages) {
       throw std::invalid_argument(absl::StrCat(o.spd_head, ": the module was made for ",
-                                               head->spec().spd_stages,
+                                               head->config().spd_stages,
                                                " pipeline stages; this pipeline has ", n_stages));
     }
     drafter = MakeSpdDrafter(head, r.model, r.pool, r.kv_block_size, o.draft_kv_capacity_tokens);
   }
   return std::make_unique<PipelineDraftPolicy>(
-      r.host, SpecMode::kSpd, r.draft_rules(), std::move(drafter),
+      r.host, v1::DECODING_POLICY_SPD, r.draft_rules(), std::move(drafter),
       o.allow_oracle ? MakeOracleDrafter(0) : nullptr);
 }
 

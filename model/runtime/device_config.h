@@ -10,7 +10,7 @@
 
 namespace specline {
 
-struct DeviceSpec {
+struct DeviceConfig {
   bool cuda = false;
   // CUDA ordinal; -1 = pick: a stage takes (stage index % visible devices),
   // so `specline serve --device cuda` puts one stage per GPU.
@@ -23,7 +23,7 @@ struct DeviceSpec {
 
 // "cpu", "cuda" or "cuda:N"; dtype "bf16" | "f16". INVALID_ARGUMENT naming
 // the flag otherwise.
-absl::StatusOr<DeviceSpec> ParseDeviceSpec(const std::string& device, const std::string& dtype);
+absl::StatusOr<DeviceConfig> ParseDeviceSpec(const std::string& device, const std::string& dtype);
 
 // Whether this binary was built with the CUDA backend.
 bool BuiltWithCuda();

@@ -1,4 +1,4 @@
-#include "model/runtime/device_spec.h"
+#include "model/runtime/device_config.h"
 
 #include <charconv>
 
@@ -6,13 +6,13 @@
 
 namespace specline {
 
-std::string DeviceSpec::ToString() const {
+std::string DeviceConfig::ToString() const {
   if (!cuda) return "cpu";
   return ordinal < 0 ? "cuda" : absl::StrCat("cuda:", ordinal);
 }
 
-absl::StatusOr<DeviceSpec> ParseDeviceSpec(const std::string& device, const std::string& dtype) {
-  DeviceSpec spec;
+absl::StatusOr<DeviceConfig> ParseDeviceSpec(const std::string& device, const std::string& dtype) {
+  DeviceConfig spec;
   if (device == "cpu" || device.empty()) {
     spec.cuda = false;
   } else if (device == "cuda") {

@@ -2,12 +2,12 @@
 // and `specline serve`.
 #include <gtest/gtest.h>
 
-#include "model/runtime/device_spec.h"
+#include "model/runtime/device_config.h"
 
 namespace specline {
 namespace {
 
-TEST(DeviceSpec, ParsesCpuAndCudaForms) {
+TEST(DeviceConfig, ParsesCpuAndCudaForms) {
   auto cpu = ParseDeviceSpec("cpu", "bf16");
   ASSERT_TRUE(cpu.ok());
   EXPECT_FALSE(cpu->cuda);
@@ -26,7 +26,7 @@ TEST(DeviceSpec, ParsesCpuAndCudaForms) {
   EXPECT_EQ(one->ToString(), "cuda:3");
 }
 
-TEST(DeviceSpec, RefusesWhatItCannotRun) {
+TEST(DeviceConfig, RefusesWhatItCannotRun) {
   for (const char* bad : {"gpu", "cuda:", "cuda:-1", "cuda:x", "cuda:1x", "tpu:0"}) {
     auto s = ParseDeviceSpec(bad, "bf16");
     ASSERT_FALSE(s.ok()) << bad;
