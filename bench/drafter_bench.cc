@@ -13,7 +13,8 @@
 // Replaying the recorded traces (instead of re-running the model per
 // drafter) gives every drafter and matrix mode the same trajectories.
 //
-// Reported per drafter (recycling only, lookup only, combined) and n:
+// Reported per drafter (recycling only, lookup only, combined = lookup
+// first, recycle1st = the other order) and n:
 // - mean accepted drafts over all positions, and 1 + that: the expected
 //   tokens of a verify step placed at a random position;
 // - simulated draft-then-verify: walk the trajectory, verify n drafts at
@@ -22,7 +23,9 @@
 // over the prompt set, starting empty) and "warm" (the cold pass's matrix,
 // then the same prompts again: an upper bound for repeated traffic).
 // Each with and without updates from the prompt rows' logits (a scheduler
-// computes only the last prompt row's logits today).
+// computes only the last prompt row's logits today). "lookup%" is the share
+// of Propose calls prompt lookup answered; "us/draft" the median Propose
+// time (n = 1..N calls together).
 //
 //   build/bench/drafter_bench [--model PATH] [--tokens 128] [--threads 2]
 //       [--max-draft 5] [--k 8] [--min-ngram 2] [--max-ngram 4]
@@ -175,8 +178,7 @@ struct Tally {
   std::vector<int64_t> accepted;      // [n-1]: sum over positions
   std::vector<int64_t> sim_steps;     // [n-1]: verify steps of the simulation
   int64_t sim_tokens = 0;             // tokens the simulations cover
-  double propose_seconds = 0;
-  int64_t propose_calls = 0;
+  std::vector<double> propose_seconds;  // one per Propose call
   explicit Tally(int n = 0) : max_draft(n), accepted(n), sim_steps(n) {}
   void Add(const Tally& o) {
     positions += o.positions;
@@ -185,8 +187,8 @@ struct Tally {
       accepted[i] += o.accepted[i];
       sim_steps[i] += o.sim_steps[i];
     }
-    propose_seconds += o.propose_seconds;
-    propose_calls += o.propose_calls;
+    propose_seconds.insert(propose_seconds.end(), o.propose_seconds.begin(),
+                           o.propose_seconds.end());
   }
 };
 
@@ -204,8 +206,7 @@ Tally Replay(TrainingFreeDrafter& d, const Trace& t, int max_draft, bool prefill
     for (int n = 1; n <= max_draft; ++n) {
       const double t0 = bench::Now();
       const Draft draft = d.Propose(ctx, n);
-      tally.propose_seconds += bench::Now() - t0;
-      ++tally.propose_calls;
+      tally.propose_seconds.push_back(bench::Now() - t0);
       // Accepted drafts must leave the bonus token inside the trajectory.
       int a = 0;
       while (a < static_cast<int>(draft.tokens.size()) && i + a + 1 < T &&
@@ -240,7 +241,7 @@ nlohmann::json TallyJson(const Tally& t) {
                      {"simulated_verify_steps", t.sim_steps[n - 1]}});
   }
   j["per_n"] = per_n;
-  j["propose_us_mean"] = t.propose_calls ? 1e6 * t.propose_seconds / t.propose_calls : 0.0;
+  j["propose_us_median"] = 1e6 * bench::Median(t.propose_seconds);
   return j;
 }
 
@@ -293,11 +294,14 @@ int main(int argc, char** argv) {
   // Phase 2: replay through each drafter and matrix mode.
   struct DrafterKind {
     const char* name;
-    bool lookup, recycling;
+    bool lookup, recycling, lookup_first;
   };
-  const DrafterKind kinds[] = {{"recycling", false, true},
-                               {"lookup", true, false},
-                               {"combined", true, true}};
+  // "combined" is the default drafter (lookup first); "recycle1st" the
+  // other order, for comparison.
+  const DrafterKind kinds[] = {{"recycling", false, true, true},
+                               {"lookup", true, false, true},
+                               {"combined", true, true, true},
+                               {"recycle1st", true, true, false}};
   const char* modes[] = {"isolated", "cold", "warm"};
   nlohmann::json results = nlohmann::json::array();
   const std::vector<std::string> groups = {"all", "grounded", "open"};
@@ -317,6 +321,7 @@ int main(int argc, char** argv) {
         dopt.max_ngram = o.max_ngram;
         dopt.use_prompt_lookup = kind.lookup;
         dopt.use_token_recycling = kind.recycling;
+        dopt.prefer_prompt_lookup = kind.lookup_first;
         TrainingFreeDrafter d(dopt);
         const std::string m = mode;
         if (m == "warm") {  // the cold pass first, results discarded
@@ -348,8 +353,7 @@ int main(int argc, char** argv) {
           const int last = o.max_draft - 1;
           std::printf("  %14.3f", t.sim_steps[last] ? double(t.sim_tokens) / t.sim_steps[last] : 0.0);
           if (g == "all") {
-            std::printf("  %6.1f  %8.2f", 100 * lookup_share,
-                        t.propose_calls ? 1e6 * t.propose_seconds / t.propose_calls : 0.0);
+            std::printf("  %6.1f  %8.2f", 100 * lookup_share, 1e6 * bench::Median(t.propose_seconds));
           }
           std::printf("\n");
         }

@@ -237,6 +237,23 @@ TEST(DraftersCombined, ClippedLookupIsExtendedByRecycling) {
   EXPECT_EQ(plain.Propose(Ids{1, 2, 3, 1, 2}, 5).tokens, (Ids{3, 1, 2}));
 }
 
+TEST(DraftersCombined, RecyclingFirstWhenAsked) {
+  TrainingFreeDrafterOptions o = Opts();
+  o.prefer_prompt_lookup = false;
+  TrainingFreeDrafter d(o);
+  d.ObserveTopK(2, Ids{50});
+  // M[2] exists: recycling wins although [1 2] matches earlier.
+  Draft got = d.Propose(Ids{1, 2, 3, 4, 5, 9, 1, 2});
+  EXPECT_EQ(got.source, DraftSource::kTokenRecycling);
+  EXPECT_EQ(got.tokens, (Ids{50}));
+  // M[5] does not: lookup is the fallback, and is not extended.
+  got = d.Propose(Ids{4, 5, 6, 7, 4, 5});
+  EXPECT_EQ(got.source, DraftSource::kPromptLookup);
+  EXPECT_EQ(got.tokens, (Ids{6, 7, 4}));
+  EXPECT_EQ(d.counters().prompt_lookup_drafts, 1);
+  EXPECT_EQ(d.counters().token_recycling_drafts, 1);
+}
+
 TEST(DraftersCombined, SourcesCanBeSwitchedOff) {
   TrainingFreeDrafterOptions o = Opts();
   o.use_prompt_lookup = false;

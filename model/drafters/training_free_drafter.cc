@@ -27,6 +27,15 @@ TrainingFreeDrafter::TrainingFreeDrafter(const TrainingFreeDrafterOptions& optio
 Draft TrainingFreeDrafter::Propose(std::span<const int32_t> context, int n) const {
   if (n < 0) n = options_.num_drafts;
   Draft d;
+  if (!options_.prefer_prompt_lookup && options_.use_token_recycling) {
+    d.tokens = recycling_.Draft(context, n);
+    if (!d.tokens.empty()) {
+      d.source = DraftSource::kTokenRecycling;
+      recycling_drafts_.fetch_add(1, std::memory_order_relaxed);
+      recycling_tokens_.fetch_add(d.tokens.size(), std::memory_order_relaxed);
+      return d;
+    }
+  }
   if (options_.use_prompt_lookup) {
     d.tokens = PromptLookup(context, options_.min_ngram, options_.max_ngram, n);
     if (!d.tokens.empty()) {
@@ -34,7 +43,8 @@ Draft TrainingFreeDrafter::Propose(std::span<const int32_t> context, int n) cons
       lookup_drafts_.fetch_add(1, std::memory_order_relaxed);
       lookup_tokens_.fetch_add(d.tokens.size(), std::memory_order_relaxed);
       const int missing = n - static_cast<int>(d.tokens.size());
-      if (missing > 0 && options_.use_token_recycling && options_.extend_lookup_with_recycling) {
+      if (missing > 0 && options_.use_token_recycling && options_.prefer_prompt_lookup &&
+          options_.extend_lookup_with_recycling) {
         const std::vector<int32_t> more =
             recycling_.Draft(std::span<const int32_t>(&d.tokens.back(), 1), missing);
         d.tokens.insert(d.tokens.end(), more.begin(), more.end());
@@ -43,7 +53,7 @@ Draft TrainingFreeDrafter::Propose(std::span<const int32_t> context, int n) cons
       return d;
     }
   }
-  if (options_.use_token_recycling) {
+  if (options_.use_token_recycling && options_.prefer_prompt_lookup) {
     d.tokens = recycling_.Draft(context, n);
     if (!d.tokens.empty()) {
       d.source = DraftSource::kTokenRecycling;

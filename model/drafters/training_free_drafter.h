@@ -4,8 +4,9 @@
 // Why this order: a prompt-lookup match means the text is copying text
 // already in the context (input-grounded output), where it is right for
 // long runs; Token Recycling only knows one token of context, so it is the
-// better guess only when nothing in the context matches. The measured
-// figures are in docs/drafters.md.
+// better guess only when nothing in the context matches. The other order
+// (recycling first, lookup only for tokens never seen) is an option, so
+// the two can be measured side by side: docs/drafters.md has the figures.
 #pragma once
 
 #include <atomic>
@@ -25,6 +26,9 @@ struct TrainingFreeDrafterOptions {
   int max_ngram = 4;
   bool use_prompt_lookup = true;
   bool use_token_recycling = true;
+  // false: Token Recycling first, prompt lookup only when the last token
+  // has no row (and no extension of lookup drafts).
+  bool prefer_prompt_lookup = true;
   // A prompt-lookup draft clipped short by the end of the context is
   // continued by the Token Recycling chain from its last token.
   bool extend_lookup_with_recycling = true;
