@@ -42,6 +42,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/bench_util.h"
+#include "model/drafters/prompt_lookup.h"
 #include "model/drafters/top_k.h"
 #include "model/drafters/training_free_drafter.h"
 #include "model/runtime/local_pipeline.h"
@@ -291,6 +292,44 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
   }
 
+  // The per-step costs at serving sizes: prompt lookup over a context of
+  // 4096 tokens of these traces' text (the traces repeated; the last 64
+  // tokens replaced by ids that never occur, so the scan runs to the start
+  // as when nothing matches), and TopK over one vocabulary row.
+  nlohmann::json costs;
+  {
+    std::vector<int32_t> text;
+    while (text.size() < 4096) {
+      for (const Trace& t : traces) {
+        text.insert(text.end(), t.prompt.begin(), t.prompt.end());
+        text.insert(text.end(), t.generated.begin(), t.generated.end());
+      }
+    }
+    text.resize(4096);
+    for (int i = 0; i < 64; ++i) text[4096 - 64 + i] = c.vocab_size + i;  // never matches
+    std::vector<double> lookup_s, topk_s;
+    size_t sink = 0;
+    for (int r = 0; r < 200; ++r) {
+      const double t0 = bench::Now();
+      sink += PromptLookup(text, o.min_ngram, o.max_ngram, o.max_draft).size();
+      lookup_s.push_back(bench::Now() - t0);
+    }
+    std::vector<float> row(c.vocab_size);
+    for (int i = 0; i < c.vocab_size; ++i) row[i] = static_cast<float>((i * 7919) % 1000) * 1e-3f;
+    for (int r = 0; r < 200; ++r) {
+      const double t0 = bench::Now();
+      sink += TopK(row, o.k).size();
+      topk_s.push_back(bench::Now() - t0);
+    }
+    costs = {{"prompt_lookup_4096_tokens_us_median", 1e6 * bench::Median(lookup_s)},
+             {"top_k_row_us_median", 1e6 * bench::Median(topk_s)}};
+    std::printf("\nprompt lookup, 4096-token context, no match: %.1f us (median); top-%d of a "
+                "%d-entry row: %.1f us (median)\n",
+                1e6 * bench::Median(lookup_s), o.k, c.vocab_size, 1e6 * bench::Median(topk_s));
+    volatile size_t keep = sink;  // keep the results observable
+    (void)keep;
+  }
+
   // Phase 2: replay through each drafter and matrix mode.
   struct DrafterKind {
     const char* name;
@@ -393,6 +432,7 @@ int main(int argc, char** argv) {
                         {"max_ngram", o.max_ngram},
                         {"threads", o.threads},
                         {"matrix_bytes", matrix_bytes},
+                        {"costs", costs},
                         {"traces", traces_json},
                         {"results", results}};
   std::ofstream(o.json) << out.dump(2) << "\n";
