@@ -3,7 +3,8 @@
 //
 // Phase 1 runs greedy decoding of each prompt (chat template applied) and
 // records, at every position, the token the model produced and the top-k of
-// its logits (decode steps, and the prompt rows too). Phase 2 replays those
+// its logits (decode steps, and the prompt rows too); each trace is checked
+// token for token against Generate() (greedy). Phase 2 replays those
 // traces through each drafter: at step i, before the model's token is
 // known, the drafter proposes n = 1..N tokens from the context; the
 // accepted length is how many leading drafts equal the tokens greedy
@@ -45,6 +46,7 @@
 #include "model/drafters/prompt_lookup.h"
 #include "model/drafters/top_k.h"
 #include "model/drafters/training_free_drafter.h"
+#include "model/runtime/generator.h"
 #include "model/runtime/local_pipeline.h"
 #include "model/tokenizer/model_tokenizer.h"
 
@@ -169,6 +171,14 @@ Trace Record(LocalPipeline& model, const Tokenizer& tok, const ChatTemplate* tmp
   }
   model.Release(seq);
   t.seconds = bench::Now() - t0;
+  // The trace must be what the runtime's own greedy generation produces.
+  GenerationOptions g;
+  g.max_tokens = o.tokens;
+  g.stop_ids = stops;
+  auto reference = Generate(model, seq, t.prompt, g);
+  if (!reference.ok() || reference->tokens != t.generated) {
+    throw std::runtime_error("trace of " + p.name + " differs from Generate's greedy output");
+  }
   return t;
 }
 
