@@ -216,7 +216,7 @@ Tally Replay(TrainingFreeDrafter& d, const Trace& t, int max_draft, bool prefill
   for (int64_t i = 0; i < T; ++i) {
     for (int n = 1; n <= max_draft; ++n) {
       const double t0 = bench::Now();
-      const Draft draft = d.Propose(ctx, n);
+      const DraftProposal draft = d.Propose(ctx, n);
       tally.propose_seconds.push_back(bench::Now() - t0);
       // Accepted drafts must leave the bonus token inside the trajectory.
       int a = 0;
@@ -238,21 +238,21 @@ Tally Replay(TrainingFreeDrafter& d, const Trace& t, int max_draft, bool prefill
   return tally;
 }
 
-nlohmann::json TallyJson(const Tally& t) {
-  nlohmann::json j;
-  j["positions"] = t.positions;
-  nlohmann::json per_n = nlohmann::json::array();
+// Arrays indexed by n - 1.
+nlohmann::json TallyJson(const Tally& t, bool with_timing = true) {
+  nlohmann::json mean = nlohmann::json::array(), expected = nlohmann::json::array(),
+                 sim = nlohmann::json::array();
   for (int n = 1; n <= t.max_draft; ++n) {
-    const double mean = t.positions ? double(t.accepted[n - 1]) / t.positions : 0.0;
-    const double sim = t.sim_steps[n - 1] ? double(t.sim_tokens) / t.sim_steps[n - 1] : 0.0;
-    per_n.push_back({{"n", n},
-                     {"mean_accepted", mean},
-                     {"expected_tokens_per_step", 1 + mean},
-                     {"simulated_tokens_per_verify_step", sim},
-                     {"simulated_verify_steps", t.sim_steps[n - 1]}});
+    const double m = t.positions ? double(t.accepted[n - 1]) / t.positions : 0.0;
+    mean.push_back(m);
+    expected.push_back(1 + m);
+    sim.push_back(t.sim_steps[n - 1] ? double(t.sim_tokens) / t.sim_steps[n - 1] : 0.0);
   }
-  j["per_n"] = per_n;
-  j["propose_us_median"] = 1e6 * bench::Median(t.propose_seconds);
+  nlohmann::json j = {{"positions", t.positions},
+                      {"mean_accepted", mean},
+                      {"expected_tokens_per_step", expected},
+                      {"simulated_tokens_per_verify_step", sim}};
+  if (with_timing) j["propose_us_median"] = 1e6 * bench::Median(t.propose_seconds);
   return j;
 }
 
@@ -385,7 +385,7 @@ int main(int argc, char** argv) {
           const Tally tally = Replay(d, t, o.max_draft, prefill_updates);
           by_group.at("all").Add(tally);
           by_group.at(t.grounded ? "grounded" : "open").Add(tally);
-          per_prompt[t.name] = TallyJson(tally);
+          per_prompt[t.name] = TallyJson(tally, /*with_timing=*/false)["mean_accepted"];
         }
         const DrafterCounters after = d.counters();
         const int64_t lookup = after.prompt_lookup_drafts - before.prompt_lookup_drafts;
@@ -412,7 +412,7 @@ int main(int argc, char** argv) {
                             {"drafts_by_source",
                              {{"prompt_lookup", lookup}, {"token_recycling", recycled},
                               {"empty", empty}}},
-                            {"per_prompt", per_prompt}};
+                            {"per_prompt_mean_accepted", per_prompt}};
         for (const std::string& g : groups) r[g] = TallyJson(by_group.at(g));
         results.push_back(r);
       }
@@ -437,6 +437,7 @@ int main(int argc, char** argv) {
                         {"vocab_size", c.vocab_size},
                         {"max_new_tokens", o.tokens},
                         {"max_draft", o.max_draft},
+                        {"arrays", "indexed by n - 1 (n = drafts per verify step)"},
                         {"k", o.k},
                         {"min_ngram", o.min_ngram},
                         {"max_ngram", o.max_ngram},
@@ -445,7 +446,7 @@ int main(int argc, char** argv) {
                         {"costs", costs},
                         {"traces", traces_json},
                         {"results", results}};
-  std::ofstream(o.json) << out.dump(2) << "\n";
+  std::ofstream(o.json) << out.dump(1) << "\n";
   std::printf("wrote %s\n", o.json.c_str());
   return 0;
 }

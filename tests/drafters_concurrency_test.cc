@@ -95,7 +95,7 @@ TEST(DraftersConcurrency, CombinedDrafterObserveWhileProposing) {
   int bad = 0;
   std::vector<int32_t> ctx = {1, 2, 3, 1, 2};
   while (!done.load()) {
-    const Draft got = d.Propose(ctx);
+    const DraftProposal got = d.Propose(ctx);
     if (got.tokens.size() > 5) ++bad;
     ++proposals;
     ctx.push_back(static_cast<int32_t>(proposals % 7));

@@ -200,7 +200,7 @@ TEST(DraftersCombined, PromptLookupIsPreferredOverRecycling) {
   d.ObserveTopK(50, Ids{51});
   d.ObserveTopK(51, Ids{52});
   // [1 2] occurred before, followed by 3 4 5: lookup wins over M[2] = 50.
-  Draft got = d.Propose(Ids{1, 2, 3, 4, 5, 9, 1, 2});
+  DraftProposal got = d.Propose(Ids{1, 2, 3, 4, 5, 9, 1, 2});
   EXPECT_EQ(got.source, DraftSource::kPromptLookup);
   EXPECT_EQ(got.tokens, (Ids{3, 4, 5}));
   // No n-gram match: recycling's chain.
@@ -225,7 +225,7 @@ TEST(DraftersCombined, ClippedLookupIsExtendedByRecycling) {
   d.ObserveTopK(60, Ids{61});
   // [1 2] then 3, then the suffix [1 2]: lookup gives 3 1 2, clipped... n=5
   // leaves two to fill from M[2] = 60, M[60] = 61.
-  Draft got = d.Propose(Ids{1, 2, 3, 1, 2}, 5);
+  DraftProposal got = d.Propose(Ids{1, 2, 3, 1, 2}, 5);
   EXPECT_EQ(got.source, DraftSource::kPromptLookup);
   EXPECT_EQ(got.tokens, (Ids{3, 1, 2, 60, 61}));
   EXPECT_EQ(d.counters().token_recycling_tokens, 2);
@@ -243,7 +243,7 @@ TEST(DraftersCombined, RecyclingFirstWhenAsked) {
   TrainingFreeDrafter d(o);
   d.ObserveTopK(2, Ids{50});
   // M[2] exists: recycling wins although [1 2] matches earlier.
-  Draft got = d.Propose(Ids{1, 2, 3, 4, 5, 9, 1, 2});
+  DraftProposal got = d.Propose(Ids{1, 2, 3, 4, 5, 9, 1, 2});
   EXPECT_EQ(got.source, DraftSource::kTokenRecycling);
   EXPECT_EQ(got.tokens, (Ids{50}));
   // M[5] does not: lookup is the fallback, and is not extended.
@@ -259,7 +259,7 @@ TEST(DraftersCombined, SourcesCanBeSwitchedOff) {
   o.use_prompt_lookup = false;
   TrainingFreeDrafter recycling_only(o);
   recycling_only.ObserveTopK(2, Ids{50});
-  Draft got = recycling_only.Propose(Ids{1, 2, 3, 1, 2}, 1);
+  DraftProposal got = recycling_only.Propose(Ids{1, 2, 3, 1, 2}, 1);
   EXPECT_EQ(got.source, DraftSource::kTokenRecycling);
   EXPECT_EQ(got.tokens, (Ids{50}));
 

@@ -24,9 +24,9 @@ TrainingFreeDrafter::TrainingFreeDrafter(const TrainingFreeDrafterOptions& optio
   }
 }
 
-Draft TrainingFreeDrafter::Propose(std::span<const int32_t> context, int n) const {
+DraftProposal TrainingFreeDrafter::Propose(std::span<const int32_t> context, int n) const {
   if (n < 0) n = options_.num_drafts;
-  Draft d;
+  DraftProposal d;
   if (!options_.prefer_prompt_lookup && options_.use_token_recycling) {
     d.tokens = recycling_.Draft(context, n);
     if (!d.tokens.empty()) {

@@ -37,7 +37,7 @@ struct TrainingFreeDrafterOptions {
 enum class DraftSource { kNone, kPromptLookup, kTokenRecycling };
 const char* DraftSourceName(DraftSource s);
 
-struct Draft {
+struct DraftProposal {
   std::vector<int32_t> tokens;
   DraftSource source = DraftSource::kNone;
 };
@@ -59,7 +59,7 @@ class TrainingFreeDrafter {
 
   // Up to n draft tokens to follow `context` (n < 0: options.num_drafts).
   // Safe to call while another thread calls Observe.
-  Draft Propose(std::span<const int32_t> context, int n = -1) const;
+  DraftProposal Propose(std::span<const int32_t> context, int n = -1) const;
 
   // The target model processed `input_token` and produced `logits_row`
   // (vocab_size entries): records its top-k in the recycling matrix.
