@@ -1,0 +1,452 @@
+// Offline acceptance study of the training-free drafters (docs/drafters.md)
+// on a real model, in-process on the CPU.
+//
+// Phase 1 runs greedy decoding of each prompt (chat template applied) and
+// records, at every position, the token the model produced and the top-k of
+// its logits (decode steps, and the prompt rows too); each trace is checked
+// token for token against Generate() (greedy). Phase 2 replays those
+// traces through each drafter: at step i, before the model's token is
+// known, the drafter proposes n = 1..N tokens from the context; the
+// accepted length is how many leading drafts equal the tokens greedy
+// decoding produced next (what greedy draft-then-verify would accept). Then
+// the step's logits top-k is recorded in the recycling matrix (input token =
+// the context's last token), as a scheduler would after the verify call.
+// Replaying the recorded traces (instead of re-running the model per
+// drafter) gives every drafter and matrix mode the same trajectories.
+//
+// Reported per drafter (recycling only, lookup only, combined = lookup
+// first, recycle1st = the other order) and n:
+// - mean accepted drafts over all positions, and 1 + that: the expected
+//   tokens of a verify step placed at a random position;
+// - simulated draft-then-verify: walk the trajectory, verify n drafts at
+//   position i, advance by accepted + 1; tokens per verify step.
+// Matrix modes: "isolated" (emptied before each prompt), "cold" (one matrix
+// over the prompt set, starting empty) and "warm" (the cold pass's matrix,
+// then the same prompts again: an upper bound for repeated traffic).
+// Each with and without updates from the prompt rows' logits (a scheduler
+// computes only the last prompt row's logits today). "lookup%" is the share
+// of Propose calls prompt lookup answered; "us/draft" the median Propose
+// time (n = 1..N calls together).
+//
+//   build/bench/drafter_bench [--model PATH] [--tokens 128] [--threads 2]
+//       [--max-draft 5] [--k 8] [--min-ngram 2] [--max-ngram 4]
+//       [--json bench_drafter.json]
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "bench/bench_util.h"
+#include "model/drafters/prompt_lookup.h"
+#include "model/drafters/top_k.h"
+#include "model/drafters/training_free_drafter.h"
+#include "model/runtime/generator.h"
+#include "model/runtime/local_pipeline.h"
+#include "model/tokenizer/model_tokenizer.h"
+
+namespace specline {
+namespace {
+
+struct Options {
+  std::string model;
+  int tokens = 128;
+  int threads = 2;
+  int max_draft = 5;
+  int k = 8;
+  int min_ngram = 2;
+  int max_ngram = 4;
+  std::string json = "bench_drafter.json";
+};
+
+struct Prompt {
+  std::string name;
+  bool grounded;  // the answer should copy or edit text given in the prompt
+  std::string text;
+};
+
+// Half input-grounded (summarise, repeat, edit, convert, comment code), half
+// open-ended.
+std::vector<Prompt> Prompts() {
+  return {
+      {"summarize", true,
+       "Summarize the following text in three sentences.\n\n"
+       "Photosynthesis is the process by which green plants, algae and some bacteria turn light "
+       "energy into chemical energy. During photosynthesis, light energy is captured by "
+       "chlorophyll and used to convert water and carbon dioxide into glucose and oxygen. The "
+       "glucose is used by the plant for energy and growth, and the oxygen is released into the "
+       "air. Photosynthesis takes place mainly in the leaves, inside small structures called "
+       "chloroplasts. Without photosynthesis there would be almost no oxygen in the atmosphere, "
+       "and most life on Earth could not exist."},
+      {"repeat", true,
+       "Repeat the following text exactly, word for word.\n\n"
+       "The quick brown fox jumps over the lazy dog. The dog wakes up and chases the fox "
+       "across the field, past the old barn and into the forest. When the fox reaches the river, "
+       "it jumps onto a log and floats away, while the dog barks from the shore."},
+      {"fix_grammar", true,
+       "Fix the grammar and spelling mistakes in this text and write out the corrected text.\n\n"
+       "Yesterday me and my freind goes to the market for buy some apple. The market were very "
+       "crowded and we cant find no parking. After we buyed the apples we eated lunch in a small "
+       "restaurant what was near the river."},
+      {"code_comments", true,
+       "Add a comment to every line of this Python function and show the whole function.\n\n"
+       "def average(numbers):\n"
+       "    total = 0\n"
+       "    for n in numbers:\n"
+       "        total += n\n"
+       "    if len(numbers) == 0:\n"
+       "        return 0\n"
+       "    return total / len(numbers)\n"},
+      {"to_json", true,
+       "Convert this list into a JSON array of objects with the fields name, age and city.\n\n"
+       "Alice, 30, Paris\nBob, 25, London\nCarol, 41, Berlin\nDavid, 35, Madrid\n"
+       "Eve, 28, Rome\n"},
+      {"story", false, "Write a short story about a robot who learns to paint."},
+      {"rainbow", false, "Explain how a rainbow forms."},
+      {"health_tips", false, "Give me five tips for staying healthy, as a numbered list."},
+      {"paris", false, "What is the capital of France? Tell me a little about the city."},
+      {"email", false,
+       "Write a polite email to my manager asking for a day off next Friday."},
+  };
+}
+
+// One greedy trajectory.
+struct Trace {
+  std::string name;
+  bool grounded = false;
+  std::vector<int32_t> prompt;
+  std::vector<int32_t> generated;
+  // top-k of the logits after processing prompt[j] (j < prompt.size()-1)
+  std::vector<std::vector<int32_t>> prompt_topk;
+  // top-k of the logits that chose generated[i] (input: context's last token)
+  std::vector<std::vector<int32_t>> step_topk;
+  double seconds = 0;
+};
+
+Trace Record(LocalPipeline& model, const Tokenizer& tok, const ChatTemplate* tmpl,
+             const Prompt& p, const Options& o, uint64_t seq) {
+  Trace t;
+  t.name = p.name;
+  t.grounded = p.grounded;
+  std::string text = p.text;
+  bool add_bos = tok.add_bos_by_default();
+  if (tmpl) {
+    text = tmpl->Apply({{"user", p.text}}, /*add_generation_prompt=*/true);
+    add_bos = false;
+  }
+  t.prompt = tok.Encode(text, add_bos, /*parse_special=*/tmpl != nullptr);
+  const double t0 = bench::Now();
+  const int vocab = model.head().vocab_size();
+  SliceOutput out;
+  std::vector<SlotRef> slots;
+  for (int32_t i = 0; i < static_cast<int32_t>(t.prompt.size()); ++i) slots.push_back({seq, i});
+  if (auto st = model.Forward(slots, t.prompt, {}, &out); !st.ok()) {
+    throw std::runtime_error(std::string(st.message()));
+  }
+  // Every prompt row's logits (for the prefill-update variant).
+  std::vector<float> logits = model.head().Logits(out.hidden.data(), t.prompt.size());
+  for (size_t j = 0; j + 1 < t.prompt.size(); ++j) {
+    t.prompt_topk.push_back(TopK(std::span<const float>(logits.data() + j * vocab, vocab), o.k));
+  }
+  std::vector<float> row(logits.end() - vocab, logits.end());
+  const std::vector<int32_t>& stops = tok.stop_ids();
+  int32_t pos = static_cast<int32_t>(t.prompt.size());
+  for (int i = 0; i < o.tokens; ++i) {
+    std::vector<int32_t> top = TopK(row, o.k);
+    const int32_t token = top[0];  // greedy: argmax, lowest id on ties
+    t.step_topk.push_back(std::move(top));
+    t.generated.push_back(token);
+    if (std::find(stops.begin(), stops.end(), token) != stops.end()) break;
+    if (i + 1 == o.tokens) break;
+    const SlotRef slot{seq, pos++};
+    if (auto st = model.Forward({&slot, 1}, {&token, 1}, {}, &out); !st.ok()) {
+      throw std::runtime_error(std::string(st.message()));
+    }
+    model.head().Logits(out.hidden.data(), 1, row.data());
+  }
+  model.Release(seq);
+  t.seconds = bench::Now() - t0;
+  // The trace must be what the runtime's own greedy generation produces.
+  GenerationOptions g;
+  g.max_tokens = o.tokens;
+  g.stop_ids = stops;
+  auto reference = Generate(model, seq, t.prompt, g);
+  if (!reference.ok() || reference->tokens != t.generated) {
+    throw std::runtime_error("trace of " + p.name + " differs from Generate's greedy output");
+  }
+  return t;
+}
+
+// Accumulated over the positions of some traces, for one drafter.
+struct Tally {
+  int max_draft = 0;
+  int64_t positions = 0;
+  std::vector<int64_t> accepted;      // [n-1]: sum over positions
+  std::vector<int64_t> sim_steps;     // [n-1]: verify steps of the simulation
+  int64_t sim_tokens = 0;             // tokens the simulations cover
+  std::vector<double> propose_seconds;  // one per Propose call
+  explicit Tally(int n = 0) : max_draft(n), accepted(n), sim_steps(n) {}
+  void Add(const Tally& o) {
+    positions += o.positions;
+    sim_tokens += o.sim_tokens;
+    for (int i = 0; i < max_draft; ++i) {
+      accepted[i] += o.accepted[i];
+      sim_steps[i] += o.sim_steps[i];
+    }
+    propose_seconds.insert(propose_seconds.end(), o.propose_seconds.begin(),
+                           o.propose_seconds.end());
+  }
+};
+
+// Replays one trace through `d` (whose matrix carries over from earlier
+// traces unless the caller cleared it).
+Tally Replay(TrainingFreeDrafter& d, const Trace& t, int max_draft, bool prefill_updates) {
+  Tally tally(max_draft);
+  if (prefill_updates) {
+    for (size_t j = 0; j < t.prompt_topk.size(); ++j) d.ObserveTopK(t.prompt[j], t.prompt_topk[j]);
+  }
+  std::vector<int32_t> ctx = t.prompt;
+  const int64_t T = static_cast<int64_t>(t.generated.size());
+  std::vector<std::vector<int>> acc(max_draft, std::vector<int>(T));
+  for (int64_t i = 0; i < T; ++i) {
+    for (int n = 1; n <= max_draft; ++n) {
+      const double t0 = bench::Now();
+      const DraftProposal draft = d.Propose(ctx, n);
+      tally.propose_seconds.push_back(bench::Now() - t0);
+      // Accepted drafts must leave the bonus token inside the trajectory.
+      int a = 0;
+      while (a < static_cast<int>(draft.tokens.size()) && i + a + 1 < T &&
+             draft.tokens[a] == t.generated[i + a]) {
+        ++a;
+      }
+      acc[n - 1][i] = a;
+      tally.accepted[n - 1] += a;
+    }
+    d.ObserveTopK(ctx.back(), t.step_topk[i]);
+    ctx.push_back(t.generated[i]);
+  }
+  tally.positions = T;
+  tally.sim_tokens = T;
+  for (int n = 1; n <= max_draft; ++n) {
+    for (int64_t i = 0; i < T; i += acc[n - 1][i] + 1) ++tally.sim_steps[n - 1];
+  }
+  return tally;
+}
+
+// Arrays indexed by n - 1.
+nlohmann::json TallyJson(const Tally& t, bool with_timing = true) {
+  nlohmann::json mean = nlohmann::json::array(), expected = nlohmann::json::array(),
+                 sim = nlohmann::json::array();
+  for (int n = 1; n <= t.max_draft; ++n) {
+    const double m = t.positions ? double(t.accepted[n - 1]) / t.positions : 0.0;
+    mean.push_back(m);
+    expected.push_back(1 + m);
+    sim.push_back(t.sim_steps[n - 1] ? double(t.sim_tokens) / t.sim_steps[n - 1] : 0.0);
+  }
+  nlohmann::json j = {{"positions", t.positions},
+                      {"mean_accepted", mean},
+                      {"expected_tokens_per_step", expected},
+                      {"simulated_tokens_per_verify_step", sim}};
+  if (with_timing) j["propose_us_median"] = 1e6 * bench::Median(t.propose_seconds);
+  return j;
+}
+
+}  // namespace
+}  // namespace specline
+
+int main(int argc, char** argv) {
+  using namespace specline;
+  Options o;
+  if (const char* home = std::getenv("HOME")) {
+    o.model = std::string(home) + "/.cache/specline/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+  }
+  const bool ok = bench::ParseArgs(argc, argv, [&](const std::string& a, auto next) {
+    if (a == "--model") o.model = next();
+    else if (a == "--tokens") o.tokens = std::stoi(next());
+    else if (a == "--threads") o.threads = std::stoi(next());
+    else if (a == "--max-draft") o.max_draft = std::stoi(next());
+    else if (a == "--k") o.k = std::stoi(next());
+    else if (a == "--min-ngram") o.min_ngram = std::stoi(next());
+    else if (a == "--max-ngram") o.max_ngram = std::stoi(next());
+    else if (a == "--json") o.json = next();
+    else return false;
+    return true;
+  });
+  if (!ok || o.tokens < 1 || o.max_draft < 1 || o.k < 1) {
+    std::cerr << "usage: drafter_bench [--model PATH] [--tokens N] [--threads T] [--max-draft N]"
+                 " [--k K] [--min-ngram N] [--max-ngram N] [--json PATH]\n";
+    return 2;
+  }
+  auto model = OpenModel(o.model);
+  auto tok = OpenTokenizerFor(*model);
+  const std::optional<ChatTemplate> tmpl = ChatTemplateFor(*model);
+  const ModelConfig& c = model->config();
+  SliceOptions so;
+  so.kv_capacity_tokens = 4096;
+  LocalPipeline pipeline(*model, {0, c.n_layers}, so, o.threads);
+
+  // Phase 1: greedy trajectories.
+  std::vector<Trace> traces;
+  const std::vector<Prompt> prompts = Prompts();
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    traces.push_back(Record(pipeline, *tok, tmpl ? &*tmpl : nullptr, prompts[i], o, i + 1));
+    const Trace& t = traces.back();
+    std::printf("%-14s %s prompt %4zu tokens, generated %4zu in %5.1f s\n", t.name.c_str(),
+                t.grounded ? "grounded" : "open    ", t.prompt.size(), t.generated.size(),
+                t.seconds);
+    std::fflush(stdout);
+  }
+
+  // The per-step costs at serving sizes: prompt lookup over a context of
+  // 4096 tokens of these traces' text (the traces repeated; the last 64
+  // tokens replaced by ids that never occur, so the scan runs to the start
+  // as when nothing matches), and TopK over one vocabulary row.
+  nlohmann::json costs;
+  {
+    std::vector<int32_t> text;
+    while (text.size() < 4096) {
+      for (const Trace& t : traces) {
+        text.insert(text.end(), t.prompt.begin(), t.prompt.end());
+        text.insert(text.end(), t.generated.begin(), t.generated.end());
+      }
+    }
+    text.resize(4096);
+    for (int i = 0; i < 64; ++i) text[4096 - 64 + i] = c.vocab_size + i;  // never matches
+    std::vector<double> lookup_s, topk_s;
+    size_t sink = 0;
+    for (int r = 0; r < 200; ++r) {
+      const double t0 = bench::Now();
+      sink += PromptLookup(text, o.min_ngram, o.max_ngram, o.max_draft).size();
+      lookup_s.push_back(bench::Now() - t0);
+    }
+    std::vector<float> row(c.vocab_size);
+    for (int i = 0; i < c.vocab_size; ++i) row[i] = static_cast<float>((i * 7919) % 1000) * 1e-3f;
+    for (int r = 0; r < 200; ++r) {
+      const double t0 = bench::Now();
+      sink += TopK(row, o.k).size();
+      topk_s.push_back(bench::Now() - t0);
+    }
+    costs = {{"prompt_lookup_4096_tokens_us_median", 1e6 * bench::Median(lookup_s)},
+             {"top_k_row_us_median", 1e6 * bench::Median(topk_s)}};
+    std::printf("\nprompt lookup, 4096-token context, no match: %.1f us (median); top-%d of a "
+                "%d-entry row: %.1f us (median)\n",
+                1e6 * bench::Median(lookup_s), o.k, c.vocab_size, 1e6 * bench::Median(topk_s));
+    volatile size_t keep = sink;  // keep the results observable
+    (void)keep;
+  }
+
+  // Phase 2: replay through each drafter and matrix mode.
+  struct DrafterKind {
+    const char* name;
+    bool lookup, recycling, lookup_first;
+  };
+  // "combined" is the default drafter (lookup first); "recycle1st" the
+  // other order, for comparison.
+  const DrafterKind kinds[] = {{"recycling", false, true, true},
+                               {"lookup", true, false, true},
+                               {"combined", true, true, true},
+                               {"recycle1st", true, true, false}};
+  const char* modes[] = {"isolated", "cold", "warm"};
+  nlohmann::json results = nlohmann::json::array();
+  const std::vector<std::string> groups = {"all", "grounded", "open"};
+  for (bool prefill_updates : {false, true}) {
+    std::printf("\n== matrix updated from decode steps%s ==\n",
+                prefill_updates ? " and every prompt row" : " only (the last prompt row included)");
+    std::printf("%-9s %-10s %-9s", "mode", "drafter", "group");
+    for (int n = 1; n <= o.max_draft; ++n) std::printf("   acc@%d (tok)", n);
+    std::printf("  sim tok/step@%d  lookup%%  us/draft\n", o.max_draft);
+    for (const char* mode : modes) {
+      for (const DrafterKind& kind : kinds) {
+        TrainingFreeDrafterOptions dopt;
+        dopt.vocab_size = c.vocab_size;
+        dopt.k = o.k;
+        dopt.num_drafts = o.max_draft;
+        dopt.min_ngram = o.min_ngram;
+        dopt.max_ngram = o.max_ngram;
+        dopt.use_prompt_lookup = kind.lookup;
+        dopt.use_token_recycling = kind.recycling;
+        dopt.prefer_prompt_lookup = kind.lookup_first;
+        TrainingFreeDrafter d(dopt);
+        const std::string m = mode;
+        if (m == "warm") {  // the cold pass first, results discarded
+          for (const Trace& t : traces) Replay(d, t, o.max_draft, prefill_updates);
+        }
+        const DrafterCounters before = d.counters();
+        std::map<std::string, Tally> by_group;
+        for (const std::string& g : groups) by_group.emplace(g, Tally(o.max_draft));
+        nlohmann::json per_prompt = nlohmann::json::object();
+        for (const Trace& t : traces) {
+          if (m == "isolated") d.recycling().Clear();
+          const Tally tally = Replay(d, t, o.max_draft, prefill_updates);
+          by_group.at("all").Add(tally);
+          by_group.at(t.grounded ? "grounded" : "open").Add(tally);
+          per_prompt[t.name] = TallyJson(tally, /*with_timing=*/false)["mean_accepted"];
+        }
+        const DrafterCounters after = d.counters();
+        const int64_t lookup = after.prompt_lookup_drafts - before.prompt_lookup_drafts;
+        const int64_t recycled = after.token_recycling_drafts - before.token_recycling_drafts;
+        const int64_t empty = after.empty_drafts - before.empty_drafts;
+        const double lookup_share = double(lookup) / std::max<int64_t>(1, lookup + recycled + empty);
+        for (const std::string& g : groups) {
+          const Tally& t = by_group.at(g);
+          std::printf("%-9s %-10s %-9s", mode, kind.name, g.c_str());
+          for (int n = 1; n <= o.max_draft; ++n) {
+            const double mean = t.positions ? double(t.accepted[n - 1]) / t.positions : 0.0;
+            std::printf("  %5.3f (%5.3f)", mean, 1 + mean);
+          }
+          const int last = o.max_draft - 1;
+          std::printf("  %14.3f", t.sim_steps[last] ? double(t.sim_tokens) / t.sim_steps[last] : 0.0);
+          if (g == "all") {
+            std::printf("  %6.1f  %8.2f", 100 * lookup_share, 1e6 * bench::Median(t.propose_seconds));
+          }
+          std::printf("\n");
+        }
+        nlohmann::json r = {{"prefill_updates", prefill_updates},
+                            {"mode", mode},
+                            {"drafter", kind.name},
+                            {"drafts_by_source",
+                             {{"prompt_lookup", lookup}, {"token_recycling", recycled},
+                              {"empty", empty}}},
+                            {"per_prompt_mean_accepted", per_prompt}};
+        for (const std::string& g : groups) r[g] = TallyJson(by_group.at(g));
+        results.push_back(r);
+      }
+    }
+  }
+  TrainingFreeDrafterOptions sizing;
+  sizing.vocab_size = c.vocab_size;
+  sizing.k = o.k;
+  const size_t matrix_bytes = TrainingFreeDrafter(sizing).recycling().bytes();
+  std::printf("\nrecycling matrix: vocab %d x k %d = %.1f KiB\n", c.vocab_size, o.k,
+              matrix_bytes / 1024.0);
+  nlohmann::json traces_json = nlohmann::json::array();
+  for (const Trace& t : traces) {
+    traces_json.push_back({{"name", t.name},
+                           {"grounded", t.grounded},
+                           {"prompt_tokens", t.prompt.size()},
+                           {"generated_tokens", t.generated.size()},
+                           {"seconds", t.seconds}});
+  }
+  nlohmann::json out = {{"bench", "drafter_acceptance"},
+                        {"model", o.model},
+                        {"vocab_size", c.vocab_size},
+                        {"max_new_tokens", o.tokens},
+                        {"max_draft", o.max_draft},
+                        {"arrays", "indexed by n - 1 (n = drafts per verify step)"},
+                        {"k", o.k},
+                        {"min_ngram", o.min_ngram},
+                        {"max_ngram", o.max_ngram},
+                        {"threads", o.threads},
+                        {"matrix_bytes", matrix_bytes},
+                        {"costs", costs},
+                        {"traces", traces_json},
+                        {"results", results}};
+  std::ofstream(o.json) << out.dump(1) << "\n";
+  std::printf("wrote %s\n", o.json.c_str());
+  return 0;
+}

@@ -1,0 +1,91 @@
+#include "model/drafters/training_free_drafter.h"
+
+#include <stdexcept>
+
+#include "model/drafters/prompt_lookup.h"
+#include "model/drafters/top_k.h"
+
+namespace specline {
+
+const char* DraftSourceName(DraftSource s) {
+  switch (s) {
+    case DraftSource::kPromptLookup: return "prompt_lookup";
+    case DraftSource::kTokenRecycling: return "token_recycling";
+    case DraftSource::kNone: break;
+  }
+  return "none";
+}
+
+TrainingFreeDrafter::TrainingFreeDrafter(const TrainingFreeDrafterOptions& options)
+    : options_(options), recycling_(options.vocab_size, options.k) {
+  if (options.num_drafts < 0 || options.min_ngram < 1 || options.max_ngram < options.min_ngram) {
+    throw std::invalid_argument(
+        "TrainingFreeDrafter needs num_drafts >= 0 and 1 <= min_ngram <= max_ngram");
+  }
+}
+
+DraftProposal TrainingFreeDrafter::Propose(std::span<const int32_t> context, int n) const {
+  if (n < 0) n = options_.num_drafts;
+  DraftProposal d;
+  if (!options_.prefer_prompt_lookup && options_.use_token_recycling) {
+    d.tokens = recycling_.Draft(context, n);
+    if (!d.tokens.empty()) {
+      d.source = DraftSource::kTokenRecycling;
+      recycling_drafts_.fetch_add(1, std::memory_order_relaxed);
+      recycling_tokens_.fetch_add(d.tokens.size(), std::memory_order_relaxed);
+      return d;
+    }
+  }
+  if (options_.use_prompt_lookup) {
+    d.tokens = PromptLookup(context, options_.min_ngram, options_.max_ngram, n);
+    if (!d.tokens.empty()) {
+      d.source = DraftSource::kPromptLookup;
+      lookup_drafts_.fetch_add(1, std::memory_order_relaxed);
+      lookup_tokens_.fetch_add(d.tokens.size(), std::memory_order_relaxed);
+      const int missing = n - static_cast<int>(d.tokens.size());
+      if (missing > 0 && options_.use_token_recycling && options_.prefer_prompt_lookup &&
+          options_.extend_lookup_with_recycling) {
+        const std::vector<int32_t> more =
+            recycling_.Draft(std::span<const int32_t>(&d.tokens.back(), 1), missing);
+        d.tokens.insert(d.tokens.end(), more.begin(), more.end());
+        recycling_tokens_.fetch_add(more.size(), std::memory_order_relaxed);
+      }
+      return d;
+    }
+  }
+  if (options_.use_token_recycling && options_.prefer_prompt_lookup) {
+    d.tokens = recycling_.Draft(context, n);
+    if (!d.tokens.empty()) {
+      d.source = DraftSource::kTokenRecycling;
+      recycling_drafts_.fetch_add(1, std::memory_order_relaxed);
+      recycling_tokens_.fetch_add(d.tokens.size(), std::memory_order_relaxed);
+      return d;
+    }
+  }
+  empty_drafts_.fetch_add(1, std::memory_order_relaxed);
+  return d;
+}
+
+void TrainingFreeDrafter::Observe(int32_t input_token, std::span<const float> logits_row) {
+  // k entries on the stack would do, but k is an option: a small vector.
+  std::vector<int32_t> top(options_.k);
+  top.resize(TopK(logits_row, options_.k, top));
+  recycling_.Update(input_token, top);
+}
+
+void TrainingFreeDrafter::ObserveTopK(int32_t input_token,
+                                      std::span<const int32_t> top_candidates) {
+  recycling_.Update(input_token, top_candidates);
+}
+
+DrafterCounters TrainingFreeDrafter::counters() const {
+  DrafterCounters c;
+  c.prompt_lookup_drafts = lookup_drafts_.load(std::memory_order_relaxed);
+  c.token_recycling_drafts = recycling_drafts_.load(std::memory_order_relaxed);
+  c.empty_drafts = empty_drafts_.load(std::memory_order_relaxed);
+  c.prompt_lookup_tokens = lookup_tokens_.load(std::memory_order_relaxed);
+  c.token_recycling_tokens = recycling_tokens_.load(std::memory_order_relaxed);
+  return c;
+}
+
+}  // namespace specline
