@@ -61,7 +61,11 @@ const char kServeUsage[] = R"(usage: specline serve [options]
   --pipo-head DIR          enable DECODING_POLICY_PIPO (not lossless) with this head:
                            the stages run its backbone, the scheduler its heads
   --pipo-tau X             PIPO's default confidence threshold (default: the head's)
-  --default-policy P       ar, ppsd, spd, ptp or pipo: for requests that do not choose
+  --recycle-drafts N       drafts per call of DECODING_POLICY_RECYCLE, training-free
+                           draft-then-verify (default 4; 0 = not served)
+  --spd-drafter D          module (default: --spd-head's) or recycle (the training-free
+                           drafter under SPD's timing; no head)
+  --default-policy P       ar, ppsd, spd, ptp, pipo or recycle: for requests that do not choose
   --spec-policy P          auto (default), always or never: when to draft
   --spec-max-drafts N      drafts in flight per request (default stages - 1)
   --allow-oracle true      accept oracle drafting on the scheduler's internal API
@@ -87,6 +91,7 @@ int ServeCommand(int argc, char** argv) {
                   "ppsd-head", "spd-head", "default-policy", "spec-policy", "spec-max-drafts",
                   "allow-oracle", "device", "dtype", "ptp-head", "ptp-n-aux", "pipo-head",
                   "pipo-tau", "retry-window-ms", "max-attempts", "max-streams-per-principal",
+                  "spd-drafter", "recycle-drafts",
                   "served-model-name"});
   std::vector<std::string> flags = kRequestFlags;
   flags.push_back("help");
@@ -128,7 +133,8 @@ int ServeCommand(int argc, char** argv) {
   c.pipo_head = args.Str("pipo-head");
   for (const char* name :
        {"ppsd-head", "spd-head", "default-policy", "spec-policy", "spec-max-drafts",
-        "allow-oracle", "ptp-n-aux", "pipo-tau", "retry-window-ms", "max-attempts"}) {
+        "allow-oracle", "ptp-n-aux", "pipo-tau", "retry-window-ms", "max-attempts",
+        "spd-drafter", "recycle-drafts"}) {
     if (args.Has(name)) {
       c.scheduler_spec_args.insert(c.scheduler_spec_args.end(),
                                    {std::string("--") + name, args.Str(name)});

@@ -13,7 +13,8 @@ constexpr Named kPolicies[] = {{"ar", v1::DECODING_POLICY_AUTOREGRESSIVE},
                                {"ppsd", v1::DECODING_POLICY_PPSD},
                                {"spd", v1::DECODING_POLICY_SPD},
                                {"pipo", v1::DECODING_POLICY_PIPO},
-                               {"ptp", v1::DECODING_POLICY_PTP}};
+                               {"ptp", v1::DECODING_POLICY_PTP},
+                               {"recycle", v1::DECODING_POLICY_RECYCLE}};
 
 }  // namespace
 

@@ -92,6 +92,9 @@ struct WantedRows {
   int32_t first = 0;
   int32_t used = 0;
   int32_t aux = 0;
+  // Logits for the decision rows even when the request is greedy (a
+  // drafter that learns from the target's distribution).
+  bool logits = false;
 };
 
 // What came back for one run.

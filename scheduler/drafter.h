@@ -26,6 +26,7 @@
 
 namespace specline {
 class PpsdHead;
+class TrainingFreeDrafter;
 class SpdModule;
 }  // namespace specline
 
@@ -46,6 +47,7 @@ struct DraftJob {
   OracleDrafter* oracle = nullptr;  // set for oracle sequences
   const std::vector<int32_t>* reference = nullptr;
   // Results.
+  bool none = false;  // the drafter has no guess this time (no draft is sent)
   DraftToken draft;
   int32_t fed = 0;  // the new `fed`
   absl::Status status;
@@ -64,6 +66,11 @@ class Drafter {
   virtual void Propose(DraftJob& job) = 0;
   // Driver thread: the sequence ended.
   virtual void Release(uint64_t /*seq_id*/) {}
+  // A drafter that learns from the target's outputs (Token Recycling) asks
+  // for the logits of every verified row; Observe gets them under the
+  // engine lock, with the row's input token.
+  virtual bool WantsLogits() const { return false; }
+  virtual void Observe(int32_t /*input_token*/, std::span<const float> /*logits*/) {}
 };
 
 // The draft a drafter's logits give: greedy requests take the argmax (a
@@ -79,6 +86,11 @@ std::unique_ptr<Drafter> MakeOracleDrafter(int exit_layer);
 std::unique_ptr<Drafter> MakePpsdDrafter(std::shared_ptr<const DraftHead> head,
                                          std::shared_ptr<kernels::ThreadPool> pool,
                                          int kv_block_size, int kv_capacity_tokens);
+// The training-free drafter (prompt lookup, then Token Recycling) under
+// SPD's timing: it drafts at once and needs no taps. Shared by every
+// sequence, as its matrix is.
+std::unique_ptr<Drafter> MakeTrainingFreePipelineDrafter(
+    std::shared_ptr<TrainingFreeDrafter> drafter);
 // SPD speculation module.
 std::unique_ptr<Drafter> MakeSpdDrafter(std::shared_ptr<const DraftHead> head,
                                         std::shared_ptr<const ModelSource> base,

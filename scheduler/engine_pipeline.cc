@@ -244,7 +244,7 @@ void Engine::HandleResult(internal::MicroBatch batch) {
       }
       if (!r.needs_logits || s.finished() || r.epoch != s.epoch) continue;
       const SamplingParams& sp = s.sampling;
-      const bool greedy_only = sp.greedy() && sp.repetition_penalty == 1.0f;
+      const bool greedy_only = sp.greedy() && sp.repetition_penalty == 1.0f && !want.logits;
       p.decide = want.used - want.aux;
       p.n_aux = want.aux;
       (greedy_only ? p.greedy : p.logits) = take(greedy_only ? greedy_rows : rows, row, p.decide);

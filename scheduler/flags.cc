@@ -73,6 +73,19 @@ absl::StatusOr<SchedulerFlags> ParseSchedulerFlags(int argc, char** argv) {
     }
     else if (name == "ppsd-head") e.spec.ppsd_head = value;
     else if (name == "spd-head") e.spec.spd_head = value;
+    else if (name == "spd-drafter") e.spec.spd_drafter = value;
+    else if (name == "recycle-drafts") st = ParseNumber(name, value, &e.spec.recycle_drafts);
+    else if (name == "recycle-candidates") st = ParseNumber(name, value, &e.spec.recycle_candidates);
+    else if (name == "lookup-ngram") {
+      // "MIN:MAX", or one number for both.
+      const std::vector<std::string> parts = absl::StrSplit(value, ':');
+      st = ParseNumber(name, parts.front(), &e.spec.lookup_min_ngram);
+      if (st.ok()) st = ParseNumber(name, parts.back(), &e.spec.lookup_max_ngram);
+      if (st.ok() && (parts.size() > 2 || e.spec.lookup_min_ngram < 1 ||
+                      e.spec.lookup_max_ngram < e.spec.lookup_min_ngram)) {
+        st = absl::InvalidArgumentError("--lookup-ngram: MIN:MAX with 1 <= MIN <= MAX");
+      }
+    }
     else if (name == "ptp-head") e.spec.ptp_head = value;
     else if (name == "ptp-n-aux") st = ParseNumber(name, value, &e.spec.ptp_n_aux);
     else if (name == "pipo-head") e.spec.pipo_head = value;
@@ -97,6 +110,14 @@ absl::StatusOr<SchedulerFlags> ParseSchedulerFlags(int argc, char** argv) {
   e.batch_timeout = std::chrono::milliseconds(timeout_ms);
   e.retry_window = std::chrono::milliseconds(retry_ms);
   if (retry_ms < 0) return absl::InvalidArgumentError("--retry-window-ms must be >= 0");
+  if (e.spec.spd_drafter != "module" && e.spec.spd_drafter != "recycle") {
+    return absl::InvalidArgumentError(absl::StrCat("--spd-drafter: \"", e.spec.spd_drafter,
+                                                   "\" is not module or recycle"));
+  }
+  if (e.spec.recycle_drafts < 0) return absl::InvalidArgumentError("--recycle-drafts must be >= 0");
+  if (e.spec.recycle_candidates < 1) {
+    return absl::InvalidArgumentError("--recycle-candidates must be >= 1");
+  }
   if (e.max_attempts < 1) return absl::InvalidArgumentError("--max-attempts must be >= 1");
   if (f.model.empty()) return absl::InvalidArgumentError("--model is required");
   if (f.stage_grpc.empty()) return absl::InvalidArgumentError("--stage-grpc is required");

@@ -75,6 +75,9 @@ struct SpecState {
   // several percent of a short request (bench/spec_bench, alpha = 0).
   double acceptance_ema = 0.5;
   int tokens_since_draft = 0;
+  // The chain end at which the drafter last had no guess: it is not asked
+  // again until the chain moves.
+  int32_t no_draft_at = -1;
 };
 
 // Flushes start epochs row_epoch + 1 .. epoch, each recorded in

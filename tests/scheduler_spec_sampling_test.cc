@@ -398,7 +398,11 @@ TEST_P(SampledOutput, MatchesTheExactDistribution) {
   o.spec.policy = scheduler::DraftGate::kAlways;
   o.spec.allow_oracle = true;
   if (!c.ppsd.empty()) o.spec.ppsd_head = HeadDir(c.ppsd, c.n_stages);
-  if (!c.spd.empty()) o.spec.spd_head = HeadDir(c.spd, c.n_stages);
+  if (c.spd == "recycle") {
+    o.spec.spd_drafter = "recycle";  // the training-free drafter under SPD's timing
+  } else if (!c.spd.empty()) {
+    o.spec.spd_head = HeadDir(c.spd, c.n_stages);
+  }
   if (c.mode == v1::DECODING_POLICY_PTP) o.spec.ptp_head = HeadDir("ptp", c.n_stages);
   InprocPipeline p(c.n_stages, o);
 
@@ -459,6 +463,9 @@ INSTANTIATE_TEST_SUITE_P(
         ModeCase{"ppsd_layer_head", 2, v1::DECODING_POLICY_PPSD, false, "ppsd-layer", "", kRequests},
         ModeCase{"spd_v11_head", 2, v1::DECODING_POLICY_SPD, false, "", "spd-v11", kRequests},
         ModeCase{"ptp_adapter", 2, v1::DECODING_POLICY_PTP, false, "", "", kRequests},
+        ModeCase{"recycle", 2, v1::DECODING_POLICY_RECYCLE, false, "", "", kRequests},
+        ModeCase{"recycle_1stage", 1, v1::DECODING_POLICY_RECYCLE, false, "", "", kRequests},
+        ModeCase{"spd_recycle", 2, v1::DECODING_POLICY_SPD, false, "", "recycle", kRequests},
         ModeCase{"spd_oracle_4stages", 4, v1::DECODING_POLICY_SPD, true, "", "", kRequests},
         ModeCase{"ppsd_layer_head_4stages", 4, v1::DECODING_POLICY_PPSD, false, "ppsd-layer", "",
                  kRequests}),

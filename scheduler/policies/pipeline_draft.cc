@@ -107,6 +107,7 @@ bool PipelineDraftPolicy::WantsDraftLocked(const Sequence& s) const {
   const auto& st = PolicyStateOf<DraftChainState>(s);
   if (!st.drafter || s.finished() || s.state != SeqState::kDecode || s.pending() > 0) return false;
   if (static_cast<int>(st.spec.drafts.size()) >= rules_.max_drafts) return false;
+  if (st.spec.no_draft_at == s.chain_end()) return false;  // asked already: no guess
   // A draft for position p is useful only if p can still be generated.
   const int32_t p = s.chain_end();
   if (p >= host_.config().max_seq_len || p - s.prompt_len >= s.max_tokens) return false;
@@ -167,6 +168,10 @@ void PipelineDraftPolicy::ApplyDraftLocked(Sequence& s, DraftWork& work) {
   // receiver decided): this draft is for a position that no longer exists.
   if (s.epoch != j.epoch || s.chain_end() != j.end) return;
   SpecState& sp = st.spec;
+  if (j.none) {
+    sp.no_draft_at = j.end;
+    return;
+  }
   sp.draft_rng = j.rng;
   sp.fed = j.fed;
   sp.taps.erase(sp.taps.begin(), sp.taps.lower_bound(sp.fed));
@@ -205,8 +210,20 @@ void PipelineDraftPolicy::StoreTap(Sequence& s, uint32_t row_epoch, int32_t pos,
   st.spec.taps[pos][layer].assign(row.begin(), row.end());
 }
 
+WantedRows PipelineDraftPolicy::Wanted(const SlotRun& r) const {
+  WantedRows w = DecodingPolicy::Wanted(r);
+  const Drafter* d = PolicyStateOf<DraftChainState>(*r.seq).drafter;
+  w.logits = d && d->WantsLogits();
+  return w;
+}
+
 void PipelineDraftPolicy::DecideLocked(Sequence& s, const SlotRun& r, const RunOutput& out) {
   if (r.first_pos + r.count != static_cast<int32_t>(s.tokens.size())) return;
+  // A drafter that learns from the target sees every verified row.
+  Drafter* d = PolicyStateOf<DraftChainState>(s).drafter;
+  if (d && d->WantsLogits() && !out.logits.empty()) {
+    d->Observe(s.tokens.back(), out.logits.first(host_.config().vocab_size));
+  }
   DecideTokenLocked(s, out.logits, out.greedy.empty() ? -1 : out.greedy[0]);
 }
 

@@ -51,6 +51,7 @@ class PipelineDraftPolicy : public DecodingPolicy {
   std::vector<int> TapLayers(const Sequence& s) const override;
   void StoreTap(Sequence& s, uint32_t row_epoch, int32_t pos, int layer,
                 std::span<const float> row) override;
+  WantedRows Wanted(const SlotRun& r) const override;
   void DecideLocked(Sequence& s, const SlotRun& r, const RunOutput& out) override;
 
  protected:

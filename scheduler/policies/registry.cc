@@ -9,29 +9,41 @@
 #include "scheduler/policies/pipo.h"
 #include "scheduler/policies/ppsd.h"
 #include "scheduler/policies/ptp.h"
+#include "scheduler/policies/recycle.h"
 #include "scheduler/policies/spd.h"
 
 namespace specline::scheduler {
 namespace {
 
-// The flag that gives each method its head.
-const char* HeadFlag(v1::DecodingPolicy mode) {
+// Why a deployment lacks the policy: the flag that enables it.
+std::string Missing(v1::DecodingPolicy mode) {
   switch (mode) {
-    case v1::DECODING_POLICY_AUTOREGRESSIVE: return "";
-    case v1::DECODING_POLICY_PPSD: return "ppsd-head";
-    case v1::DECODING_POLICY_SPD: return "spd-head";
-    case v1::DECODING_POLICY_PTP: return "ptp-head";
-    case v1::DECODING_POLICY_PIPO: return "pipo-head";
+    case v1::DECODING_POLICY_PPSD: return "the scheduler has no --ppsd-head";
+    case v1::DECODING_POLICY_SPD: return "the scheduler has no --spd-head";
+    case v1::DECODING_POLICY_PTP: return "the scheduler has no --ptp-head";
+    case v1::DECODING_POLICY_PIPO: return "the scheduler has no --pipo-head";
+    case v1::DECODING_POLICY_RECYCLE: return "the scheduler runs with --recycle-drafts 0";
+    default: return "no such policy";
   }
-  return "";
 }
 
 }  // namespace
 
-std::vector<std::unique_ptr<DecodingPolicy>> MakePolicies(const PolicyResources& r) {
+std::vector<std::unique_ptr<DecodingPolicy>> MakePolicies(const PolicyResources& resources) {
+  PolicyResources r = resources;
+  const SpecOptions& o = r.options;
+  if (o.recycle_drafts > 0 || o.spd_drafter == "recycle") {
+    TrainingFreeDrafterOptions t;
+    t.vocab_size = r.model->config().vocab_size;
+    t.k = o.recycle_candidates;
+    t.min_ngram = o.lookup_min_ngram;
+    t.max_ngram = o.lookup_max_ngram;
+    r.training_free = std::make_shared<TrainingFreeDrafter>(t);
+  }
   std::vector<std::unique_ptr<DecodingPolicy>> policies;
   policies.push_back(std::make_unique<AutoregressivePolicy>(r.host));
-  for (auto make : {MakePpsdPolicy, MakeSpdPolicy, MakePtpPolicy, MakePipoPolicy}) {
+  for (auto make :
+       {MakePpsdPolicy, MakeSpdPolicy, MakePtpPolicy, MakePipoPolicy, MakeRecyclePolicy}) {
     if (auto p = make(r)) policies.push_back(std::move(p));
   }
   const v1::DecodingPolicy want = r.options.default_mode;
@@ -74,10 +86,9 @@ absl::Status ValidatePolicyFields(const RequestOptions& r, const SpecOptions& op
 }
 
 absl::Status NotServed(v1::DecodingPolicy mode) {
-  return absl::FailedPreconditionError(absl::StrCat("policy ", absl::AsciiStrToUpper(PolicyShortName(mode)),
-                                                    " is not available on this deployment (the "
-                                                    "scheduler has no --",
-                                                    HeadFlag(mode), ")"));
+  return absl::FailedPreconditionError(
+      absl::StrCat("policy ", absl::AsciiStrToUpper(PolicyShortName(mode)),
+                   " is not available on this deployment (", Missing(mode), ")"));
 }
 
 }  // namespace specline::scheduler

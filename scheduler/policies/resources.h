@@ -6,6 +6,7 @@
 #include <string>
 
 #include "kernels/cpu/thread_pool.h"
+#include "model/drafters/training_free_drafter.h"
 #include "model/formats/model_source.h"
 #include "scheduler/policies/draft_rules.h"
 #include "scheduler/policy_host.h"
@@ -18,6 +19,15 @@ struct SpecOptions {
   v1::DecodingPolicy default_mode = v1::DECODING_POLICY_AUTOREGRESSIVE;  // for requests that do not choose
   std::string ppsd_head;  // head directory enabling PPSD ("" = none)
   std::string spd_head;   // head directory enabling SPD ("" = none)
+  // SPD's drafter: "module" (the trained module of spd_head) or "recycle"
+  // (the training-free drafter, no head).
+  std::string spd_drafter = "module";
+  // The recycle policy: drafts per call at most (0 = not served), and the
+  // training-free drafter's candidates per token and n-gram range.
+  int recycle_drafts = 4;
+  int recycle_candidates = 8;
+  int lookup_min_ngram = 2;
+  int lookup_max_ngram = 4;
   // PTP adapter directory enabling PTP ("" = none); every stage must run
   // the same adapter (specline-stage --ptp-head).
   std::string ptp_head;
@@ -43,6 +53,9 @@ struct PolicyResources {
   int max_inflight = 1;
   int kv_block_size = 16;  // the stages' block size, for drafters' own caches
   int n_stages = 1;
+  // The training-free drafter (its Token Recycling matrix is learnt from
+  // every request), shared by the policies that use it; null when none does.
+  std::shared_ptr<TrainingFreeDrafter> training_free;
 
   DraftRules draft_rules() const {
     return {options.policy, options.min_acceptance, options.probe_interval,

@@ -10,9 +10,12 @@ namespace specline::scheduler {
 std::unique_ptr<DecodingPolicy> MakeSpdPolicy(const PolicyResources& r) {
   const int n_stages = r.n_stages;
   const SpecOptions& o = r.options;
-  if (o.spd_head.empty() && !o.allow_oracle) return nullptr;
+  const bool training_free = o.spd_drafter == "recycle";
+  if (o.spd_head.empty() && !training_free && !o.allow_oracle) return nullptr;
   std::unique_ptr<Drafter> drafter;
-  if (!o.spd_head.empty()) {
+  if (training_free) {
+    drafter = MakeTrainingFreePipelineDrafter(r.training_free);
+  } else if (!o.spd_head.empty()) {
     std::shared_ptr<const DraftHead> head = LoadDraftHead(o.spd_head, r.model->config());
     if (head->config().method != DraftMethod::kSpd) {
       throw std::invalid_argument(o.spd_head + ": a " + DraftMethodName(head->config().method) +

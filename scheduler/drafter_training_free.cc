@@ -1,0 +1,43 @@
+// The training-free drafter under pipeline speculation's timing (SPD): one
+// token per call, proposed from the chain as it stands.
+#include "model/drafters/training_free_drafter.h"
+#include "scheduler/drafter.h"
+
+namespace specline::scheduler {
+namespace {
+
+class TrainingFreePipelineDrafter : public Drafter {
+ public:
+  explicit TrainingFreePipelineDrafter(std::shared_ptr<TrainingFreeDrafter> drafter)
+      : drafter_(std::move(drafter)) {}
+
+  std::string name() const override { return "training-free (prompt lookup, Token Recycling)"; }
+  std::vector<int> TapLayers() const override { return {}; }
+  bool Ready(const SpecState& /*sp*/, int32_t /*verified*/) const override { return true; }
+  // A point-mass draft: the verifier's rejection sampling stays exact.
+  void Propose(DraftJob& job) override {
+    const DraftProposal p = drafter_->Propose(job.chain, 1);
+    job.fed = job.end;
+    if (p.tokens.empty()) {
+      job.none = true;
+      return;
+    }
+    job.draft = {p.tokens.front(), {}};
+  }
+  bool WantsLogits() const override { return true; }
+  void Observe(int32_t input_token, std::span<const float> logits) override {
+    drafter_->Observe(input_token, logits);
+  }
+
+ private:
+  std::shared_ptr<TrainingFreeDrafter> drafter_;
+};
+
+}  // namespace
+
+std::unique_ptr<Drafter> MakeTrainingFreePipelineDrafter(
+    std::shared_ptr<TrainingFreeDrafter> drafter) {
+  return std::make_unique<TrainingFreePipelineDrafter>(std::move(drafter));
+}
+
+}  // namespace specline::scheduler

@@ -1,0 +1,124 @@
+// The training-free drafter as a plug-in (issue 17), through real stages
+// (in-process): RECYCLE's draft-then-verify and SPD with the training-free
+// drafter give exactly the tokens of plain decoding (greedy), drafts are
+// made and accepted, and the KV accounting returns to its baseline. The
+// sampled case is in scheduler_spec_sampling_test (chi-square).
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "tests/inproc_pipeline.h"
+
+namespace specline::testing {
+namespace {
+
+scheduler::EngineOptions Options(scheduler::DraftGate gate) {
+  scheduler::EngineOptions o;
+  o.spec.policy = gate;
+  o.spec.spd_drafter = "recycle";
+  return o;
+}
+
+// Input-grounded prompts (a pattern repeated, so prompt lookup matches) and
+// random ones (Token Recycling learns from the outputs as they come).
+std::vector<scheduler::RequestOptions> Requests(int max_tokens) {
+  std::vector<scheduler::RequestOptions> out;
+  for (uint32_t seed : {1u, 2u, 3u, 4u}) {
+    scheduler::RequestOptions r;
+    const std::vector<int32_t> unit = MakePrompt(3 + seed % 4, seed);
+    for (int rep = 0; rep < (seed % 2 == 0 ? 4 : 1); ++rep) {
+      r.prompt.insert(r.prompt.end(), unit.begin(), unit.end());
+    }
+    r.max_tokens = max_tokens;
+    out.push_back(r);
+  }
+  return out;
+}
+
+struct Case {
+  std::string name;
+  int n_stages;
+  v1::DecodingPolicy mode;
+  scheduler::DraftGate gate;
+};
+
+class TrainingFreeGreedy : public ::testing::TestWithParam<Case> {};
+
+TEST_P(TrainingFreeGreedy, EqualsPlainDecoding) {
+  const Case c = GetParam();
+  InprocPipeline p(c.n_stages, Options(c.gate), InprocPipeline::kStageKvTokens,
+                   std::chrono::microseconds(200));
+  int64_t drafted = 0, accepted = 0;
+  // Twice: the second round drafts from a matrix the first one taught.
+  for (int round = 0; round < 2; ++round) {
+    for (scheduler::RequestOptions r : Requests(40)) {
+      const Reference ref = Generate1(p.model(), r);
+      r.mode = c.mode;
+      auto stream = p.engine().Submit(r);
+      ASSERT_TRUE(stream.ok()) << stream.status();
+      const StreamResult got = Collect(**stream);
+      EXPECT_EQ(got.tokens, ref.tokens) << "round " << round;
+      EXPECT_EQ(got.last.mode, c.mode);
+      const scheduler::SpecStats& st = got.last.spec;
+      EXPECT_EQ(st.accepted_tokens + st.rejected_tokens + st.discarded_tokens, st.draft_tokens);
+      drafted += st.draft_tokens;
+      accepted += st.accepted_tokens;
+    }
+  }
+  EXPECT_GT(drafted, 0);
+  EXPECT_GT(accepted, 0) << "no draft was ever accepted: the drafter never learnt";
+  EXPECT_TRUE(Eventually([&] { return p.StagesEmpty(); }));
+  const auto stats = p.engine().Stats();
+  EXPECT_EQ(stats.kv_free_tokens, stats.kv_capacity_tokens);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Policies, TrainingFreeGreedy,
+    ::testing::Values(
+        Case{"recycle_1stage_always", 1, v1::DECODING_POLICY_RECYCLE, scheduler::DraftGate::kAlways},
+        Case{"recycle_2stages_always", 2, v1::DECODING_POLICY_RECYCLE, scheduler::DraftGate::kAlways},
+        Case{"recycle_1stage_auto", 1, v1::DECODING_POLICY_RECYCLE, scheduler::DraftGate::kAuto},
+        Case{"spd_recycle_2stages", 2, v1::DECODING_POLICY_SPD, scheduler::DraftGate::kAlways},
+        Case{"spd_recycle_4stages", 4, v1::DECODING_POLICY_SPD, scheduler::DraftGate::kAlways}),
+    [](const auto& info) { return info.param.name; });
+
+// Many concurrent requests of both training-free policies and plain
+// decoding share the pipeline and the matrix; each equals plain decoding.
+TEST(TrainingFreeGreedy, ConcurrentRequestsShareTheMatrix) {
+  InprocPipeline p(2, Options(scheduler::DraftGate::kAlways));
+  std::vector<scheduler::RequestOptions> requests;
+  std::vector<std::shared_ptr<scheduler::RequestStream>> streams;
+  const v1::DecodingPolicy modes[] = {v1::DECODING_POLICY_RECYCLE, v1::DECODING_POLICY_SPD,
+                                      v1::DECODING_POLICY_AUTOREGRESSIVE};
+  int i = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    for (scheduler::RequestOptions r : Requests(24)) {
+      r.mode = modes[i++ % 3];
+      r.prompt.push_back(rep);
+      auto stream = p.engine().Submit(r);
+      ASSERT_TRUE(stream.ok()) << stream.status();
+      requests.push_back(r);
+      streams.push_back(*stream);
+    }
+  }
+  for (size_t k = 0; k < streams.size(); ++k) {
+    EXPECT_EQ(Collect(*streams[k]).tokens, Generate1(p.model(), requests[k]).tokens) << k;
+  }
+  EXPECT_TRUE(Eventually([&] { return p.StagesEmpty(); }));
+}
+
+TEST(TrainingFreePolicy, RecycleDraftsZeroMeansNotServed) {
+  scheduler::EngineOptions o;
+  o.spec.recycle_drafts = 0;
+  InprocPipeline p(1, o);
+  scheduler::RequestOptions r = Requests(4).front();
+  r.mode = v1::DECODING_POLICY_RECYCLE;
+  auto stream = p.engine().Submit(r);
+  ASSERT_FALSE(stream.ok());
+  EXPECT_EQ(stream.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(stream.status().message().find("--recycle-drafts 0"), std::string::npos)
+      << stream.status();
+}
+
+}  // namespace
+}  // namespace specline::testing
