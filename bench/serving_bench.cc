@@ -30,7 +30,7 @@
 
 #include "bench/synthetic_workload.h"
 #include "bench/bench_util.h"
-#include "cli/child_process.h"
+#include "cli/launch/child_process.h"
 #include "model/formats/model_source.h"
 #include "model/formats/random_model.h"
 #include "model/runtime/generator.h"
@@ -101,8 +101,8 @@ class Stack {
     const std::string port_file = (dir_ / "serve.json").string();
     fs::remove(port_file);
     // bench binaries live in <build>/bench, specline at <build>.
-    std::string bin = specline::cli::ExecutableDir() + "/specline";
-    if (!fs::exists(bin)) bin = specline::cli::ExecutableDir() + "/../specline";
+    std::string bin = specline::launch::ExecutableDir() + "/specline";
+    if (!fs::exists(bin)) bin = specline::launch::ExecutableDir() + "/../specline";
     // The processes' logs go to a file, not into the table.
     const std::string log = (dir_ / "serve.log").string();
     std::fflush(stdout);
@@ -111,7 +111,7 @@ class Stack {
     const int saved_out = dup(STDOUT_FILENO);
     dup2(log_fd, STDERR_FILENO);
     dup2(log_fd, STDOUT_FILENO);
-    pid_ = specline::cli::SpawnProcess(
+    pid_ = specline::launch::SpawnProcess(
         {bin, "serve", "--model", o.model, "--stages", std::to_string(stages), "--port", "0",
          "--threads", std::to_string(o.threads), "--port-file", port_file,
          "--max-concurrent-streams", "1024", "--max-waiting", "1024"});
@@ -132,7 +132,7 @@ class Stack {
     addr_ = "127.0.0.1:" + std::to_string(j["gateway"]["grpc"].get<int>());
   }
   ~Stack() {
-    specline::cli::StopProcess(pid_, SIGTERM, std::chrono::seconds(30));
+    specline::launch::StopProcess(pid_, SIGTERM, std::chrono::seconds(30));
     std::error_code ec;
     fs::remove_all(dir_, ec);
   }

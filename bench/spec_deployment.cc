@@ -1,8 +1,5 @@
 #include "bench/spec_deployment.h"
 
-#include <fcntl.h>
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,9 +13,8 @@
 #include <grpcpp/grpcpp.h>
 
 #include "bench/bench_util.h"
-#include "cli/child_process.h"
-#include "model/formats/model_source.h"
-#include "model/runtime/local_pipeline.h"
+#include "cli/launch/child_process.h"
+#include "cli/launch/topology.h"
 
 namespace specline::bench {
 
@@ -52,105 +48,41 @@ Deployment::Deployment(const DeploymentOptions& o) {
   std::string tmpl = (fs::temp_directory_path() / "specline-spec-bench-XXXXXX").string();
   if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
   dir_ = tmpl;
+  launch::Topology t;
+  t.model = o.model;
+  t.stages = o.stages;
+  t.stage_threads = o.stage_threads;
+  t.scheduler_threads = o.scheduler_threads;
+  t.kv_capacity_tokens = (o.kv_tokens + 15) / 16 * 16;  // whole 16-position blocks
+  t.metrics = false;
+  t.scheduler_args = {"--allow-oracle", o.allow_oracle ? "true" : "false",
+                      "--spec-policy", o.spec_policy};
+  t.scheduler_args.insert(t.scheduler_args.end(), o.scheduler_args.begin(), o.scheduler_args.end());
+  t.stage_args = o.stage_args;
+  t.log_level = "warn";
+  t.run_dir = dir_.string();
   // bench binaries live in <build>/bench, the processes at <build>.
-  const std::string bin_dir = cli::ExecutableDir() + "/..";
-  const std::string stage_bin = bin_dir + "/specline-stage";
-  const std::string sched_bin = bin_dir + "/specline-scheduler";
-  for (const std::string& b : {stage_bin, sched_bin}) {
-    if (access(b.c_str(), X_OK) != 0) throw std::runtime_error("cannot find " + b + "; build it");
-  }
-  const int n = o.stages;
-  const int n_layers = OpenModel(o.model)->config().n_layers;
-  if (n < 1 || n > n_layers) throw std::invalid_argument("--stages out of range");
-  const std::vector<int> bounds = EvenSplit(n_layers, n);
-  const std::vector<int> ports = cli::PickFreePorts(2 * n + 2);
-  // Whole 16-position blocks.
-  const std::string kv = std::to_string((o.kv_tokens + 15) / 16 * 16);
-  auto tcp = [](int p) { return "tcp://127.0.0.1:" + std::to_string(p); };
-  auto loop = [](int p) { return "127.0.0.1:" + std::to_string(p); };
-  const std::string sched_data = tcp(ports[2 * n]);
-  const int sched_grpc = ports[2 * n + 1];
-  std::string stage_grpc;
-  std::vector<std::vector<std::string>> argvs;
-  for (int i = 0; i < n; ++i) {
-    const std::string pf = (dir_ / ("stage-" + std::to_string(i) + ".json")).string();
-    port_files_.push_back(pf);
-    argvs.push_back({stage_bin, "--model", o.model,
-                     "--layers", std::to_string(bounds[i]) + ":" + std::to_string(bounds[i + 1]),
-                     "--stage", std::to_string(i),
-                     "--data-listen", tcp(ports[2 * i]),
-                     "--next", i + 1 < n ? tcp(ports[2 * (i + 1)]) : sched_data,
-                     "--grpc-port", std::to_string(ports[2 * i + 1]),
-                     "--metrics-port", "-1",
-                     "--port-file", pf,
-                     "--threads", std::to_string(o.stage_threads),
-                     "--kv-capacity-tokens", kv,
-                     "--log-level", "warn"});
-    argvs.back().insert(argvs.back().end(), o.stage_args.begin(), o.stage_args.end());
-    if (i > 0) stage_grpc += ",";
-    stage_grpc += loop(ports[2 * i + 1]);
-  }
-  const std::string pf = (dir_ / "scheduler.json").string();
-  port_files_.push_back(pf);
-  std::vector<std::string> sched = {sched_bin, "--model", o.model,
-                                    "--stage-grpc", stage_grpc,
-                                    "--data-listen", sched_data,
-                                    "--grpc-port", std::to_string(sched_grpc),
-                                    "--metrics-port", "-1",
-                                    "--port-file", pf,
-                                    "--threads", std::to_string(o.scheduler_threads),
-                                    "--kv-capacity-tokens", kv,
-                                    "--allow-oracle", o.allow_oracle ? "true" : "false",
-                                    "--spec-policy", o.spec_policy,
-                                    "--log-level", "warn"};
-  sched.insert(sched.end(), o.scheduler_args.begin(), o.scheduler_args.end());
-  argvs.push_back(sched);
+  const launch::Binaries binaries =
+      launch::FindBinaries(launch::ExecutableDir() + "/..", /*gateway=*/false);
   // The processes' logs go to a file, not into the table.
   log_ = (dir_ / "processes.log").string();
+  launch::StartOptions start;
+  start.timeout = std::chrono::seconds(120);
+  start.log_path = log_;
+  start.stop.grace = std::chrono::seconds(10);
   std::fflush(stdout);
   std::fflush(stderr);
-  const int log_fd = open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  const int saved_err = dup(STDERR_FILENO), saved_out = dup(STDOUT_FILENO);
-  dup2(log_fd, STDERR_FILENO);
-  dup2(log_fd, STDOUT_FILENO);
-  for (auto& a : argvs) pids_.push_back(cli::SpawnProcess(a));
-  dup2(saved_err, STDERR_FILENO);
-  dup2(saved_out, STDOUT_FILENO);
-  close(saved_err);
-  close(saved_out);
-  close(log_fd);
-
-  const double deadline = Now() + 120;
-  for (size_t k = 0; k < port_files_.size(); ++k) {
-    while (!fs::exists(port_files_[k])) {
-      CheckAlive();
-      if (Now() > deadline) throw std::runtime_error("a process did not start; see " + log_);
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-  }
+  processes_.Start(t, binaries, launch::ModelLayers(o.model), start);
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  stub_ = internal::Scheduler::NewStub(
-      grpc::CreateCustomChannel(loop(sched_grpc), grpc::InsecureChannelCredentials(), args));
-  while (true) {
-    CheckAlive();
-    if (Now() > deadline) throw std::runtime_error("the scheduler did not see every stage");
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
-    internal::SchedulerStats st;
-    if (stub_->GetStats(&ctx, internal::StatsRequest(), &st).ok() && st.stage_up_size() == n &&
-        std::all_of(st.stage_up().begin(), st.stage_up().end(), [](bool b) { return b; })) {
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  stub_ = internal::Scheduler::NewStub(grpc::CreateCustomChannel(
+      launch::Loopback(processes_.scheduler().spec.grpc_port), grpc::InsecureChannelCredentials(), args));
 }
 
 Deployment::~Deployment() {
-  // Scheduler first, then the stages.
-  for (auto it = pids_.rbegin(); it != pids_.rend(); ++it) {
-    cli::StopProcess(*it, SIGTERM, std::chrono::seconds(10));
-  }
+  launch::StopOptions stop;
+  stop.grace = std::chrono::seconds(10);
+  processes_.Stop(stop);
   std::error_code ec;
   fs::remove_all(dir_, ec);
 }
@@ -193,10 +125,10 @@ Run Deployment::Submit(const BenchRequest& q) {
   return r;
 }
 
-double Deployment::CpuSeconds() const {
+double Deployment::CpuSeconds() {
   double total = 0;
-  for (pid_t p : pids_) {
-    std::ifstream in("/proc/" + std::to_string(p) + "/stat");
+  for (const launch::Child* c : processes_.all()) {
+    std::ifstream in("/proc/" + std::to_string(c->pid) + "/stat");
     std::string line;
     std::getline(in, line);
     const size_t close = line.rfind(')');
@@ -210,16 +142,6 @@ double Deployment::CpuSeconds() const {
     total += ut + st;
   }
   return total / sysconf(_SC_CLK_TCK);
-}
-
-void Deployment::CheckAlive() {
-  for (pid_t p : pids_) {
-    int status = 0;
-    if (waitpid(p, &status, WNOHANG) == p) {
-      throw std::runtime_error("a process " + cli::DescribeExit(status) + " at start-up; see " +
-                               log_);
-    }
-  }
 }
 
 }  // namespace specline::bench

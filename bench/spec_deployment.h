@@ -1,12 +1,10 @@
-// A pipeline for the speculation benchmarks (spec_bench, head_bench): N
-// `specline-stage` processes (layers split evenly) and one
-// `specline-scheduler` on loopback TCP, wired like `specline serve`
-// (cli/launcher.cc) but without the gateway, so a benchmark talks to the
+// A pipeline for the speculation benchmarks (spec_bench, head_bench,
+// pipo_bench): N `specline-stage` processes (layers split evenly) and one
+// `specline-scheduler` on loopback TCP, started by cli/launch/ as `specline
+// serve` is but without the gateway, so a benchmark talks to the
 // scheduler's internal Submit and sees the final SubmitEvent's speculation
 // counters. Also what one request cost in CPU time.
 #pragma once
-
-#include <sys/types.h>
 
 #include <cstdint>
 #include <filesystem>
@@ -14,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/launch/startup.h"
 #include "specline/internal/scheduler.grpc.pb.h"
 
 namespace specline::bench {
@@ -84,12 +83,10 @@ class Deployment {
   Run Submit(const BenchRequest& request);
 
  private:
-  double CpuSeconds() const;  // user + system CPU time of every process so far
-  void CheckAlive();
+  double CpuSeconds();  // user + system CPU time of every process so far
   std::filesystem::path dir_;
   std::string log_;
-  std::vector<std::string> port_files_;
-  std::vector<pid_t> pids_;
+  launch::Processes processes_;
   std::unique_ptr<internal::Scheduler::Stub> stub_;
   uint64_t seq_ = 0;
 };

@@ -2,44 +2,27 @@
 // scheduler and the gateway as child processes on localhost, wired through
 // ports chosen up front (so a restarted process keeps its address),
 // supervised (a crashed process is restarted with the same arguments, with
-// backoff) and shut down in order: gateway (drain), scheduler, stages.
+// backoff) and shut down in order: gateway (drain), scheduler, stages. The
+// wiring itself (argv, ports, start-up, readiness) is cli/launch/'s.
 #pragma once
-
-#include <sys/types.h>
 
 #include <chrono>
 #include <string>
 #include <vector>
 
+#include "cli/launch/startup.h"
+#include "cli/launch/topology.h"
+
 namespace specline::cli {
 
 struct LaunchConfig {
-  std::string model;
-  std::string tokenizer;  // "" = the model's own
-  int stages = 2;
-  std::string host = "127.0.0.1";  // the gateway's listen address
-  int port = 50051;                // gateway gRPC; 0 = pick
-  int metrics_port = 0;            // gateway /metrics; 0 = pick
-  int http_port = 0;               // gateway OpenAI HTTP API; 0 = pick, -1 = off
-  int threads = 0;                 // per process; 0 = cores / stages
-  long kv_capacity_tokens = 0;     // 0 = each process's default
-  int max_waiting = 0;             // scheduler queue limit; 0 = its default
-  int max_concurrent_streams = 0;  // gateway; 0 = its default
-  int default_max_tokens = 0;      // gateway; 0 = its default
-  int drain_timeout_ms = 10000;
-  std::string auth_token_file, tls_cert, tls_key;
-  std::string served_model_name;      // gateway; "" = the model file's stem
-  int max_streams_per_principal = 0;  // gateway; 0 = no per-principal cap
-  std::string port_file;  // where the launcher writes every port and pid
-  std::string binary_dir;  // where specline-stage etc. live
-  std::string log_level;   // passed to every child; "" = their default
-  std::string device;      // "" / cpu, cuda (stage i on GPU i % count), cuda:N
-  std::string dtype;       // GPU element type; "" = bf16
-  // Speculation options for the scheduler ("--ppsd-head", DIR, ...), as is.
-  std::vector<std::string> scheduler_spec_args;
-  // Heads every stage and the scheduler load ("" = none): a PTP adapter, a
-  // PIPO head (its backbone on the stages, its other heads on the scheduler).
-  std::string ptp_head, pipo_head;
+  // The processes and their flags. Its gateway is always started (a default
+  // one when unset); stage_threads / scheduler_threads come from `threads`,
+  // cluster_secret_file and run_dir from the launcher.
+  launch::Topology topology;
+  int threads = 0;         // per process; 0 = cores / stages
+  std::string port_file;   // where the launcher writes every port and pid
+  std::string binary_dir;  // where specline-stage etc. live; "" = next to specline
 };
 
 class Launcher {
@@ -59,40 +42,25 @@ class Launcher {
   void Shutdown();
 
   std::string gateway_address() const;  // 127.0.0.1:port
-  int http_port() const { return gateway_.http_port; }  // -1 when off
+  int http_port() const;                // -1 when off
   int restarts() const { return restarts_; }
 
  private:
-  struct Child {
-    std::string name;
-    std::vector<std::string> argv;
-    std::string port_file;
-    std::string data;  // data-plane address, for the port file
-    int grpc_port = 0, metrics_port = 0;
-    int http_port = -1;  // the gateway's OpenAI HTTP API
-    pid_t pid = -1;
-    std::chrono::steady_clock::time_point started, restart_at;
+  // Supervision of one child: its restart backoff.
+  struct Restart {
+    std::chrono::steady_clock::time_point at;
     std::chrono::milliseconds backoff{250};
-    bool waiting_restart = false;
+    bool waiting = false;
   };
-  class PortTaken;
-  void StartOnce(std::chrono::seconds timeout);
-  void StopChildren();  // gateway (drains), scheduler, stages
-  void Spawn(Child& c);
-  // --device / --dtype for a stage or the scheduler, when serve was given them.
-  void AddDeviceFlags(std::vector<std::string>& argv) const;
-  void WaitPortFile(Child& c, std::chrono::steady_clock::time_point deadline);
-  void WaitStagesUp(std::chrono::steady_clock::time_point deadline);
-  void WaitGatewayServing(std::chrono::steady_clock::time_point deadline);
-  // Throws when c has exited (PortTaken when it could not bind its port).
-  void CheckAlive(Child& c);
+  launch::StopOptions StopOptions() const;  // logs each exit
+  void WaitGatewayServing(launch::Processes& p, std::chrono::steady_clock::time_point deadline);
   void WriteLauncherPortFile();
 
   LaunchConfig config_;
   std::string run_dir_;
-  std::string cluster_secret_, cluster_secret_file_;  // the internal plane's, made per run
-  std::vector<Child> stages_;
-  Child scheduler_, gateway_;
+  std::string cluster_secret_;  // the internal plane's, made per run
+  launch::Processes processes_;
+  std::vector<Restart> restart_;  // by processes_.all()
   int restarts_ = 0;
   bool stopping_ = false;
 };

@@ -102,49 +102,50 @@ int ServeCommand(int argc, char** argv) {
   }
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e [serve] %l %v");
   LaunchConfig c;
-  c.model = args.Str("model", DefaultModelPath());
-  if (c.model.empty()) {
+  launch::Topology& t = c.topology;
+  t.model = args.Str("model", DefaultModelPath());
+  if (t.model.empty()) {
     std::cerr << "no model: pass --model, or run scripts/setup.sh to fetch the default\n";
     return 2;
   }
-  c.tokenizer = args.Str("tokenizer");
-  c.stages = args.Int("stages", 2);
-  c.host = args.Str("host", "127.0.0.1");
-  c.port = args.Int("port", 50051);
-  c.metrics_port = args.Int("metrics-port", 0);
-  // vLLM's and llama-server's habit: 8000; tests that pick the gRPC port
-  // (--port 0) get a picked HTTP port too, so parallel servers never collide.
-  c.http_port = args.Int("http-port", c.port == 0 ? 0 : 8000);
+  t.stages = args.Int("stages", 2);
   c.threads = args.Int("threads", 0);
-  c.kv_capacity_tokens = args.Int("kv-capacity-tokens", 0);
-  c.max_waiting = args.Int("max-waiting", 0);
-  c.max_concurrent_streams = args.Int("max-concurrent-streams", 0);
-  c.default_max_tokens = args.Int("default-max-tokens", 0);
-  c.drain_timeout_ms = args.Int("drain-timeout-ms", 10000);
-  c.auth_token_file = args.Str("auth-token-file");
-  c.served_model_name = args.Str("served-model-name");
-  c.max_streams_per_principal = args.Int("max-streams-per-principal", 0);
-  c.tls_cert = args.Str("tls-cert");
-  c.tls_key = args.Str("tls-key");
+  t.kv_capacity_tokens = args.Int("kv-capacity-tokens", 0);
+  t.max_waiting = args.Int("max-waiting", 0);
   c.port_file = args.Str("port-file");
-  c.device = args.Str("device");
-  c.dtype = args.Str("dtype");
-  c.ptp_head = args.Str("ptp-head");
-  c.pipo_head = args.Str("pipo-head");
+  t.device = args.Str("device");
+  t.dtype = args.Str("dtype");
+  t.ptp_head = args.Str("ptp-head");
+  t.pipo_head = args.Str("pipo-head");
   for (const char* name :
        {"ppsd-head", "spd-head", "default-policy", "spec-policy", "spec-max-drafts",
         "allow-oracle", "ptp-n-aux", "pipo-tau", "retry-window-ms", "max-attempts",
         "spd-drafter", "recycle-drafts"}) {
     if (args.Has(name)) {
-      c.scheduler_spec_args.insert(c.scheduler_spec_args.end(),
-                                   {std::string("--") + name, args.Str(name)});
+      t.scheduler_args.insert(t.scheduler_args.end(), {std::string("--") + name, args.Str(name)});
     }
   }
+  launch::GatewayOptions& g = t.gateway.emplace();
+  g.tokenizer = args.Str("tokenizer");
+  g.host = args.Str("host", "127.0.0.1");
+  g.port = args.Int("port", 50051);
+  g.metrics_port = args.Int("metrics-port", 0);
+  // vLLM's and llama-server's habit: 8000; tests that pick the gRPC port
+  // (--port 0) get a picked HTTP port too, so parallel servers never collide.
+  g.http_port = args.Int("http-port", g.port == 0 ? 0 : 8000);
+  g.max_concurrent_streams = args.Int("max-concurrent-streams", 0);
+  g.default_max_tokens = args.Int("default-max-tokens", 0);
+  g.drain_timeout_ms = args.Int("drain-timeout-ms", 10000);
+  g.auth_token_file = args.Str("auth-token-file");
+  g.served_model_name = args.Str("served-model-name");
+  g.max_streams_per_principal = args.Int("max-streams-per-principal", 0);
+  g.tls_cert = args.Str("tls-cert");
+  g.tls_key = args.Str("tls-key");
   const bool demo = args.Has("demo-prompt");
   // A demo shows the generation, so the processes only speak up for
   // warnings unless asked otherwise.
-  c.log_level = args.Str("log-level", demo ? "warn" : "");
-  if (!c.log_level.empty()) spdlog::set_level(spdlog::level::from_str(c.log_level));
+  t.log_level = args.Str("log-level", demo ? "warn" : "");
+  if (!t.log_level.empty()) spdlog::set_level(spdlog::level::from_str(t.log_level));
   v1::GenerateRequest demo_request;
   if (demo) demo_request = RequestFromArgs(args, "demo-prompt");
 
@@ -176,7 +177,7 @@ int ServeCommand(int argc, char** argv) {
       std::fputs("\n", stdout);
       std::fflush(stdout);
       if (r.status.ok()) {
-        std::fprintf(stderr, "[specline serve: %d stage processes] %s\n", c.stages,
+        std::fprintf(stderr, "[specline serve: %d stage processes] %s\n", t.stages,
                      FormatStats(r).c_str());
       } else {
         std::fprintf(stderr, "demo generation failed: %d %s\n", r.status.error_code(),

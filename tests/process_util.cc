@@ -1,8 +1,6 @@
 #include "tests/process_util.h"
 
-#include <fcntl.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -10,6 +8,8 @@
 #include <sstream>
 #include <stdexcept>
 #include <thread>
+
+#include "cli/launch/child_process.h"
 
 namespace specline::testing {
 namespace {
@@ -27,34 +27,9 @@ std::string Tail(const std::string& path, size_t max_bytes = 4000) {
 }  // namespace
 
 pid_t Spawn(const std::vector<std::string>& argv, const std::string& log_path) {
-  if (argv.empty()) throw std::invalid_argument("Spawn: empty argv");
-  // Everything the child needs is built before fork: after it, only
-  // async-signal-safe calls (the test may have threads).
-  std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  const pid_t parent = getpid();
-  pid_t pid = fork();
-  if (pid < 0) throw std::runtime_error("fork failed");
-  if (pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(126);  // the parent died before prctl
-    // Signals the test blocked must not stay blocked in the child.
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
-    if (!log_path.empty()) {
-      int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-      if (fd >= 0) {
-        dup2(fd, 1);
-        dup2(fd, 2);
-        close(fd);
-      }
-    }
-    execv(args[0], args.data());
-    _exit(127);
-  }
-  return pid;
+  // In the test's process group: a test runner that kills the group takes
+  // the children along.
+  return launch::SpawnProcess(argv, {.log_path = log_path, .own_process_group = false});
 }
 
 nlohmann::json WaitForPortFile(const std::string& path, std::chrono::milliseconds timeout,

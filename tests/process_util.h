@@ -13,9 +13,10 @@
 
 namespace specline::testing {
 
-// Starts argv[0] (a path) with argv[1..]. stdout and stderr go to
-// `log_path` when given (appended), else to the test's own. Throws
-// std::runtime_error when fork fails; an exec failure shows as exit 127.
+// Starts argv[0] (a path) with argv[1..] (launch::SpawnProcess, in the
+// test's process group). stdout and stderr go to `log_path` when given
+// (appended), else to the test's own. Throws std::runtime_error when fork
+// fails; an exec failure shows as exit 127.
 pid_t Spawn(const std::vector<std::string>& argv, const std::string& log_path = "");
 
 // Polls for `path` until it holds a complete JSON object. Throws
