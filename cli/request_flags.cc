@@ -18,7 +18,7 @@ const char kRequestUsage[] = R"(  --chat                 send the prompt as a ch
   --max-tokens N         tokens to generate (default: the server's)
   --temperature T        0 = greedy (default 0)
   --top-k K  --top-p P  --min-p P  --repetition-penalty R  --seed S
-  --policy P             ar, ppsd, spd, pipo or ptp (default: the server's)
+  --policy P             ar, ppsd, spd, pipo, ptp or recycle (default: the server's)
   --pipo-tau X           PIPO's confidence threshold (0 = always two tokens, > 1 = one)
   --stop TEXT            a stop string (excluded from the output)
   --stop-token-ids 1,2   extra stop token ids

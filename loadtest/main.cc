@@ -55,7 +55,7 @@ prompts:
   --workload-seed N      seed of arrivals and synthetic prompts (default 0)
 request:
   --temperature T  --top-p P  --top-k K  --seed N (sampling seed, every request)
-  --policy ar|ppsd|spd|pipo|ptp   decoding policy (default: the server's)
+  --policy ar|ppsd|spd|pipo|ptp|recycle   decoding policy (default: the server's)
   --timeout-s S          deadline per request (default none)
   --token FILE           bearer token file
 SLOs and output:

@@ -81,13 +81,15 @@ void ExpectLosslessAcrossProcesses(int n) {
   // The deployment says what it runs.
   EXPECT_EQ(ServedPolicies(*stack), (std::vector<int>{v1::DECODING_POLICY_AUTOREGRESSIVE,
                                                      v1::DECODING_POLICY_PPSD,
-                                                     v1::DECODING_POLICY_SPD}));
+                                                     v1::DECODING_POLICY_SPD,
+                                                     v1::DECODING_POLICY_RECYCLE}));
 
   int64_t drafted = 0;
   for (const std::string prompt : {"Once upon a time", "The cat sat", "Lily and Ben went"}) {
     const std::vector<int32_t> ids = ref.EncodeText(prompt);
     const Reference want = ref.Run(ids, 48, /*ignore_eos=*/true);
-    for (v1::DecodingPolicy policy : {v1::DECODING_POLICY_PPSD, v1::DECODING_POLICY_SPD}) {
+    for (v1::DecodingPolicy policy :
+         {v1::DECODING_POLICY_PPSD, v1::DECODING_POLICY_SPD, v1::DECODING_POLICY_RECYCLE}) {
       v1::GenerateRequest req;
       req.set_text(prompt);
       req.set_max_tokens(48);
@@ -158,7 +160,8 @@ TEST(ServingSpec, PtpAndPipoPerRequestThroughTheGateway) {
   ReferenceEngine ref(Stories260K());
   EXPECT_EQ(ServedPolicies(*stack), (std::vector<int>{v1::DECODING_POLICY_AUTOREGRESSIVE,
                                                      v1::DECODING_POLICY_PTP,
-                                                     v1::DECODING_POLICY_PIPO}));
+                                                     v1::DECODING_POLICY_PIPO,
+                                                     v1::DECODING_POLICY_RECYCLE}));
   for (const std::string prompt : {"Once upon a time", "The cat sat"}) {
     const Reference want = ref.Run(ref.EncodeText(prompt), 40, /*ignore_eos=*/true);
     v1::GenerateRequest req;
