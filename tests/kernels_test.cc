@@ -326,11 +326,13 @@ struct Case {
 // Runs MatMul for one case into y and checks it against the double
 // reference (y is kept for the identity checks). With quantized
 // activations (QuantizedActivations()), quantized weights see x rounded to
-// int8 per 32-block: the bound adds half a step of each block's scale
+// int8 per 32-block (per 256 for K-quants): the bound adds half a step of each block's scale
 // (max|x| / 127) times |w| per element.
 void CheckMatMul(DType t, const Case& c, const std::vector<uint8_t>& w,
                  const std::vector<float>& x, ThreadPool& pool, std::vector<float>& y) {
   const bool q8 = BlockElems(t) > 1 && QuantizedActivations();
+  // K-quant weights meet Q8_K activations: one scale per 256 elements.
+  const int64_t qblock = BlockElems(t) == 256 ? 256 : 32;
   const int64_t row_bytes = *RowBytes(t, c.cols) + c.pad;
   WeightMatrix wm{t, c.rows, c.cols, w.data(), row_bytes};
   y.assign(c.m * c.rows, std::nanf(""));
@@ -343,10 +345,10 @@ void CheckMatMul(DType t, const Case& c, const std::vector<uint8_t>& w,
       for (int64_t k = 0; k < c.cols; ++k) {
         ref += static_cast<double>(row[k]) * x[i * c.cols + k];
         mag += std::fabs(static_cast<double>(row[k]) * x[i * c.cols + k]);
-        if (q8 && k % 32 == 0) {
+        if (q8 && k % qblock == 0) {
           double amax = 0;
-          for (int64_t kk = k; kk < k + 32; ++kk) amax = std::max(amax, std::fabs(double{x[i * c.cols + kk]}));
-          for (int64_t kk = k; kk < k + 32; ++kk) rounding += std::fabs(double{row[kk]}) * amax / 254.0;
+          for (int64_t kk = k; kk < k + qblock; ++kk) amax = std::max(amax, std::fabs(double{x[i * c.cols + kk]}));
+          for (int64_t kk = k; kk < k + qblock; ++kk) rounding += std::fabs(double{row[kk]}) * amax / 254.0;
         }
       }
       const double got = y[i * c.rows + r];

@@ -1,4 +1,5 @@
-// The integer path of MatMul for quantized weights (weight_units.h): the
+// The integer path of MatMul for the 32-element block types
+// (weight_units.h; the K-quants have kquant_matmul.cc): the
 // activation rows arrive quantized to Q8 blocks, and each weight unit of 32
 // levels meets them in int8 products. Decoding a quantized weight to fp32
 // costs more arithmetic than the FMA it feeds, so the fp32 path (gemv.cc)
@@ -36,7 +37,7 @@ void QDirectBlock(const uint8_t* w, int64_t row_bytes, int64_t ahead, const Q8Bl
   using U = Units<T>;
   RowAccumulator acc[G][R];
   for (int64_t b = 0; b < wblocks; ++b) {
-    // Every cache line of the block (a K-quant block spans 2-4 lines).
+    // Every cache line of the block.
     for (int r = 0; r < R; ++r) {
       for (int off = 0; off < U::kBlockBytes; off += 64) {
         __builtin_prefetch(w + r * row_bytes + b * U::kBlockBytes + off + ahead);
@@ -200,13 +201,8 @@ void QuantMatMulRange(const WeightMatrix& w, const Q8Block* x, int64_t m, float*
     SPECLINE_QUANT_CASE(kQ4_1)
     SPECLINE_QUANT_CASE(kQ5_0)
     SPECLINE_QUANT_CASE(kQ5_1)
-    SPECLINE_QUANT_CASE(kQ2_K)
-    SPECLINE_QUANT_CASE(kQ3_K)
-    SPECLINE_QUANT_CASE(kQ4_K)
-    SPECLINE_QUANT_CASE(kQ5_K)
-    SPECLINE_QUANT_CASE(kQ6_K)
 #undef SPECLINE_QUANT_CASE
-    default: return;  // the float types take gemv.cc / gemm.cc
+    default: return;  // float types: gemv.cc / gemm.cc; K-quants: kquant_matmul.cc
   }
 }
 
