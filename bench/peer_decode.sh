@@ -16,18 +16,23 @@
 #
 #   bash bench/peer_decode.sh [--build build] [--out bench/results/peer_decode.json]
 #        [--rounds 2] [--quick]      (--quick: decode rows only, 1 round)
+#        [--baseline DIR]            (decode rows also with DIR/bench/decode_bench,
+#                                     e.g. a build of the previous commit, run right
+#                                     after the current one: a before/after column)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=$here/build
 out=$here/bench/results/peer_decode.json
 rounds=2
 quick=0
+baseline=
 while [ $# -gt 0 ]; do
   case $1 in
     --build) build=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
     --quick) quick=1; rounds=1; shift ;;
+    --baseline) baseline=$2; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -65,6 +70,8 @@ peer_tps() { "$peer/llama-bench" "$@" -r 3 -o json 2>/dev/null |
   /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["avg_ts"])'; }
 ours() { "$build/bench/decode_bench" "$@" --repeats 3 --json "$work/ours.json" >/dev/null 2>&1
   cat "$work/ours.json"; }
+base() { "$baseline/bench/decode_bench" "$@" --repeats 3 --json "$work/base.json" >/dev/null 2>&1
+  cat "$work/base.json"; }
 row() { echo "{\"kind\":\"$1\",\"file\":\"$(basename "$2")\",\"threads\":$3,\"size\":$4,\"round\":$5,\"peer\":$6,\"specline\":$7}" >> "$results"; }
 
 for r in $(seq 1 "$rounds"); do
@@ -75,6 +82,12 @@ for r in $(seq 1 "$rounds"); do
           /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["results"][0]["decode_tokens_per_s"])')
       row decode "$f" "$t" 0 "$r" "$p" "$s"
       echo "decode $(basename "$f") t=$t: llama.cpp $p, specline $s" >&2
+      if [ -n "$baseline" ]; then
+        b=$(base --model "$f" --threads "$t" --tokens 32 --depth 0 |
+            /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["results"][0]["decode_tokens_per_s"])')
+        row decode_baseline "$f" "$t" 0 "$r" "$p" "$b"
+        echo "  baseline specline $b" >&2
+      fi
     done
   done
   [ "$quick" = 1 ] && continue

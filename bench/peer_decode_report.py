@@ -24,6 +24,15 @@ def main():
         table.append({"kind": kind, "file": f, "threads": threads, "size": size,
                       "llama_cpp_tok_s": peer, "specline_tok_s": ours,
                       "ratio": ours / peer if peer else None, "rounds": len(rs)})
+    # --baseline: the same decode rows with an earlier build, as a
+    # before/after column on the decode rows.
+    before = {(t["file"], t["threads"], t["size"]): t for t in table if t["kind"] == "decode_baseline"}
+    for t in table:
+        if t["kind"] == "decode" and (t["file"], t["threads"], t["size"]) in before:
+            b = before[(t["file"], t["threads"], t["size"])]
+            t["specline_baseline_tok_s"] = b["specline_tok_s"]
+            t["baseline_ratio"] = b["ratio"]
+            t["speedup_vs_baseline"] = t["specline_tok_s"] / b["specline_tok_s"]
     # Verification curve: time of one call of m rows relative to m = 1, per
     # engine (rows/s -> seconds per call = m / rate).
     verify = {t["size"]: t for t in table if t["kind"] == "verify_rows"}
@@ -37,6 +46,11 @@ def main():
     for t in table:
         print(f"{t['kind']:16} {t['file']:40} {t['threads']:>2} {t['size']:>5} "
               f"{t['llama_cpp_tok_s']:>10.2f} {t['specline_tok_s']:>10.2f} {t['ratio']:>6.2f}")
+    for t in table:
+        if "speedup_vs_baseline" in t:
+            print(f"{t['file']:40} t={t['threads']}: baseline {t['specline_baseline_tok_s']:.2f} tok/s "
+                  f"(ratio {t['baseline_ratio']:.2f}) -> {t['specline_tok_s']:.2f} "
+                  f"(ratio {t['ratio']:.2f}), x{t['speedup_vs_baseline']:.2f}")
     for m, t in sorted(verify.items()):
         if "specline_call_vs_m1" in t:
             print(f"call of {m:2} rows vs 1 row: llama.cpp {t['llama_cpp_call_vs_m1']:.2f}x, "

@@ -326,11 +326,13 @@ struct Case {
 // Runs MatMul for one case into y and checks it against the double
 // reference (y is kept for the identity checks). With quantized
 // activations (QuantizedActivations()), quantized weights see x rounded to
-// int8 per 32-block: the bound adds half a step of each block's scale
+// int8 per 32-block (per 256 for K-quants): the bound adds half a step of each block's scale
 // (max|x| / 127) times |w| per element.
 void CheckMatMul(DType t, const Case& c, const std::vector<uint8_t>& w,
                  const std::vector<float>& x, ThreadPool& pool, std::vector<float>& y) {
   const bool q8 = BlockElems(t) > 1 && QuantizedActivations();
+  // K-quant weights meet Q8_K activations: one scale per 256 elements.
+  const int64_t qblock = BlockElems(t) == 256 ? 256 : 32;
   const int64_t row_bytes = *RowBytes(t, c.cols) + c.pad;
   WeightMatrix wm{t, c.rows, c.cols, w.data(), row_bytes};
   y.assign(c.m * c.rows, std::nanf(""));
@@ -343,10 +345,10 @@ void CheckMatMul(DType t, const Case& c, const std::vector<uint8_t>& w,
       for (int64_t k = 0; k < c.cols; ++k) {
         ref += static_cast<double>(row[k]) * x[i * c.cols + k];
         mag += std::fabs(static_cast<double>(row[k]) * x[i * c.cols + k]);
-        if (q8 && k % 32 == 0) {
+        if (q8 && k % qblock == 0) {
           double amax = 0;
-          for (int64_t kk = k; kk < k + 32; ++kk) amax = std::max(amax, std::fabs(double{x[i * c.cols + kk]}));
-          for (int64_t kk = k; kk < k + 32; ++kk) rounding += std::fabs(double{row[kk]}) * amax / 254.0;
+          for (int64_t kk = k; kk < k + qblock; ++kk) amax = std::max(amax, std::fabs(double{x[i * c.cols + kk]}));
+          for (int64_t kk = k; kk < k + qblock; ++kk) rounding += std::fabs(double{row[kk]}) * amax / 254.0;
         }
       }
       const double got = y[i * c.rows + r];
@@ -415,6 +417,51 @@ TEST_P(MatMulTest, MatchesDoubleReferenceForEveryDType) {
       }
     }
   }
+}
+
+// The integer paths (int8 activations) of every quantized type, on blocks
+// from a fixed generator: the hash of the outputs is the same on the
+// x86-64-v3 and the portable (no -march) builds, so both compute the same
+// integers and the same roundings. m = 1, 7 and 40 take the decode, the
+// few-rows and the prefill loops.
+TEST(MatMulGoldenTest, IntegerPathBitsOnEveryBuild) {
+  SetQuantizedActivations(true);
+  uint64_t hash = 1469598103934665603ull;  // FNV-1a
+  uint32_t state = 12345;
+  auto next = [&] {  // xorshift32
+    state ^= state << 13;
+    state ^= state >> 17;
+    state ^= state << 5;
+    return state;
+  };
+  ThreadPool pool(2);
+  for (DType t : kAllTypes) {
+    if (BlockElems(t) == 1) continue;
+    const int64_t rows = 37, cols = 768, row_bytes = *RowBytes(t, cols);
+    std::vector<uint8_t> w(rows * row_bytes);
+    for (auto& b : w) b = static_cast<uint8_t>(next());
+    const auto [d_off, m_off] = ScaleOffsets(t);
+    for (int64_t b = 0; b < rows * cols / BlockElems(t); ++b) {
+      // fp16 scales of about 2^-7 .. 2^-6 with random mantissas.
+      for (int off : {d_off, m_off}) {
+        if (off < 0) continue;
+        uint8_t* p = w.data() + b * BlockBytes(t) + off;
+        p[0] = static_cast<uint8_t>(next());
+        p[1] = static_cast<uint8_t>(0x20 + next() % 8);
+      }
+    }
+    for (int64_t m : {1, 7, 40}) {
+      std::vector<float> x(m * cols), y(m * rows);
+      for (float& v : x) v = (static_cast<int>(next() % 20001) - 10000) * 1e-4f;
+      MatMul({t, rows, cols, w.data(), row_bytes}, x.data(), m, y.data(), pool);
+      for (float f : y) {
+        uint32_t u;
+        std::memcpy(&u, &f, 4);
+        for (int i = 0; i < 4; ++i) hash = (hash ^ ((u >> (8 * i)) & 0xff)) * 1099511628211ull;
+      }
+    }
+  }
+  EXPECT_EQ(hash, 0xff28607e7ecee1aeull) << "got 0x" << std::hex << hash;
 }
 
 // The machine running the tests has what the build targets (else every

@@ -10,7 +10,9 @@
 
 #include "kernels/cpu/matmul_internal.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/kquant_units.h"
 #include "kernels/cpu/q8_activation.h"
+#include "kernels/cpu/q8k_activation.h"
 #include "kernels/cpu/weight_units.h"
 
 namespace specline::kernels {
@@ -23,13 +25,21 @@ bool DefaultQuantizedActivations() {
 
 std::atomic<bool> quantized_activations{DefaultQuantizedActivations()};
 
-// Rows of x quantized per call; a prefill chunk's rows in parallel.
-void QuantizeRows(const float* x, int64_t m, int64_t cols, std::vector<detail::Q8Block>& out,
+// Rows of x quantized per call (Q8 blocks of 32, or Q8_K blocks of 256 for
+// K-quant weights); a prefill chunk's rows in parallel.
+template <typename Block, int kElems>
+void QuantizeRows(const float* x, int64_t m, int64_t cols, std::vector<Block>& out,
                   ThreadPool& pool) {
-  const int64_t blocks = cols / 32;
+  const int64_t blocks = cols / kElems;
   out.resize(m * blocks);
   auto rows = [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) detail::QuantizeQ8(x + i * cols, cols, out.data() + i * blocks);
+    for (int64_t i = begin; i < end; ++i) {
+      if constexpr (kElems == 256) {
+        detail::QuantizeQ8K(x + i * cols, cols, out.data() + i * blocks);
+      } else {
+        detail::QuantizeQ8(x + i * cols, cols, out.data() + i * blocks);
+      }
+    }
   };
   if (m * cols < (1 << 16)) {
     rows(0, m);
@@ -53,9 +63,20 @@ void MatMul(const WeightMatrix& w, const float* x, int64_t m, float* y,
         ", cols " + std::to_string(w.cols) + ", row_bytes " +
         std::to_string(w.row_bytes) + ")");
   }
-  if (detail::HasIntegerPath(w.dtype) && quantized_activations.load(std::memory_order_relaxed)) {
+  const bool integer = detail::HasIntegerPath(w.dtype) && quantized_activations.load(std::memory_order_relaxed);
+  if (integer && detail::IsKQuant(w.dtype)) {
+    thread_local std::vector<detail::Q8KBlock> xk;
+    QuantizeRows<detail::Q8KBlock, 256>(x, m, w.cols, xk, pool);
+    const detail::Q8KBlock* q = xk.data();
+    pool.ParallelFor(
+        w.rows,
+        [&](int64_t begin, int64_t end) { detail::KQuantMatMulRange(w, q, m, y, begin, end); },
+        detail::kRowGrain);
+    return;
+  }
+  if (integer) {
     thread_local std::vector<detail::Q8Block> xq;
-    QuantizeRows(x, m, w.cols, xq, pool);
+    QuantizeRows<detail::Q8Block, 32>(x, m, w.cols, xq, pool);
     const detail::Q8Block* q = xq.data();
     pool.ParallelFor(
         w.rows,

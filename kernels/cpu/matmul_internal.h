@@ -22,11 +22,17 @@ void GemmRange(const WeightMatrix& w, const float* x, int64_t m, float* y,
                int64_t row_begin, int64_t row_end);
 
 struct Q8Block;
+struct Q8KBlock;
 
 // The integer path for quantized W (quant_matmul.cc), x given as m rows of
 // w.cols / 32 Q8 blocks each.
 void QuantMatMulRange(const WeightMatrix& w, const Q8Block* x, int64_t m, float* y,
                       int64_t row_begin, int64_t row_end);
+
+// The same for K-quant W (kquant_matmul.cc), x given as m rows of
+// w.cols / 256 Q8_K blocks each.
+void KQuantMatMulRange(const WeightMatrix& w, const Q8KBlock* x, int64_t m, float* y,
+                       int64_t row_begin, int64_t row_end);
 
 // Rows of W handed to one thread at a time by MatMul (a multiple of the
 // register blocking of both kernels, so chunks split no register block).

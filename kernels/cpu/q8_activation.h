@@ -5,13 +5,11 @@
 // decoded to fp32 first.
 //
 //   d = max|x| / 127,  q = round-half-even(x * (1/d)),
-//   ds = d * sum of q,  ds_half[h] = d * sum of q over elements 16h .. 16h + 15
+//   ds = d * sum of q
 //
-// The sums let the weight types with an offset (Q4_1, Q5_1, the K-quants'
-// minimums; Q2_K's differ per 16-element half) add their offset term
-// without a second pass. Every quantized
-// weight type has a whole number of 32-element blocks per row (the K-quants'
-// 256-element super-blocks included), so one activation layout serves all.
+// The sum lets the weight types with an offset (Q4_0's -8d, Q4_1's m, ...)
+// add their offset term without a second pass. K-quant weights meet Q8_K
+// activations instead (q8k_activation.h).
 #pragma once
 
 #include <cmath>
@@ -24,15 +22,13 @@ namespace specline::kernels::detail {
 struct alignas(16) Q8Block {
   float d;           // scale: x ~= d * q
   float ds;          // d * (sum of q[0..31]), what a weight offset multiplies
-  float ds_half[2];  // d * (sum of q[0..15]), d * (sum of q[16..31])
+  float pad[2];      // keeps q at offset 16
   int8_t q[32];
 };
 static_assert(sizeof(Q8Block) == 48);
 
 inline void SetSums(const int32_t sum[2], Q8Block* o) {
   o->ds = o->d * static_cast<float>(sum[0] + sum[1]);
-  o->ds_half[0] = o->d * static_cast<float>(sum[0]);
-  o->ds_half[1] = o->d * static_cast<float>(sum[1]);
 }
 
 // Quantizes n (a multiple of 32) floats into n / 32 blocks. Both paths give
