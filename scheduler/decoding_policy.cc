@@ -75,6 +75,28 @@ int32_t DecodingPolicy::PromptTokens(const Sequence& /*s*/, const SlotRun& r) co
   return r.count - r.aux;
 }
 
+void DecodingPolicy::RecordVerifiedCall(Sequence& s, int m, int a) {
+  SpecStats& stats = s.stats;
+  SchedulerMetrics::Spec& met = metrics();
+  ++stats.drafts;
+  met.drafts->Increment();
+  stats.draft_tokens += m;
+  met.draft_tokens->Increment(m);
+  stats.accepted_tokens += a;
+  met.accepted_tokens->Increment(a);
+  if (static_cast<int>(stats.accepted_per_pos.size()) < a) stats.accepted_per_pos.resize(a);
+  for (int i = 0; i < a; ++i) {
+    ++stats.accepted_per_pos[i];
+    met.AcceptedAtPosition(i)->Increment();
+  }
+  if (a < m) {
+    ++stats.rejected_tokens;
+    met.flushes->Increment();
+    stats.discarded_tokens += m - a - 1;
+    met.discarded_tokens->Increment(m - a - 1);
+  }
+}
+
 WantedRows DecodingPolicy::Wanted(const SlotRun& r) const {
   return {r.first_pos + r.verify_rows() - r.output_rows, r.output_rows + r.aux, r.aux};
 }

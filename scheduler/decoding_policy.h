@@ -177,6 +177,10 @@ class DecodingPolicy {
   virtual void DecideLocked(Sequence& s, const SlotRun& r, const RunOutput& out) = 0;
 
  protected:
+  // A call that verified `drafted` proposals and kept the first `accepted`:
+  // one chain, its tokens, the accepted positions, and, when one was
+  // rejected, a flush that discards the rest (PTP, recycle).
+  void RecordVerifiedCall(Sequence& s, int drafted, int accepted);
   // The policy's counters (label policy=name()).
   SchedulerMetrics::Spec& metrics() { return host_.SpecMetrics(name()); }
   PolicyHost& host_;

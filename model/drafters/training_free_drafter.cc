@@ -24,17 +24,21 @@ TrainingFreeDrafter::TrainingFreeDrafter(const TrainingFreeDrafterOptions& optio
   }
 }
 
+bool TrainingFreeDrafter::RecyclingDraft(std::span<const int32_t> context, int n,
+                                         DraftProposal& d) const {
+  d.tokens = recycling_.Draft(context, n);
+  if (d.tokens.empty()) return false;
+  d.source = DraftSource::kTokenRecycling;
+  recycling_drafts_.fetch_add(1, std::memory_order_relaxed);
+  recycling_tokens_.fetch_add(d.tokens.size(), std::memory_order_relaxed);
+  return true;
+}
+
 DraftProposal TrainingFreeDrafter::Propose(std::span<const int32_t> context, int n) const {
   if (n < 0) n = options_.num_drafts;
   DraftProposal d;
   if (!options_.prefer_prompt_lookup && options_.use_token_recycling) {
-    d.tokens = recycling_.Draft(context, n);
-    if (!d.tokens.empty()) {
-      d.source = DraftSource::kTokenRecycling;
-      recycling_drafts_.fetch_add(1, std::memory_order_relaxed);
-      recycling_tokens_.fetch_add(d.tokens.size(), std::memory_order_relaxed);
-      return d;
-    }
+    if (RecyclingDraft(context, n, d)) return d;
   }
   if (options_.use_prompt_lookup) {
     d.tokens = PromptLookup(context, options_.min_ngram, options_.max_ngram, n);
@@ -54,13 +58,7 @@ DraftProposal TrainingFreeDrafter::Propose(std::span<const int32_t> context, int
     }
   }
   if (options_.use_token_recycling && options_.prefer_prompt_lookup) {
-    d.tokens = recycling_.Draft(context, n);
-    if (!d.tokens.empty()) {
-      d.source = DraftSource::kTokenRecycling;
-      recycling_drafts_.fetch_add(1, std::memory_order_relaxed);
-      recycling_tokens_.fetch_add(d.tokens.size(), std::memory_order_relaxed);
-      return d;
-    }
+    if (RecyclingDraft(context, n, d)) return d;
   }
   empty_drafts_.fetch_add(1, std::memory_order_relaxed);
   return d;

@@ -73,6 +73,9 @@ class TrainingFreeDrafter {
   const TokenRecycling& recycling() const { return recycling_; }
 
  private:
+  // A Token Recycling chain into `d` (counted); false when it has none.
+  bool RecyclingDraft(std::span<const int32_t> context, int n, DraftProposal& d) const;
+
   TrainingFreeDrafterOptions options_;
   TokenRecycling recycling_;
   // Relaxed atomics: Propose is const and may run beside Observe; the

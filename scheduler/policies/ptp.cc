@@ -138,26 +138,8 @@ void PtpPolicy::DecideLocked(Sequence& s, const SlotRun& r, const RunOutput& out
   int32_t c = teacher(0);
   while (a < m && proposals[a] == c) c = teacher(++a);
 
-  SpecStats& stats = s.stats;
-  SchedulerMetrics::Spec& m_ = metrics();
-  ++stats.drafts;  // one call
-  m_.drafts->Increment();
-  stats.draft_tokens += m;
-  m_.draft_tokens->Increment(m);
-  stats.accepted_tokens += a;
-  m_.accepted_tokens->Increment(a);
-  if (static_cast<int>(stats.accepted_per_pos.size()) < a) stats.accepted_per_pos.resize(a);
-  for (int i = 0; i < a; ++i) {
-    ++stats.accepted_per_pos[i];
-    m_.AcceptedAtPosition(i)->Increment();
-  }
-  if (a < m) {
-    ++stats.rejected_tokens;
-    m_.flushes->Increment();
-    stats.discarded_tokens += m - a - 1;
-    m_.discarded_tokens->Increment(m - a - 1);
-  }
-  stats.cycles += host_.n_stages();  // a call crosses the whole pipeline once
+  RecordVerifiedCall(s, m, a);  // one call
+  s.stats.cycles += host_.n_stages();  // a call crosses the whole pipeline once
 
   // The stages keep positions up to the call's last row; the next call
   // starts at the newest committed token and overwrites the rest there

@@ -125,31 +125,13 @@ void RecyclePolicy::DecideLocked(Sequence& s, const SlotRun& r, const RunOutput&
     history.push_back(drafts[i]);
   }
 
-  SpecStats& stats = s.stats;
-  SchedulerMetrics::Spec& met = metrics();
   if (m > 0) {
-    ++stats.drafts;
-    met.drafts->Increment();
-    stats.draft_tokens += m;
-    met.draft_tokens->Increment(m);
-    stats.accepted_tokens += a;
-    met.accepted_tokens->Increment(a);
-    if (static_cast<int>(stats.accepted_per_pos.size()) < a) stats.accepted_per_pos.resize(a);
-    for (int i = 0; i < a; ++i) {
-      ++stats.accepted_per_pos[i];
-      met.AcceptedAtPosition(i)->Increment();
-    }
-    if (a < m) {
-      ++stats.rejected_tokens;
-      met.flushes->Increment();
-      stats.discarded_tokens += m - a - 1;
-      met.discarded_tokens->Increment(m - a - 1);
-    }
+    RecordVerifiedCall(s, m, a);
     st.acceptance_ema = 0.8 * st.acceptance_ema + 0.2 * static_cast<double>(a) / m;
     st.tokens_since_draft = 0;
   }
   st.tokens_since_draft += a + 1;
-  stats.cycles += host_.n_stages();  // a call crosses the whole pipeline once
+  s.stats.cycles += host_.n_stages();  // a call crosses the whole pipeline once
 
   for (int i = 0; i < a && !s.finished(); ++i) host_.EmitTokenLocked(s, drafts[i]);
   if (!s.finished()) host_.EmitTokenLocked(s, next);
