@@ -41,13 +41,15 @@ export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 ctest --test-dir "$ASAN_DIR" --output-on-failure -j"$(nproc)" \
   -R '^(EngineRestart|EngineTest|Stages/EngineStagesTest|RequestParser|Utf8|Principals|ClusterSecret|ServingFault|OpenAiRequest|OpenAiResponse|ServingHttp)\.'
 # TSan: the engine's threads (driver, receiver, health, stage runners),
-# restarts and the transport. gRPC, Abseil and Protobuf are not instrumented:
+# restarts, the transport, and the training-free drafter's matrix (learnt by
+# the receiver while the driver drafts from it). gRPC, Abseil and Protobuf are not instrumented:
 # tests/tsan.supp says why their frames are suppressed.
 TSAN_DIR=${BUILD_DIR}-tsan
-TSAN_SUITES=(scheduler_restart_test scheduler_engine_test transport_test)
+TSAN_SUITES=(scheduler_restart_test scheduler_engine_test transport_test
+  drafters_concurrency_test scheduler_recycle_test)
 cmake -S . -B "$TSAN_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DSPECLINE_SANITIZE=thread -DSPECLINE_BUILD_BENCH=OFF -DSPECLINE_ENABLE_CUDA=OFF >/dev/null
 cmake --build "$TSAN_DIR" -j"$(nproc)" --target "${TSAN_SUITES[@]}"
 TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/tsan.supp" \
   ctest --test-dir "$TSAN_DIR" --output-on-failure -j"$(nproc)" \
-  -R '^(EngineRestart|EngineTest|Stages/EngineStagesTest|Transport|Tcp|Inproc|DataPlaneAuth|Frame)'
+  -R '^(EngineRestart|EngineTest|Stages/EngineStagesTest|Transport|Tcp|Inproc|DataPlaneAuth|Frame|DraftersConcurrency|Policies/TrainingFreeGreedy|TrainingFree)'
