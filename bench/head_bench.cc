@@ -250,7 +250,7 @@ int main(int argc, char** argv) try {
       if (o.ptp_n_aux > 0) {
         d.scheduler_args.insert(d.scheduler_args.end(), {"--ptp-n-aux", std::to_string(o.ptp_n_aux)});
       }
-      d.stage_args = {"--ptp-head", h.dir};
+      d.stage_args = {"--adapter", h.dir};
     } else {
       d.scheduler_args = {h.method == "spd" ? "--spd-head" : "--ppsd-head", h.dir};
     }

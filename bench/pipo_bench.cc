@@ -204,7 +204,7 @@ int main(int argc, char** argv) try {
   for (double l : o.prompt_lengths) longest = std::max(longest, static_cast<int>(l));
   d.kv_tokens = std::max(1024, longest + o.max_tokens + 32);
   d.scheduler_args = {"--pipo-head", o.head};
-  d.stage_args = {"--pipo-head", o.head};
+  d.stage_args = {"--weight-set", o.head};
   specline::bench::Deployment deployment(d);
   BaseScorer scorer(o.model);
 

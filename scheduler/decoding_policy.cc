@@ -9,11 +9,10 @@
 
 namespace specline::scheduler {
 
-void BatchRows::Add(uint64_t seq_id, int32_t pos, uint32_t epoch, int32_t token, float aux_u,
-                    bool alt_input) {
-  rows_.push_back({seq_id, pos, epoch, token, aux_u, alt_input});
-  any_aux_ = any_aux_ || aux_u >= 0;
-  any_alt_ = any_alt_ || alt_input;
+void BatchRows::Add(uint64_t seq_id, int32_t pos, uint32_t epoch, int32_t token, RowModel model) {
+  rows_.push_back({seq_id, pos, epoch, token, model});
+  any_weight_set_ = any_weight_set_ || model.weight_set != 0;
+  any_adapter_ = any_adapter_ || model.adapter != 0;
 }
 
 void BatchRows::AppendInputs(std::span<const float> rows) {
@@ -26,10 +25,13 @@ void BatchRows::WriteTo(internal::MicroBatch& batch) const {
     batch.add_positions(r.pos);
     batch.add_epochs(r.epoch);
     batch.add_tokens(r.token);
-    if (any_aux_) batch.add_aux_u(r.aux_u);
-    if (any_alt_) batch.add_pipo(r.alt_input);
+    if (any_weight_set_) batch.add_weight_set(r.model.weight_set);
+    if (any_adapter_) {
+      batch.add_adapter(r.model.adapter);
+      batch.add_adapter_arg(r.model.adapter_arg);
+    }
   }
-  if (any_alt_) batch.set_hidden(inputs_);
+  if (!inputs_.empty()) batch.set_hidden(inputs_);
 }
 
 absl::Status DecodingPolicy::Validate(const RequestOptions& /*r*/) const { return absl::OkStatus(); }

@@ -57,14 +57,21 @@ struct DraftWork {
   virtual void Run() = 0;
 };
 
-// The rows of one batch being written, in slot order. Per-row extras the
-// stages read: `aux_u` (an auxiliary row's uniform, -1 for token rows) and
-// `alt_input` (the row's input is a precomputed vector in `inputs`, not a
-// token's embedding).
+// What a row runs with on the stages besides its token: the weight set
+// and the adapter (ids the stages report in StageInfo; 0 = the base model,
+// no adapter) and the adapter's argument. A row on a weight set that takes
+// hidden input has its stage-0 input appended with AppendInputs.
+struct RowModel {
+  uint32_t weight_set = 0;
+  uint32_t adapter = 0;
+  float adapter_arg = 0.0f;
+};
+
+// The rows of one batch being written, in slot order.
 class BatchRows {
  public:
-  void Add(uint64_t seq_id, int32_t pos, uint32_t epoch, int32_t token, float aux_u = -1.0f,
-           bool alt_input = false);
+  void Add(uint64_t seq_id, int32_t pos, uint32_t epoch, int32_t token, RowModel model = {});
+  // Stage-0 input rows of the batch's hidden-input rows, in slot order.
   void AppendInputs(std::span<const float> rows);
   // Writes the rows into `batch` (the extras only when a row uses them).
   void WriteTo(internal::MicroBatch& batch) const;
@@ -75,12 +82,11 @@ class BatchRows {
     int32_t pos = 0;
     uint32_t epoch = 0;
     int32_t token = 0;
-    float aux_u = -1.0f;
-    bool alt_input = false;
+    RowModel model;
   };
   std::vector<Row> rows_;
   std::string inputs_;
-  bool any_aux_ = false, any_alt_ = false;
+  bool any_weight_set_ = false, any_adapter_ = false;
 };
 
 // Which rows of a run the receiver hands back to the policy: `used` rows

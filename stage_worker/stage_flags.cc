@@ -97,8 +97,8 @@ absl::StatusOr<StageFlags> ParseStageFlags(int argc, char** argv) {
     else if (name == "device") f.device = value;
     else if (name == "dtype") f.dtype = value;
     else if (name == "cuda-graphs") st = ParseBool(name, value, &f.cuda_graphs);
-    else if (name == "ptp-head") f.ptp_head = value;
-    else if (name == "pipo-head") f.pipo_head = value;
+    else if (name == "adapter") f.adapters = absl::StrSplit(value, ',', absl::SkipEmpty());
+    else if (name == "weight-set") f.weight_sets = absl::StrSplit(value, ',', absl::SkipEmpty());
     else if (name == "cluster-secret-file") {
       absl::StatusOr<std::string> secret = ReadClusterSecret(value);
       if (!secret.ok()) return secret.status();

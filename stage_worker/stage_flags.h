@@ -28,8 +28,10 @@ struct StageFlags {
   std::string device = "cpu";  // cpu | cuda | cuda:N
   std::string dtype = "bf16";  // GPU element type: bf16 | f16
   bool cuda_graphs = true;
-  std::string ptp_head;  // PTP adapter directory (docs/ptp.md); "" = none
-  std::string pipo_head;  // PIPO head directory: its backbone runs PIPO slots; "" = none
+  // Head directories whose adapters / weight sets this stage hosts, with
+  // ids 1, 2, ... in this order (MicroBatch.adapter / .weight_set).
+  std::vector<std::string> adapters;
+  std::vector<std::string> weight_sets;
   // The internal plane's shared secret (docs/security.md); "" = no internal auth.
   std::string cluster_secret;
 };
@@ -40,10 +42,10 @@ inline constexpr const char* kStageUsage =
     "  [--metrics-port N|-1] [--port-file PATH] [--threads N]\n"
     "  [--kv-capacity-tokens N] [--kv-block-size N] [--log-level LEVEL]\n"
     "  [--device cpu|cuda|cuda:N] [--dtype bf16|f16] [--cuda-graphs true|false]\n"
-    "  [--ptp-head DIR]   PTP adapter applied at auxiliary rows (policy PTP; CPU)\n"
-    "  [--pipo-head DIR]  PIPO head whose fine-tuned backbone runs PIPO slots (policy\n"
-    "                     PIPO; its own KV cache of --kv-capacity-tokens positions)\n"
-    "  [--cluster-secret-file PATH]  shared secret the scheduler must present on\n"
+    "  [--adapter DIR[,DIR...]]     heads whose adapters slots may ask for (ids 1, 2,\n"
+    "                     ... in this order; CPU only)\n"
+    "  [--weight-set DIR[,DIR...]]  heads whose weights slots may run on (ids 1, 2,\n"
+    "                     ...; each has its own KV cache of --kv-capacity-tokens)\n"    "  [--cluster-secret-file PATH]  shared secret the scheduler must present on\n"
     "                     control calls and the data-plane handshake (docs/security.md)\n"
     "  [--data-advertise ADDRESS]  address the previous stage / scheduler dials\n"
     "                              (default: the --data-listen address)\n"

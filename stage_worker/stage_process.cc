@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
@@ -12,7 +11,6 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/server_builder.h"
 #include "kernels/cpu/thread_pool.h"
-#include "model/runtime/ptp_adapter.h"
 #include "stage_worker/slice_factory.h"
 #include "spdlog/spdlog.h"
 
@@ -54,49 +52,39 @@ absl::StatusOr<std::unique_ptr<StageProcess>> StageProcess::Start(const StageFla
   SliceOptions options;
   options.kv_block_size = flags.kv_block_size;
   options.kv_capacity_tokens = flags.kv_capacity_tokens;
-  uint64_t ptp_fingerprint = 0;
-  if (!flags.ptp_head.empty()) {
-    // Checked against the model now: a wrong adapter stops the stage at
-    // start-up (ModelFormatError), not a request later.
-    auto adapter = std::make_shared<const PtpAdapter>(LoadDraftHead(flags.ptp_head, config));
-    ptp_fingerprint = adapter->fingerprint();
-    options.ptp = std::move(adapter);
-  }
-  // PIPO: the same layers of the head's fine-tuned backbone, fed the
-  // compressor's rows on stage 0 (docs/pipo.md "Who computes what").
-  uint64_t pipo_fingerprint = 0;
-  if (!flags.pipo_head.empty()) {
-    std::unique_ptr<DraftHead> head = LoadDraftHead(flags.pipo_head, config);
-    if (head->config().method != DraftMethod::kPipo) {
-      return absl::InvalidArgumentError(absl::StrCat("--pipo-head ", flags.pipo_head, ": a ",
-                                                     DraftMethodName(head->config().method),
-                                                     " head is not a PIPO head"));
-    }
-    pipo_fingerprint = head->Fingerprint();
-    p->pipo_backbone_ =
-        OpenModel((std::filesystem::path(flags.pipo_head) / head->config().pipo_backbone_file).string());
-  }
+  // Add-ons are checked against the model now: a wrong head stops the
+  // stage at start-up, not a request later.
+  absl::StatusOr<LoadedAddOns> addons = LoadAddOns(flags.adapters, flags.weight_sets, config);
+  if (!addons.ok()) return addons.status();
+  options.adapters = addons->adapters;
+  p->weight_set_models_ = std::move(addons->weight_sets);
+  HostedModels hosted = std::move(addons->info);
   const int n = static_cast<int>(flags.layers.size());
   for (int i = 0; i < n; ++i) {
     const auto [begin, end] = flags.layers[i];
     auto slice = MakeSlice(*p->model_, begin, end, options, *device, flags.stage + i, pool);
     if (!slice.ok()) return slice.status();
     p->slices_.push_back(*std::move(slice));
-    SliceBackend* pipo_slice = nullptr;
-    if (p->pipo_backbone_) {
-      SliceOptions pipo_options = options;
-      pipo_options.ptp = nullptr;
-      pipo_options.hidden_input = true;
-      auto backbone = MakeSlice(*p->pipo_backbone_, begin, end, pipo_options, *device,
-                                flags.stage + i, pool);
-      if (!backbone.ok()) return backbone.status();
-      p->pipo_slices_.push_back(*std::move(backbone));
-      pipo_slice = p->pipo_slices_.back().get();
+    // Each weight set runs the same layers with its own KV cache; adapters
+    // apply to the base weights only.
+    std::vector<StageRunner::WeightSet> weight_sets;
+    for (size_t k = 0; k < p->weight_set_models_.size(); ++k) {
+      SliceOptions set_options = options;
+      set_options.adapters.clear();
+      set_options.hidden_input = hosted.weight_sets[k].hidden_input();
+      auto set_slice = MakeSlice(*p->weight_set_models_[k], begin, end, set_options, *device,
+                                 flags.stage + i, pool);
+      if (!set_slice.ok()) return set_slice.status();
+      p->weight_set_slices_.push_back(*std::move(set_slice));
+      weight_sets.push_back({p->weight_set_slices_.back().get(), set_options.hidden_input});
     }
-    p->runners_.push_back(std::make_unique<StageRunner>(*p->slices_.back(), flags.stage + i,
-                                                        end == config.n_layers, pipo_slice));
-    spdlog::info("stage {}: layers {}:{} of {} on {}, KV {} positions", flags.stage + i, begin,
-                 end, config.n_layers, p->slices_.back()->device(), flags.kv_capacity_tokens);
+    p->runners_.push_back(std::make_unique<StageRunner>(
+        *p->slices_.back(), flags.stage + i, end == config.n_layers, std::move(weight_sets)));
+    spdlog::info("stage {}: layers {}:{} of {} on {}, KV {} positions, {} weight set(s), {} "
+                 "adapter(s)",
+                 flags.stage + i, begin, end, config.n_layers, p->slices_.back()->device(),
+                 flags.kv_capacity_tokens, 1 + p->weight_set_models_.size(),
+                 options.adapters.size());
   }
 
   // Inboxes: the first on the data address, the rest in-process. Named by
@@ -135,7 +123,7 @@ absl::StatusOr<std::unique_ptr<StageProcess>> StageProcess::Start(const StageFla
   std::vector<StageRunner*> runners;
   for (auto& r : p->runners_) runners.push_back(r.get());
   p->service_ = std::make_unique<StageServiceImpl>(runners, p->data_address_, flags.next,
-                                                   ptp_fingerprint, pipo_fingerprint);
+                                                   std::move(hosted));
   p->service_->set_cluster_secret(flags.cluster_secret);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

@@ -44,8 +44,8 @@ class StageProcess {
   StageFlags flags_;
   std::unique_ptr<ModelSource> model_;
   std::vector<std::unique_ptr<SliceBackend>> slices_;
-  std::unique_ptr<ModelSource> pipo_backbone_;  // --pipo-head's backbone, or null
-  std::vector<std::unique_ptr<SliceBackend>> pipo_slices_;
+  std::vector<std::unique_ptr<ModelSource>> weight_set_models_;  // --weight-set, by id - 1
+  std::vector<std::unique_ptr<SliceBackend>> weight_set_slices_;
   std::vector<std::unique_ptr<StageRunner>> runners_;
   std::unique_ptr<StageMetrics> metrics_;
   std::unique_ptr<StageServiceImpl> service_;

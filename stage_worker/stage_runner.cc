@@ -16,8 +16,9 @@ double Seconds(std::chrono::steady_clock::time_point since) {
 
 }  // namespace
 
-StageRunner::StageRunner(SliceBackend& slice, int stage, bool is_last, SliceBackend* pipo_slice)
-    : slice_(slice), stage_(stage), is_last_(is_last), pipo_slice_(pipo_slice) {
+StageRunner::StageRunner(SliceBackend& slice, int stage, bool is_last,
+                         std::vector<WeightSet> weight_sets)
+    : slice_(slice), stage_(stage), is_last_(is_last), weight_sets_(std::move(weight_sets)) {
   std::lock_guard<std::mutex> lock(mu_);
   PublishStatsLocked();
 }
@@ -34,48 +35,54 @@ void StageRunner::PublishStatsLocked() {
   stats_ = s;
 }
 
-// A batch mixing base and PIPO slots: each group runs on its own slice
-// (same layers, its own weights and KV cache), and the outputs go back in
-// slot order. Taps are the base group's (no PIPO consumer reads taps); a
-// PIPO slot's tap rows are zero. `input_` holds the batch's hidden rows.
-absl::Status StageRunner::ForwardSplit(const internal::MicroBatch& batch,
-                                       const std::vector<SlotRef>& slots,
-                                       const std::vector<char>& pipo, std::span<const int> taps,
-                                       SliceOutput* out) {
+bool StageRunner::TakesHidden(const internal::MicroBatch& batch, int i) const {
+  if (slice_.begin() != 0) return true;
+  if (batch.weight_set_size() != batch.seq_ids_size()) return false;
+  const uint32_t id = batch.weight_set(i);
+  return id != 0 && id <= weight_sets_.size() && weight_sets_[id - 1].hidden_input;
+}
+
+// Taps are the base group's (no consumer of another weight set reads taps
+// today); other groups' tap rows are zero. `input_` holds the batch's
+// hidden rows.
+absl::Status StageRunner::ForwardGroups(const internal::MicroBatch& batch,
+                                        const std::vector<SlotRef>& slots,
+                                        std::span<const int> taps, SliceOutput* out) {
   const int n = static_cast<int>(slots.size());
   const int64_t dim = slice_.config().dim;
-  const bool first = slice_.begin() == 0;
   struct Group {
     std::vector<int> index;  // slot indices
     std::vector<SlotRef> slots;
     std::vector<int32_t> tokens;
-    std::vector<float> hidden, aux_u;
+    std::vector<float> hidden, adapter_arg;
+    std::vector<uint32_t> adapter;
     SliceOutput out;
-  } group[2];
-  int pipo_row = 0;  // stage 0: the PIPO rows of `hidden` in slot order
+  };
+  std::vector<Group> group(weight_sets_.size() + 1);
+  int hidden_row = 0;
   for (int i = 0; i < n; ++i) {
-    Group& g = group[pipo[i] ? 1 : 0];
+    const uint32_t id = batch.weight_set(i);
+    Group& g = group[id];
     g.index.push_back(i);
     g.slots.push_back(slots[i]);
-    const float* row = nullptr;
-    if (!first) {
-      row = input_.data() + i * dim;
-    } else if (pipo[i]) {
-      row = input_.data() + int64_t{pipo_row++} * dim;
+    if (TakesHidden(batch, i)) {
+      const float* row = input_.data() + int64_t{hidden_row++} * dim;
+      g.hidden.insert(g.hidden.end(), row, row + dim);
     } else {
       g.tokens.push_back(batch.tokens(i));
     }
-    if (row) g.hidden.insert(g.hidden.end(), row, row + dim);
-    if (!pipo[i] && batch.aux_u_size() == n) g.aux_u.push_back(batch.aux_u(i));
+    if (batch.adapter_size() == n) g.adapter.push_back(batch.adapter(i));
+    if (batch.adapter_arg_size() == n) g.adapter_arg.push_back(batch.adapter_arg(i));
   }
-  for (int k = 0; k < 2; ++k) {
+  for (size_t k = 0; k < group.size(); ++k) {
     Group& g = group[k];
     if (g.slots.empty()) continue;
-    SliceInput in{g.slots, g.tokens, g.hidden, g.aux_u};
-    SliceBackend& slice = k == 0 ? slice_ : *pipo_slice_;
+    SliceInput in{g.slots, g.tokens, g.hidden, g.adapter, g.adapter_arg};
+    SliceBackend& slice = k == 0 ? slice_ : *weight_sets_[k - 1].slice;
     if (absl::Status st = slice.Forward(in, k == 0 ? taps : std::span<const int>(), &g.out);
         !st.ok()) {
-      return k == 0 ? st : absl::Status(st.code(), absl::StrCat("PIPO backbone: ", st.message()));
+      return k == 0 ? st
+                    : absl::Status(st.code(), absl::StrCat("weight set ", k, ": ", st.message()));
     }
   }
   out->hidden.assign(int64_t{n} * dim, 0.0f);
@@ -84,7 +91,7 @@ absl::Status StageRunner::ForwardSplit(const internal::MicroBatch& batch,
     out->taps[t].index = taps[t];
     out->taps[t].hidden.assign(int64_t{n} * dim, 0.0f);
   }
-  for (int k = 0; k < 2; ++k) {
+  for (size_t k = 0; k < group.size(); ++k) {
     const Group& g = group[k];
     for (size_t j = 0; j < g.index.size(); ++j) {
       std::copy_n(g.out.hidden.data() + j * dim, dim, out->hidden.data() + g.index[j] * dim);
@@ -116,36 +123,42 @@ void StageRunner::DropStaleSlots(internal::MicroBatch& batch) {
   }
   if (static_cast<int>(keep.size()) == n) return;
   stale_slots_ += n - keep.size();
-  const bool first = slice_.begin() == 0;
   const size_t row = static_cast<size_t>(slice_.config().dim) * sizeof(float);
-  const bool has_pipo = batch.pipo_size() == n;
-  // Stage 0's hidden rows belong to its PIPO slots only.
   std::vector<int> hidden_row(n, -1);
   int rows = 0;
   for (int i = 0; i < n; ++i) {
-    if (!first || (has_pipo && batch.pipo(i))) hidden_row[i] = rows++;
+    if (TakesHidden(batch, i)) hidden_row[i] = rows++;
   }
   const bool has_hidden = rows > 0 && batch.hidden().size() == rows * row;
+  const bool first = slice_.begin() == 0;
+  // Per-slot fields are compacted only when they have one entry per slot;
+  // any other size is refused by Process with the field's name.
+  const bool has_tokens = first && batch.tokens_size() == n;
+  const bool has_set = batch.weight_set_size() == n;
+  const bool has_adapter = batch.adapter_size() == n;
+  const bool has_arg = batch.adapter_arg_size() == n;
   std::string hidden;
   for (size_t j = 0; j < keep.size(); ++j) {
     const int i = keep[j];
-    if (has_pipo) batch.set_pipo(j, batch.pipo(i));
     batch.set_seq_ids(j, batch.seq_ids(i));
     batch.set_positions(j, batch.positions(i));
     batch.set_epochs(j, batch.epochs(i));
-    if (first && batch.tokens_size() == n) batch.set_tokens(j, batch.tokens(i));
-    if (batch.aux_u_size() == n) batch.set_aux_u(j, batch.aux_u(i));
+    if (has_tokens) batch.set_tokens(j, batch.tokens(i));
+    if (has_set) batch.set_weight_set(j, batch.weight_set(i));
+    if (has_adapter) batch.set_adapter(j, batch.adapter(i));
+    if (has_arg) batch.set_adapter_arg(j, batch.adapter_arg(i));
     if (has_hidden && hidden_row[i] >= 0) {
       hidden.append(batch.hidden().data() + hidden_row[i] * row, row);
     }
   }
   const int k = static_cast<int>(keep.size());
   batch.mutable_seq_ids()->Truncate(k);
-  if (batch.positions_size() == n) batch.mutable_positions()->Truncate(k);
+  batch.mutable_positions()->Truncate(k);
   batch.mutable_epochs()->Truncate(k);
-  if (first && batch.tokens_size() == n) batch.mutable_tokens()->Truncate(k);
-  if (batch.aux_u_size() == n) batch.mutable_aux_u()->Truncate(k);
-  if (has_pipo) batch.mutable_pipo()->Truncate(k);
+  if (has_tokens) batch.mutable_tokens()->Truncate(k);
+  if (has_set) batch.mutable_weight_set()->Truncate(k);
+  if (has_adapter) batch.mutable_adapter()->Truncate(k);
+  if (has_arg) batch.mutable_adapter_arg()->Truncate(k);
   if (has_hidden) batch.set_hidden(std::move(hidden));
 }
 
@@ -186,7 +199,7 @@ bool StageRunner::Process(internal::MicroBatch& batch) {
   // KV must come back whatever happened to the slots travelling with it.
   for (uint64_t seq : batch.release()) {
     slice_.Release(seq);
-    if (pipo_slice_) pipo_slice_->Release(seq);
+    for (const WeightSet& w : weight_sets_) w.slice->Release(seq);
     sequences_.erase(seq);
     epochs_.erase(seq);
   }
@@ -211,28 +224,32 @@ bool StageRunner::Process(internal::MicroBatch& batch) {
     fail(absl::StrCat("tokens has ", batch.tokens_size(), " entries for ", n, " slots"));
     return true;
   }
-  // PIPO slots (docs/pipo.md) run on the fine-tuned backbone; on stage 0
-  // their input is the compressor's z, carried in `hidden` (their rows
-  // only, in slot order), not a token.
-  std::vector<char> pipo(n, 0);
-  int n_pipo = 0;
-  if (batch.pipo_size() != 0) {
-    if (batch.pipo_size() != n) {
-      fail(absl::StrCat("pipo has ", batch.pipo_size(), " entries for ", n, " slots"));
-      return true;
-    }
-    for (int i = 0; i < n; ++i) n_pipo += pipo[i] = batch.pipo(i) ? 1 : 0;
-    if (n_pipo > 0 && !pipo_slice_) {
-      fail("the batch has PIPO slots but this stage has no PIPO backbone (start every stage "
-           "with --pipo-head)");
+  // Per-slot tags: empty, or one per slot.
+  for (const auto& [name, size] : {std::pair<const char*, int>{"weight_set", batch.weight_set_size()},
+                                   {"adapter", batch.adapter_size()},
+                                   {"adapter_arg", batch.adapter_arg_size()}}) {
+    if (size != 0 && size != n) {
+      fail(absl::StrCat(name, " has ", size, " entries for ", n, " slots"));
       return true;
     }
   }
+  bool grouped = false;  // some slot runs on another weight set than the base
+  for (int i = 0; i < batch.weight_set_size(); ++i) {
+    const uint32_t id = batch.weight_set(i);
+    if (id > weight_sets_.size()) {
+      fail(absl::StrCat("slot ", i, " asks for weight set ", id, " but this stage has ",
+                        weight_sets_.size(), " (start every stage with the same --weight-set)"));
+      return true;
+    }
+    grouped = grouped || id != 0;
+  }
+  int hidden_rows = 0;
+  for (int i = 0; i < n; ++i) hidden_rows += TakesHidden(batch, i) ? 1 : 0;
   const size_t row_bytes = static_cast<size_t>(dim) * sizeof(float);
-  const size_t hidden_bytes = static_cast<size_t>(first ? n_pipo : n) * row_bytes;
-  if ((!first || n_pipo > 0) && batch.hidden().size() != hidden_bytes) {
+  const size_t hidden_bytes = static_cast<size_t>(hidden_rows) * row_bytes;
+  if ((!first || hidden_rows > 0) && batch.hidden().size() != hidden_bytes) {
     fail(absl::StrCat("hidden has ", batch.hidden().size(), " bytes, expected ", hidden_bytes,
-                      " (", first ? n_pipo : n, " rows x dim ", dim, " fp32)"));
+                      " (", hidden_rows, " rows x dim ", dim, " fp32)"));
     return true;
   }
 
@@ -249,17 +266,17 @@ bool StageRunner::Process(internal::MicroBatch& batch) {
     return true;
   }
 
-  if (batch.aux_u_size() != 0 && batch.aux_u_size() != n) {
-    fail(absl::StrCat("aux_u has ", batch.aux_u_size(), " entries for ", n, " slots"));
-    return true;
-  }
   // Copied out of the protobuf string: its bytes carry no float alignment.
   input_.resize(hidden_bytes / sizeof(float));
   if (hidden_bytes > 0) std::memcpy(input_.data(), batch.hidden().data(), hidden_bytes);
   SliceOutput out;
   absl::Status st;
-  if (n_pipo == 0) {
-    SliceInput in{slots, {}, {}, {batch.aux_u().data(), static_cast<size_t>(batch.aux_u_size())}};
+  if (!grouped) {
+    SliceInput in{slots,
+                  {},
+                  {},
+                  {batch.adapter().data(), static_cast<size_t>(batch.adapter_size())},
+                  {batch.adapter_arg().data(), static_cast<size_t>(batch.adapter_arg_size())}};
     if (first) {
       in.tokens = std::span<const int32_t>(batch.tokens().data(), n);
     } else {
@@ -267,7 +284,7 @@ bool StageRunner::Process(internal::MicroBatch& batch) {
     }
     st = slice_.Forward(in, taps, &out);
   } else {
-    st = ForwardSplit(batch, slots, pipo, taps, &out);
+    st = ForwardGroups(batch, slots, taps, &out);
   }
   if (!st.ok()) {
     fail(st.ToString());
@@ -334,7 +351,7 @@ void StageRunner::Reset(const std::string& report_address) {
   std::lock_guard<std::mutex> lock(mu_);
   for (uint64_t seq : sequences_) {
     slice_.Release(seq);
-    if (pipo_slice_) pipo_slice_->Release(seq);
+    for (const WeightSet& w : weight_sets_) w.slice->Release(seq);
   }
   sequences_.clear();
   epochs_.clear();

@@ -31,11 +31,19 @@ struct StageStats {
 
 class StageRunner {
  public:
+  // Another set of weights for the same layers, with its own KV cache, that
+  // slots ask for by id (MicroBatch.weight_set; id k is weight_sets[k - 1]).
+  // `hidden_input`: on stage 0 its slots' input is a row of batch.hidden,
+  // not a token.
+  struct WeightSet {
+    SliceBackend* slice = nullptr;
+    bool hidden_input = false;
+  };
   // stage: index in the pipeline; is_last: output goes back to the
   // scheduler (hidden of the final layer, before the final norm).
-  // `pipo_slice`: the same layers of PIPO's fine-tuned backbone (hidden
-  // input on stage 0), for slots marked pipo; null = none.
-  StageRunner(SliceBackend& slice, int stage, bool is_last, SliceBackend* pipo_slice = nullptr);
+  // `slice` holds the base weights (weight set 0) and the adapters.
+  StageRunner(SliceBackend& slice, int stage, bool is_last,
+              std::vector<WeightSet> weight_sets = {});
   // How the runner connects to the scheduler's inbox for taps (the cluster
   // secret; docs/security.md). Set before Reset.
   void set_data_plane(transport::TransportOptions options) { data_plane_ = std::move(options); }
@@ -92,13 +100,17 @@ class StageRunner {
   // Removes the slots whose epoch is older than their sequence's newest.
   void DropStaleSlots(internal::MicroBatch& batch);
   void SendTaps(internal::MicroBatch& batch);
-  absl::Status ForwardSplit(const internal::MicroBatch& batch, const std::vector<SlotRef>& slots,
-                            const std::vector<char>& pipo, std::span<const int> taps,
-                            SliceOutput* out);
+  // Whether slot i's input is a row of batch.hidden (every slot after stage
+  // 0; on stage 0 the slots of a hidden-input weight set).
+  bool TakesHidden(const internal::MicroBatch& batch, int i) const;
+  // Runs a batch whose slots ask for several weight sets: each group on its
+  // own slice, outputs back in slot order.
+  absl::Status ForwardGroups(const internal::MicroBatch& batch, const std::vector<SlotRef>& slots,
+                             std::span<const int> taps, SliceOutput* out);
   SliceBackend& slice_;
   int stage_;
   bool is_last_;
-  SliceBackend* pipo_slice_;
+  std::vector<WeightSet> weight_sets_;
   std::unique_ptr<transport::ActivationReceiver> in_;
   std::unique_ptr<transport::ActivationSender> out_;
   std::atomic<bool> stop_{false};

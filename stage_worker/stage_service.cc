@@ -8,13 +8,11 @@
 namespace specline {
 
 StageServiceImpl::StageServiceImpl(std::vector<StageRunner*> runners, std::string data_address,
-                                   std::string next_address, uint64_t ptp_fingerprint,
-                                   uint64_t pipo_fingerprint)
+                                   std::string next_address, HostedModels hosted)
     : runners_(std::move(runners)),
       data_address_(std::move(data_address)),
       next_address_(std::move(next_address)),
-      ptp_fingerprint_(ptp_fingerprint),
-      pipo_fingerprint_(pipo_fingerprint) {}
+      hosted_(std::move(hosted)) {}
 
 grpc::Status StageServiceImpl::GetInfo(grpc::ServerContext* ctx, const internal::StageInfoRequest*,
                                        internal::StageInfo* info) {
@@ -43,8 +41,8 @@ grpc::Status StageServiceImpl::GetInfo(grpc::ServerContext* ctx, const internal:
   info->set_batches(first.batches());
   info->set_data_address(data_address_);
   info->set_next_address(next_address_);
-  info->set_ptp_fingerprint(ptp_fingerprint_);
-  info->set_pipo_fingerprint(pipo_fingerprint_);
+  for (const auto& w : hosted_.weight_sets) *info->add_weight_sets() = w;
+  for (const auto& a : hosted_.adapters) *info->add_adapters() = a;
   return grpc::Status::OK;
 }
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "specline/internal/stage.grpc.pb.h"
+#include "stage_worker/hosted_models.h"
 #include "stage_worker/stage_runner.h"
 
 namespace specline {
@@ -13,11 +14,8 @@ namespace specline {
 class StageServiceImpl final : public internal::StageWorker::Service {
  public:
   // `runners`: the consecutive stages of this process, first to last.
-  // `ptp_fingerprint`: PtpAdapter::fingerprint() of the stages' adapter, 0
-  // for none.
   StageServiceImpl(std::vector<StageRunner*> runners, std::string data_address,
-                   std::string next_address, uint64_t ptp_fingerprint = 0,
-                   uint64_t pipo_fingerprint = 0);
+                   std::string next_address, HostedModels hosted = {});
 
   // A process hosting several stages answers as one stage spanning their
   // layers: the scheduler addresses the process, not its internal chain.
@@ -35,7 +33,7 @@ class StageServiceImpl final : public internal::StageWorker::Service {
   std::string cluster_secret_;
   std::vector<StageRunner*> runners_;
   std::string data_address_, next_address_;
-  uint64_t ptp_fingerprint_, pipo_fingerprint_;
+  HostedModels hosted_;
 };
 
 }  // namespace specline

@@ -22,7 +22,7 @@
 #include "model/formats/random_model.h"
 #include "model/runtime/generator.h"
 #include "model/runtime/local_pipeline.h"
-#include "model/runtime/ptp_adapter.h"
+#include "stage_worker/hosted_models.h"
 #include "scheduler/engine.h"
 #include "stage_worker/stage_runner.h"
 #include "stage_worker/stage_service.h"
@@ -245,30 +245,32 @@ class InprocPipeline {
     prefix_ = "sched-test-" + std::to_string(counter++);
     const std::vector<int> bounds = EvenSplit(model_->config().n_layers, n_stages);
     SliceOptions slice_options{16, stage_kv_tokens};
-    uint64_t ptp_fingerprint = 0;
-    if (!options.spec.ptp_head.empty() && heads_on_stages) {
-      auto adapter = std::make_shared<const PtpAdapter>(
-          LoadDraftHead(options.spec.ptp_head, model_->config()));
-      ptp_fingerprint = adapter->fingerprint();
-      slice_options.ptp = adapter;
+    // The stages host the policies' models as specline-stage would with
+    // --adapter / --weight-set.
+    std::vector<std::string> adapter_dirs, weight_set_dirs;
+    if (heads_on_stages && !options.spec.ptp_head.empty()) {
+      adapter_dirs.push_back(options.spec.ptp_head);
     }
-    uint64_t pipo_fingerprint = 0;
-    if (!options.spec.pipo_head.empty() && heads_on_stages) {
-      auto head = LoadDraftHead(options.spec.pipo_head, model_->config());
-      pipo_fingerprint = head->Fingerprint();
-      pipo_backbone_ = OpenModel(options.spec.pipo_head + "/" + head->config().pipo_backbone_file);
+    if (heads_on_stages && !options.spec.pipo_head.empty()) {
+      weight_set_dirs.push_back(options.spec.pipo_head);
     }
+    absl::StatusOr<LoadedAddOns> addons =
+        LoadAddOns(adapter_dirs, weight_set_dirs, model_->config());
+    if (!addons.ok()) throw std::invalid_argument(addons.status().ToString());
+    slice_options.adapters = addons->adapters;
+    weight_set_models_ = std::move(addons->weight_sets);
+    const HostedModels hosted = addons->info;
     for (int i = 0; i < n_stages; ++i) {
       auto pool = std::make_shared<kernels::ThreadPool>(1);
       slices_.push_back(std::make_unique<StageSlice>(*model_, bounds[i], bounds[i + 1],
                                                      slice_options, pool));
-      SliceBackend* pipo_slice = nullptr;
-      if (pipo_backbone_) {
-        SliceOptions pipo_options{16, stage_kv_tokens};
-        pipo_options.hidden_input = true;
-        pipo_slices_.push_back(std::make_unique<StageSlice>(*pipo_backbone_, bounds[i],
-                                                            bounds[i + 1], pipo_options, pool));
-        pipo_slice = pipo_slices_.back().get();
+      std::vector<StageRunner::WeightSet> weight_sets;
+      for (size_t k = 0; k < weight_set_models_.size(); ++k) {
+        SliceOptions set_options{16, stage_kv_tokens};
+        set_options.hidden_input = hosted.weight_sets[k].hidden_input();
+        weight_set_slices_.push_back(std::make_unique<StageSlice>(
+            *weight_set_models_[k], bounds[i], bounds[i + 1], set_options, pool));
+        weight_sets.push_back({weight_set_slices_.back().get(), set_options.hidden_input});
       }
       SliceBackend* slice = slices_.back().get();
       if (wrap_slice) {
@@ -277,7 +279,8 @@ class InprocPipeline {
           slice = wrapped_slices_.back().get();
         }
       }
-      runners_.push_back(std::make_unique<StageRunner>(*slice, i, i == n_stages - 1, pipo_slice));
+      runners_.push_back(
+          std::make_unique<StageRunner>(*slice, i, i == n_stages - 1, std::move(weight_sets)));
       // Stage 0 passes every batch through the gate (open unless a test
       // closes it).
       BatchGate* gate = i == 0 ? gate_.get() : nullptr;
@@ -292,8 +295,7 @@ class InprocPipeline {
     for (int i = 0; i < n_stages; ++i) {
       StartRunner(i);
       services_.push_back(std::make_unique<StageServiceImpl>(
-          std::vector<StageRunner*>{runners_[i].get()}, DataAddress(i), NextAddress(i),
-          ptp_fingerprint, pipo_fingerprint));
+          std::vector<StageRunner*>{runners_[i].get()}, DataAddress(i), NextAddress(i), hosted));
       ports_.push_back(0);
       StartControl(i);
       controls.push_back(
@@ -373,8 +375,8 @@ class InprocPipeline {
   std::string prefix_;
   std::vector<std::unique_ptr<StageSlice>> slices_;
   std::vector<std::unique_ptr<SliceBackend>> wrapped_slices_;
-  std::unique_ptr<ModelSource> pipo_backbone_;
-  std::vector<std::unique_ptr<StageSlice>> pipo_slices_;
+  std::vector<std::unique_ptr<ModelSource>> weight_set_models_;  // by weight-set id - 1
+  std::vector<std::unique_ptr<StageSlice>> weight_set_slices_;
   std::vector<std::unique_ptr<StageRunner>> runners_;
   std::vector<std::unique_ptr<StageServiceImpl>> services_;
   std::vector<std::unique_ptr<grpc::Server>> servers_;

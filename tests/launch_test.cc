@@ -158,8 +158,9 @@ TEST(LaunchTopology, FlagsReachTheProcessesThatTakeThem) {
     EXPECT_EQ(Flag(s.argv, "--kv-capacity-tokens"), "4096");
     EXPECT_EQ(Flag(s.argv, "--device"), "cuda");
     EXPECT_EQ(Flag(s.argv, "--dtype"), "f16");
-    EXPECT_EQ(Flag(s.argv, "--ptp-head"), "/h/ptp");
-    EXPECT_EQ(Flag(s.argv, "--pipo-head"), "/h/pipo");
+    EXPECT_EQ(Flag(s.argv, "--adapter"), "/h/ptp");
+    EXPECT_EQ(Flag(s.argv, "--weight-set"), "/h/pipo");
+    EXPECT_EQ(Flag(s.argv, "--ptp-head"), "<absent>");
     EXPECT_EQ(Flag(s.argv, "--stage-only"), "s");
     EXPECT_EQ(Flag(s.argv, "--spd-head"), "<absent>");
     EXPECT_EQ(Flag(s.argv, "--max-waiting"), "<absent>");
@@ -184,7 +185,8 @@ TEST(LaunchTopology, FlagsReachTheProcessesThatTakeThem) {
   EXPECT_EQ(Flag(g, "--default-max-tokens"), "99");
   EXPECT_EQ(Flag(g, "--drain-timeout-ms"), "1234");
   EXPECT_EQ(Flag(g, "--host"), "0.0.0.0");
-  for (const char* f : {"--kv-capacity-tokens", "--device", "--ptp-head", "--spd-head", "--max-waiting"}) {
+  for (const char* f : {"--kv-capacity-tokens", "--device", "--ptp-head", "--adapter", "--spd-head",
+                        "--max-waiting"}) {
     EXPECT_EQ(Count(g, f), 0) << f;
   }
   // Every process: the cluster secret and the log level, once each.
@@ -201,7 +203,8 @@ TEST(LaunchTopology, UnsetOptionsPassNoFlag) {
   const Plan plan = BuildPlan(t, kBin, 8, Ports(t));
   for (const ProcessSpec* p : plan.all()) {
     for (const char* f : {"--cluster-secret-file", "--log-level", "--kv-capacity-tokens", "--device",
-                          "--dtype", "--ptp-head", "--pipo-head", "--max-waiting", "--tokenizer",
+                          "--dtype", "--ptp-head", "--pipo-head", "--adapter", "--weight-set",
+                          "--max-waiting", "--tokenizer",
                           "--tls-cert", "--auth-token-file", "--max-concurrent-streams"}) {
       EXPECT_EQ(Count(p->argv, f), 0) << p->name << " " << f;
     }

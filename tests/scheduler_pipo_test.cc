@@ -178,7 +178,8 @@ TEST(PipoEngine, MisuseIsRefusedWithWhatToFix) {
                      std::chrono::microseconds(0), Stories(), /*heads_on_stages=*/false);
     auto s = p.engine().Submit(Pipo(prompt, 8, 0.9f));
     EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition);
-    EXPECT_NE(s.status().message().find("no PIPO backbone"), std::string::npos) << s.status();
+    EXPECT_NE(s.status().message().find("hosts no weight set"), std::string::npos) << s.status();
+    EXPECT_NE(s.status().message().find("--weight-set"), std::string::npos) << s.status();
   }
   {
     InprocPipeline p(2, scheduler::EngineOptions{}, InprocPipeline::kStageKvTokens,

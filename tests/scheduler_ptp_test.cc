@@ -69,7 +69,7 @@ TEST(PtpStages, AuxiliaryRowsGiveTheReferenceLogits) {
   auto model = OpenModel(Stories());
   auto adapter = std::make_shared<const PtpAdapter>(LoadDraftHead(TrainedAdapter(), model->config()));
   SliceOptions options{16, 4096};
-  options.ptp = adapter;
+  options.adapters = {adapter};
   for (int slices : {1, 2}) {
     LocalPipeline local(*model, EvenSplit(model->config().n_layers, slices), options, 1);
     const auto& call = Golden()["traces"]["t1"]["calls"][0];
@@ -82,18 +82,21 @@ TEST(PtpStages, AuxiliaryRowsGiveTheReferenceLogits) {
 
     slots.clear();
     std::vector<int32_t> tokens;
+    std::vector<uint32_t> adapter_ids;  // 1 = the PTP adapter at auxiliary rows
     std::vector<float> aux_u;
     for (int32_t t : call["verify_tokens"].get<std::vector<int32_t>>()) {
       slots.push_back({1, static_cast<int32_t>(prefix + slots.size())});
       tokens.push_back(t);
-      aux_u.push_back(-1.0f);
+      adapter_ids.push_back(0);
+      aux_u.push_back(0.0f);
     }
     for (double u : call["aux_u"].get<std::vector<double>>()) {
       slots.push_back({1, static_cast<int32_t>(prefix + slots.size())});
       tokens.push_back(0);
+      adapter_ids.push_back(1);
       aux_u.push_back(static_cast<float>(u));
     }
-    ASSERT_TRUE(local.Forward(slots, tokens, {}, &out, aux_u).ok());
+    ASSERT_TRUE(local.Forward(slots, tokens, {}, &out, adapter_ids, aux_u).ok());
     const std::vector<float> logits =
         local.head().Logits(out.hidden.data(), static_cast<int64_t>(slots.size()));
     const int vocab = model->config().vocab_size;
@@ -120,7 +123,8 @@ TEST(PtpStages, TokenRowsAreTheBaseModelAndUnadaptedSlicesRefuseAuxRows) {
   if (Stories().empty()) GTEST_SKIP() << "../shared/models/stories260K absent";
   auto model = OpenModel(Stories());
   SliceOptions with{16, 4096};
-  with.ptp = std::make_shared<const PtpAdapter>(LoadDraftHead(TrainedAdapter(), model->config()));
+  with.adapters = {
+      std::make_shared<const PtpAdapter>(LoadDraftHead(TrainedAdapter(), model->config()))};
   LocalPipeline adapted(*model, {0, model->config().n_layers}, with, 1);
   LocalPipeline plain(*model, {0, model->config().n_layers}, SliceOptions{16, 4096}, 1);
   const std::vector<int32_t> prompt = {1, 441, 416, 331, 407};
@@ -130,13 +134,15 @@ TEST(PtpStages, TokenRowsAreTheBaseModelAndUnadaptedSlicesRefuseAuxRows) {
   // Two more sequences' auxiliary rows ride along in the adapted batch.
   std::vector<SlotRef> mixed = slots;
   std::vector<int32_t> mixed_tokens = prompt;
-  std::vector<float> aux_u(5, -1.0f);
+  std::vector<uint32_t> adapter_ids(5, 0);
+  std::vector<float> aux_u(5, 0.0f);
   for (int i = 0; i < 3; ++i) {
     mixed.push_back({8, i});
     mixed_tokens.push_back(0);
+    adapter_ids.push_back(1);
     aux_u.push_back(0.25f * i);
   }
-  ASSERT_TRUE(adapted.Forward(mixed, mixed_tokens, {}, &a, aux_u).ok());
+  ASSERT_TRUE(adapted.Forward(mixed, mixed_tokens, {}, &a, adapter_ids, aux_u).ok());
   ASSERT_TRUE(plain.Forward(slots, prompt, {}, &b).ok());
   const int dim = model->config().dim;
   EXPECT_EQ(std::vector<float>(a.hidden.begin(), a.hidden.begin() + 5 * dim), b.hidden);
@@ -144,17 +150,25 @@ TEST(PtpStages, TokenRowsAreTheBaseModelAndUnadaptedSlicesRefuseAuxRows) {
   // A slice without the adapter refuses auxiliary rows and keeps its cache.
   std::vector<SlotRef> next = {{7, 5}, {7, 6}};
   const std::vector<int32_t> next_tokens = {0, 0};
+  const std::vector<uint32_t> next_ids = {1, 1};
   const std::vector<float> next_u = {0.5f, 0.75f};
-  absl::Status st = plain.Forward(next, next_tokens, {}, &b, next_u);
+  absl::Status st = plain.Forward(next, next_tokens, {}, &b, next_ids, next_u);
   EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
-  EXPECT_NE(st.message().find("--ptp-head"), std::string::npos) << st;
+  EXPECT_NE(st.message().find("--adapter"), std::string::npos) << st;
   EXPECT_EQ(plain.slice(0).Length(7), 5);
-  // Malformed u lists are refused too.
+  // Malformed tags are refused too: lists of the wrong length, an id the
+  // slice does not host, an argument the adapter does not accept.
   const std::vector<float> short_u = {0.5f};
-  EXPECT_EQ(adapted.Forward(next, next_tokens, {}, &a, short_u).code(),
+  EXPECT_EQ(adapted.Forward(next, next_tokens, {}, &a, next_ids, short_u).code(),
             absl::StatusCode::kInvalidArgument);
+  const std::vector<uint32_t> short_ids = {1};
+  EXPECT_EQ(adapted.Forward(next, next_tokens, {}, &a, short_ids, next_u).code(),
+            absl::StatusCode::kInvalidArgument);
+  const std::vector<uint32_t> unknown_ids = {1, 2};
+  EXPECT_EQ(adapted.Forward(next, next_tokens, {}, &a, unknown_ids, next_u).code(),
+            absl::StatusCode::kFailedPrecondition);
   const std::vector<float> big_u = {0.5f, 1.5f};
-  EXPECT_EQ(adapted.Forward(next, next_tokens, {}, &a, big_u).code(),
+  EXPECT_EQ(adapted.Forward(next, next_tokens, {}, &a, next_ids, big_u).code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(adapted.slice(0).Length(7), 5);
 }
@@ -308,7 +322,8 @@ TEST(PtpEngine, MisconfigurationsAreRefusedWithWhatToFix) {
     r.mode = v1::DECODING_POLICY_PTP;
     auto s = p.engine().Submit(r);
     EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition);
-    EXPECT_NE(s.status().message().find("has no PTP adapter"), std::string::npos) << s.status();
+    EXPECT_NE(s.status().message().find("hosts no adapter"), std::string::npos) << s.status();
+    EXPECT_NE(s.status().message().find("--adapter"), std::string::npos) << s.status();
     r.mode = v1::DECODING_POLICY_AUTOREGRESSIVE;
     s = p.engine().Submit(r);
     ASSERT_TRUE(s.ok()) << s.status();

@@ -138,9 +138,16 @@ Plan BuildPlan(const Topology& t, const Binaries& binaries, int n_layers,
     Add(argv, "--device", t.device);
     Add(argv, "--dtype", t.dtype);
   };
-  auto heads = [&](std::vector<std::string>& argv) {
+  // The scheduler loads each head whole (PTP's coupling, PIPO's compressor
+  // and MTP layer); the stages host what of it runs on them: PTP's adapter,
+  // PIPO's backbone as a weight set.
+  auto scheduler_heads = [&](std::vector<std::string>& argv) {
     Add(argv, "--ptp-head", t.ptp_head);
     Add(argv, "--pipo-head", t.pipo_head);
+  };
+  auto stage_heads = [&](std::vector<std::string>& argv) {
+    Add(argv, "--adapter", t.ptp_head);
+    Add(argv, "--weight-set", t.pipo_head);
   };
 
   std::string stage_grpc;
@@ -153,7 +160,7 @@ Plan BuildPlan(const Topology& t, const Binaries& binaries, int n_layers,
     AddServerFlags(s.argv, s, t.stage_threads, t.cluster_secret_file);
     AddPositive(s.argv, "--kv-capacity-tokens", t.kv_capacity_tokens);
     device(s.argv);
-    heads(s.argv);
+    stage_heads(s.argv);
     Append(s.argv, t.stage_args);
     Add(s.argv, "--log-level", t.log_level);
     stage_grpc += (i ? "," : "") + Loopback(s.grpc_port);
@@ -165,7 +172,7 @@ Plan BuildPlan(const Topology& t, const Binaries& binaries, int n_layers,
   AddPositive(c.argv, "--max-waiting", t.max_waiting);
   AddPositive(c.argv, "--kv-capacity-tokens", t.kv_capacity_tokens);
   Append(c.argv, t.scheduler_args);
-  heads(c.argv);
+  scheduler_heads(c.argv);
   device(c.argv);  // the output head runs there too
   Add(c.argv, "--log-level", t.log_level);
 

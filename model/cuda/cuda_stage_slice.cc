@@ -73,10 +73,10 @@ CudaStageSlice::CudaStageSlice(const ModelSource& src, int begin, int end,
       rope_(src.config()),
       kv_(KvCacheShape{0, src.config().n_kv_heads, src.config().head_dim,
                        options.slice.kv_block_size, KvBlocksFor(options.slice)}) {
-  if (options.slice.ptp) {
+  if (!options.slice.adapters.empty()) {
     throw std::invalid_argument(
-        "PTP adapters run on CPU stages only for now: the CUDA slice has no LoRA path "
-        "(start this stage with --device cpu, or without --ptp-head)");
+        "adapters run on CPU stages only for now: the CUDA slice has no adapter hook "
+        "(start this stage with --device cpu, or without --adapter)");
   }
   Init();
   if (embeds_) {

@@ -29,7 +29,8 @@ LocalPipeline::LocalPipeline(const ModelSource& src, const std::vector<int>& bou
 
 absl::Status LocalPipeline::Forward(std::span<const SlotRef> slots,
                                     std::span<const int32_t> tokens, std::span<const int> taps,
-                                    SliceOutput* out, std::span<const float> aux_u) {
+                                    SliceOutput* out, std::span<const uint32_t> adapter,
+                                    std::span<const float> adapter_arg) {
   for (int t : taps) {
     if (t < 0 || t > config().n_layers) {
       return absl::InvalidArgumentError("tap " + std::to_string(t) + " is outside [0, " +
@@ -52,7 +53,8 @@ absl::Status LocalPipeline::Forward(std::span<const SlotRef> slots,
       }
     }
     SliceInput in{slots, s == 0 ? tokens : std::span<const int32_t>{},
-                  s == 0 ? std::span<const float>{} : std::span<const float>(hidden), aux_u};
+                  s == 0 ? std::span<const float>{} : std::span<const float>(hidden), adapter,
+                  adapter_arg};
     // Slices share one configuration, so the checks that could fail (input,
     // positions, KV capacity) fail in the first slice, before any cache
     // changed.

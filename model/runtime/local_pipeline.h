@@ -29,11 +29,12 @@ class LocalPipeline {
   OutputHead& head() { return head_; }
 
   // Runs the slots through every slice; taps are global indices, each taken
-  // from the first slice that can produce it. `aux_u`: PTP auxiliary rows
-  // (SliceInput::aux_u; needs SliceOptions::ptp).
+  // from the first slice that can produce it. `adapter` / `adapter_arg`:
+  // per-slot adapters (SliceInput; ids into SliceOptions::adapters).
   absl::Status Forward(std::span<const SlotRef> slots, std::span<const int32_t> tokens,
                        std::span<const int> taps, SliceOutput* out,
-                       std::span<const float> aux_u = {});
+                       std::span<const uint32_t> adapter = {},
+                       std::span<const float> adapter_arg = {});
 
   void Truncate(uint64_t seq, int32_t length);
   void Release(uint64_t seq);

@@ -3,6 +3,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "absl/strings/str_cat.h"
+
 #include "model/runtime/ptp_u_embed.h"
 #include "model/runtime/weights.h"
 
@@ -46,7 +48,7 @@ PtpAdapter::PtpAdapter(std::shared_ptr<const DraftHead> head) : head_(std::move(
   layers_.resize(c.n_layers);
   rank_ = s.ptp_lora_rank;
   for (int j = 0; j < c.n_layers; ++j) {
-    for (int k = 0; k < kNumLoraTargets; ++k) {
+    for (int k = 0; k < kNumProjections; ++k) {
       const std::string prefix = "layers." + std::to_string(j) + "." + kPtpLoraTargets[k];
       const TensorInfo& a = tensor(prefix + ".lora_A");
       const TensorInfo& b = tensor(prefix + ".lora_B");
@@ -55,7 +57,7 @@ PtpAdapter::PtpAdapter(std::shared_ptr<const DraftHead> head) : head_(std::move(
       p.out = b.rows();
       p.a = VectorOf(a);
       p.b = VectorOf(b);
-      const bool qk = k == static_cast<int>(LoraTarget::kQ) || k == static_cast<int>(LoraTarget::kK);
+      const bool qk = k == static_cast<int>(Projection::kQ) || k == static_cast<int>(Projection::kK);
       if (qk && c.rope_style == RopeStyle::kInterleaved) {
         p.b = InterleavedRows(p.b, p.out, rank_, c.head_dim);
       }
@@ -64,11 +66,17 @@ PtpAdapter::PtpAdapter(std::shared_ptr<const DraftHead> head) : head_(std::move(
   fingerprint_ = head_->Fingerprint();
 }
 
-void PtpAdapter::Embed(double u, float* out) const {
-  PtpUEmbed(u, u_embed_, std::span<float>(out, dim_));
+absl::Status PtpAdapter::CheckArg(float u) const {
+  if (u >= 0.0f && u <= 1.0f) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("a PTP auxiliary row's u must be in [0, 1], got ", u));
 }
 
-void PtpAdapter::Apply(int layer, LoraTarget target, std::span<const int32_t> rows,
+void PtpAdapter::Embed(float u, float* row) const {
+  PtpUEmbed(u, u_embed_, std::span<float>(row, dim_));
+}
+
+void PtpAdapter::Apply(int layer, Projection target, std::span<const int32_t> rows,
                        const float* x, int64_t x_width, float* y, int64_t y_width) const {
   if (rows.empty()) return;
   const Pair& p = layers_.at(layer)[static_cast<int>(target)];

@@ -9,41 +9,46 @@
 
 #include <array>
 #include <cstdint>
+#include <iterator>
 #include <memory>
 #include <span>
 #include <vector>
 
 #include "kernels/cpu/ops.h"
 #include "model/runtime/draft_head_file.h"
+#include "model/runtime/slice_adapter.h"
 
 namespace specline {
 
-// The projections in kPtpLoraTargets order.
-enum class LoraTarget { kQ, kK, kV, kO, kGate, kUp, kDown };
-inline constexpr int kNumLoraTargets = 7;
+// kPtpLoraTargets names the projections in Projection order.
+static_assert(std::size(kPtpLoraTargets) == kNumProjections);
 
-class PtpAdapter {
+class PtpAdapter final : public SliceAdapter {
  public:
   // `head` must be method kPtp (std::invalid_argument otherwise); it is
   // kept alive: the LoRA matrices stay in its memory map.
   explicit PtpAdapter(std::shared_ptr<const DraftHead> head);
 
   const HeadConfig& config() const { return head_->config(); }
-  int dim() const { return dim_; }
+  int dim() const override { return dim_; }
   // The base's RoPE layout decides the order of the q/k rows of lora_B
   // (head->base_config().rope_style).
   // DraftHead::Fingerprint(): a scheduler checks that every stage and
   // itself load the same adapter.
-  uint64_t fingerprint() const { return fingerprint_; }
+  uint64_t fingerprint() const override { return fingerprint_; }
 
-  // out[dim] = u_embed(u).
-  void Embed(double u, float* out) const;
+  // A slot's argument is its auxiliary row's uniform u, in [0, 1].
+  absl::Status CheckArg(float u) const override;
+  // An auxiliary row's input is u_embed(u), not its placeholder token's.
+  bool ReplacesEmbedding() const override { return true; }
+  // row[dim] = u_embed(u).
+  void Embed(float u, float* row) const override;
 
   // For the rows listed in `rows` (indices into x / y): y[r] += scale *
   // B (A x[r]), with x rows of the projection's input width and y rows of
   // its output width (both dense, row-major). `layer` is global.
-  void Apply(int layer, LoraTarget target, std::span<const int32_t> rows, const float* x,
-             int64_t x_width, float* y, int64_t y_width) const;
+  void Apply(int layer, Projection target, std::span<const int32_t> rows, const float* x,
+             int64_t x_width, float* y, int64_t y_width) const override;
 
  private:
   // Dequantised once: an adapter is small, and the few auxiliary rows of a
@@ -56,7 +61,7 @@ class PtpAdapter {
   int dim_ = 0;
   float scale_ = 0;
   std::vector<float> u_embed_;  // [3, dim]
-  std::vector<std::array<Pair, kNumLoraTargets>> layers_;
+  std::vector<std::array<Pair, kNumProjections>> layers_;
   int rank_ = 0;
   uint64_t fingerprint_ = 0;
 };

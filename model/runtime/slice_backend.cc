@@ -1,7 +1,6 @@
 #include "model/runtime/slice_backend.h"
 
 #include <algorithm>
-#include <cmath>
 #include <unordered_map>
 
 #include "absl/strings/str_cat.h"
@@ -10,24 +9,27 @@ namespace specline {
 
 absl::Status ValidateAndReserve(const SliceInput& in, bool embeds, const ModelConfig& config,
                                 int begin, int end, PagedKvCache& kv, bool hidden_elsewhere,
-                                bool ptp) {
+                                std::span<const std::shared_ptr<const SliceAdapter>> adapters) {
   const size_t n = in.slots.size();
-  if (!in.aux_u.empty()) {
-    if (in.aux_u.size() != n) {
-      return absl::InvalidArgumentError(absl::StrCat("aux_u has ", in.aux_u.size(),
-                                                     " values for ", n, " slots"));
+  if (!in.adapter.empty() && in.adapter.size() != n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("adapter has ", in.adapter.size(), " ids for ", n, " slots"));
+  }
+  if (!in.adapter_arg.empty() && in.adapter_arg.size() != n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("adapter_arg has ", in.adapter_arg.size(), " values for ", n, " slots"));
+  }
+  for (size_t i = 0; i < in.adapter.size(); ++i) {
+    const uint32_t id = in.adapter[i];
+    if (id == 0) continue;
+    if (id > adapters.size()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "slot ", i, " asks for adapter ", id, " but this stage has ", adapters.size(),
+          " (start every stage with the same --adapter flags)"));
     }
-    if (!ptp && !AuxRows(in).empty()) {
-      return absl::FailedPreconditionError(
-          "the batch has PTP auxiliary rows but this stage has no PTP adapter (start every "
-          "stage with --ptp-head)");
-    }
-    for (size_t i = 0; i < n; ++i) {
-      // u < 1 in double may round to 1 in float: [0, 1] is valid.
-      if (in.aux_u[i] > 1.0f || std::isnan(in.aux_u[i])) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("slot ", i, ": aux_u ", in.aux_u[i], " is neither in [0, 1] nor negative"));
-      }
+    const float arg = in.adapter_arg.empty() ? 0.0f : in.adapter_arg[i];
+    if (absl::Status st = adapters[id - 1]->CheckArg(arg); !st.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("slot ", i, ": ", st.message()));
     }
   }
   if (embeds) {
@@ -98,12 +100,29 @@ absl::Status ValidateAndReserve(const SliceInput& in, bool embeds, const ModelCo
   return absl::OkStatus();
 }
 
-std::vector<int32_t> AuxRows(const SliceInput& in) {
-  std::vector<int32_t> rows;
-  for (size_t i = 0; i < in.aux_u.size(); ++i) {
-    if (in.aux_u[i] >= 0.0f) rows.push_back(static_cast<int32_t>(i));
+AdaptedRows RowsByAdapter(const SliceInput& in, size_t n_adapters) {
+  AdaptedRows rows(n_adapters);
+  for (size_t i = 0; i < in.adapter.size(); ++i) {
+    if (in.adapter[i] != 0) rows.at(in.adapter[i] - 1).push_back(static_cast<int32_t>(i));
   }
   return rows;
+}
+
+void EmbedAdapted(std::span<const std::shared_ptr<const SliceAdapter>> adapters,
+                  const AdaptedRows& rows, std::span<const float> args, int64_t dim, float* x) {
+  for (size_t k = 0; k < rows.size(); ++k) {
+    if (!adapters[k]->ReplacesEmbedding()) continue;
+    for (int32_t r : rows[k]) adapters[k]->Embed(args.empty() ? 0.0f : args[r], x + r * dim);
+  }
+}
+
+void ApplyAdapters(std::span<const std::shared_ptr<const SliceAdapter>> adapters,
+                   const AdaptedRows& rows, int layer, Projection target, const float* x,
+                   int64_t x_width, float* y, int64_t y_width) {
+  for (size_t k = 0; k < rows.size(); ++k) {
+    if (rows[k].empty()) continue;
+    adapters[k]->Apply(layer, target, rows[k], x, x_width, y, y_width);
+  }
 }
 
 }  // namespace specline

@@ -13,10 +13,9 @@
 #include "absl/status/status.h"
 #include "model/model_config.h"
 #include "model/runtime/kv_cache.h"
+#include "model/runtime/slice_adapter.h"
 
 namespace specline {
-
-class PtpAdapter;
 
 struct SlotRef {
   uint64_t seq_id = 0;
@@ -27,10 +26,11 @@ struct SliceInput {
   std::span<const SlotRef> slots;
   std::span<const int32_t> tokens;  // first slice: one id per slot
   std::span<const float> hidden;    // other slices: slots.size() * dim
-  // PTP (docs/ptp.md): empty, or one value per slot: u >= 0 marks an
-  // auxiliary row (input u_embed(u) on the first slice, LoRA in every
-  // layer), a negative value a token row. Needs SliceOptions::ptp.
-  std::span<const float> aux_u = {};
+  // Empty, or one per slot: the adapter that modifies the slot (an id into
+  // SliceOptions::adapters, 1-based; 0 = none) and its scalar argument
+  // (empty = all 0).
+  std::span<const uint32_t> adapter = {};
+  std::span<const float> adapter_arg = {};
 };
 
 // Hidden states at one global layer boundary (Hugging Face numbering: 0 is
@@ -54,10 +54,13 @@ struct SliceOptions {
   // modules whose layer 0 reads computed features, not tokens (SPD's
   // speculation module, whose source has no embedding of its own).
   bool hidden_input = false;
-  // A PTP adapter for auxiliary rows (SliceInput::aux_u); null: the slice
-  // refuses batches that have any.
-  std::shared_ptr<const PtpAdapter> ptp = nullptr;
+  // The adapters slots can ask for: SliceInput::adapter id k runs
+  // adapters[k - 1]. A slice refuses ids it does not have.
+  std::vector<std::shared_ptr<const SliceAdapter>> adapters;
 };
+
+// The rows of a batch each adapter modifies: rows[k - 1] for adapter id k.
+using AdaptedRows = std::vector<std::vector<int32_t>>;
 
 class SliceBackend {
  public:
@@ -90,18 +93,30 @@ class SliceBackend {
 
 // The checks every backend makes before running a batch, then the KV
 // reservation: tokens inside the vocabulary (when `embeds`), hidden of the
-// right size (otherwise), aux_u empty or one per slot (and then only with
-// `ptp`), positions in range and consecutive per sequence,
+// right size (otherwise), adapter ids empty or one per slot, each 0 or
+// an adapter of `adapters` with an argument it accepts, positions in range
+// and consecutive per sequence,
 // no gap after a sequence's cached length, and room in `kv` for the net
 // demand. On success every sequence of the batch holds blocks up to its
 // last slot; on error nothing changed. `hidden_elsewhere`: the hidden rows
 // come from device memory, not in.hidden (a GPU slice's device hand-off).
 absl::Status ValidateAndReserve(const SliceInput& in, bool embeds, const ModelConfig& config,
                                 int begin, int end, PagedKvCache& kv,
-                                bool hidden_elsewhere = false, bool ptp = false);
+                                bool hidden_elsewhere = false,
+                                std::span<const std::shared_ptr<const SliceAdapter>> adapters = {});
 
-// The slots of `in` that are PTP auxiliary rows (aux_u[i] >= 0), ascending.
-std::vector<int32_t> AuxRows(const SliceInput& in);
+// The slots of `in` each of `n_adapters` adapters modifies, ascending.
+AdaptedRows RowsByAdapter(const SliceInput& in, size_t n_adapters);
+
+// The slice's side of the adapter hooks, shared by every backend that
+// supports adapters: `rows` says which slots each adapter touches.
+// Replaces the first slice's input rows of adapters that embed.
+void EmbedAdapted(std::span<const std::shared_ptr<const SliceAdapter>> adapters,
+                  const AdaptedRows& rows, std::span<const float> args, int64_t dim, float* x);
+// After base projection `target` of global layer `layer`.
+void ApplyAdapters(std::span<const std::shared_ptr<const SliceAdapter>> adapters,
+                   const AdaptedRows& rows, int layer, Projection target, const float* x,
+                   int64_t x_width, float* y, int64_t y_width);
 
 // Blocks for a capacity in token positions.
 inline int KvBlocksFor(const SliceOptions& o) {

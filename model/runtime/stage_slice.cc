@@ -34,7 +34,7 @@ StageSlice::StageSlice(const ModelSource& src, int begin, int end, const SliceOp
       end_(end),
       pool_(std::move(pool)),
       embeds_(begin == 0 && !options.hidden_input),
-      ptp_(options.ptp),
+      adapters_(options.adapters),
       kv_(KvCacheShape{end - begin, src.config().n_kv_heads, src.config().head_dim,
                        options.kv_block_size, KvBlocksFor(options)}),
       rope_(src.config()) {
@@ -43,8 +43,10 @@ StageSlice::StageSlice(const ModelSource& src, int begin, int end, const SliceOp
                                              ") is not inside [0, ", config_.n_layers, ")"));
   }
   if (!pool_) throw std::invalid_argument("StageSlice needs a thread pool");
-  if (ptp_ && ptp_->dim() != config_.dim) {
-    throw std::invalid_argument("the PTP adapter was made for another model (dim differs)");
+  for (const auto& a : adapters_) {
+    if (!a || a->dim() != config_.dim) {
+      throw std::invalid_argument("an adapter was made for another model (dim differs)");
+    }
   }
   if (embeds_) {
     embedding_ = MatrixOf(
@@ -72,11 +74,11 @@ absl::Status StageSlice::Forward(const SliceInput& in, std::span<const int> tap_
     }
   }
   if (absl::Status st = ValidateAndReserve(in, embeds_, config_, begin_, end_, kv_,
-                                           /*hidden_elsewhere=*/false, ptp_ != nullptr);
+                                           /*hidden_elsewhere=*/false, adapters_);
       !st.ok()) {
     return st;
   }
-  aux_rows_ = AuxRows(in);
+  adapted_rows_ = RowsByAdapter(in, adapters_.size());
 
   const int64_t n = static_cast<int64_t>(in.slots.size());
   const int64_t dim = config_.dim;
@@ -84,8 +86,7 @@ absl::Status StageSlice::Forward(const SliceInput& in, std::span<const int> tap_
   float* x = out->hidden.data();
   if (embeds_) {
     Embed(in.tokens, x);
-    // An auxiliary row's input is u_embed(u), not its placeholder token's.
-    for (int32_t r : aux_rows_) ptp_->Embed(in.aux_u[r], x + int64_t{r} * dim);
+    EmbedAdapted(adapters_, adapted_rows_, in.adapter_arg, dim, x);
   } else {
     std::copy(in.hidden.begin(), in.hidden.end(), x);
   }
@@ -147,9 +148,9 @@ void StageSlice::RunLayer(int local, std::span<const SlotRef> slots, float* x) {
   kernels::MatMul(w.wq, xb_.data(), n, q_.data(), *pool_);
   kernels::MatMul(w.wk, xb_.data(), n, k_.data(), *pool_);
   kernels::MatMul(w.wv, xb_.data(), n, v_.data(), *pool_);
-  Lora(local, LoraTarget::kQ, xb_.data(), dim, q_.data(), q_dim);
-  Lora(local, LoraTarget::kK, xb_.data(), dim, k_.data(), kv_dim);
-  Lora(local, LoraTarget::kV, xb_.data(), dim, v_.data(), kv_dim);
+  Adapt(local, Projection::kQ, xb_.data(), dim, q_.data(), q_dim);
+  Adapt(local, Projection::kK, xb_.data(), dim, k_.data(), kv_dim);
+  Adapt(local, Projection::kV, xb_.data(), dim, v_.data(), kv_dim);
   AddBias(q_.data(), n, w.bq);
   AddBias(k_.data(), n, w.bk);
   AddBias(v_.data(), n, w.bv);
@@ -167,7 +168,7 @@ void StageSlice::RunLayer(int local, std::span<const SlotRef> slots, float* x) {
   });
   Attention(local, slots, q_.data(), att_.data());
   kernels::MatMul(w.wo, att_.data(), n, xb_.data(), *pool_);
-  Lora(local, LoraTarget::kO, att_.data(), q_dim, xb_.data(), dim);
+  Adapt(local, Projection::kO, att_.data(), q_dim, xb_.data(), dim);
   kernels::AddInPlace(x, xb_.data(), n * dim);
 
   // MLP block.
@@ -178,20 +179,19 @@ void StageSlice::RunLayer(int local, std::span<const SlotRef> slots, float* x) {
   });
   kernels::MatMul(w.w_gate, xb_.data(), n, hb_.data(), *pool_);
   kernels::MatMul(w.w_up, xb_.data(), n, hb2_.data(), *pool_);
-  Lora(local, LoraTarget::kGate, xb_.data(), dim, hb_.data(), c.hidden_dim);
-  Lora(local, LoraTarget::kUp, xb_.data(), dim, hb2_.data(), c.hidden_dim);
+  Adapt(local, Projection::kGate, xb_.data(), dim, hb_.data(), c.hidden_dim);
+  Adapt(local, Projection::kUp, xb_.data(), dim, hb2_.data(), c.hidden_dim);
   ForEachRow(n, [&](int64_t i) {
     kernels::SwiGlu(hb_.data() + i * c.hidden_dim, hb2_.data() + i * c.hidden_dim, c.hidden_dim);
   });
   kernels::MatMul(w.w_down, hb_.data(), n, xb_.data(), *pool_);
-  Lora(local, LoraTarget::kDown, hb_.data(), c.hidden_dim, xb_.data(), dim);
+  Adapt(local, Projection::kDown, hb_.data(), c.hidden_dim, xb_.data(), dim);
   kernels::AddInPlace(x, xb_.data(), n * dim);
 }
 
-void StageSlice::Lora(int local, LoraTarget target, const float* x, int64_t x_width, float* y,
-                      int64_t y_width) {
-  if (aux_rows_.empty()) return;
-  ptp_->Apply(begin_ + local, target, aux_rows_, x, x_width, y, y_width);
+void StageSlice::Adapt(int local, Projection target, const float* x, int64_t x_width, float* y,
+                       int64_t y_width) {
+  ApplyAdapters(adapters_, adapted_rows_, begin_ + local, target, x, x_width, y, y_width);
 }
 
 void StageSlice::Attention(int local, std::span<const SlotRef> slots, const float* q,

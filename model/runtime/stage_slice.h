@@ -18,7 +18,6 @@
 #include "kernels/cpu/thread_pool.h"
 #include "model/formats/model_source.h"
 #include "model/runtime/kv_cache.h"
-#include "model/runtime/ptp_adapter.h"
 #include "model/runtime/rope.h"
 #include "model/runtime/slice_backend.h"
 #include "model/runtime/weights.h"
@@ -48,9 +47,10 @@ class StageSlice : public SliceBackend {
  private:
   void Embed(std::span<const int32_t> tokens, float* out) const;
   void RunLayer(int local, std::span<const SlotRef> slots, float* x);
-  // Adds the PTP adapter's LoRA term of `target` at the auxiliary rows.
-  void Lora(int local, LoraTarget target, const float* x, int64_t x_width, float* y,
-            int64_t y_width);
+  // The adapter hook after base projection `target`: adds each adapter's
+  // term at the rows it modifies (nothing when no slot asks for one).
+  void Adapt(int local, Projection target, const float* x, int64_t x_width, float* y,
+             int64_t y_width);
   void Attention(int local, std::span<const SlotRef> slots, const float* q, float* out);
   // fn(i) for every row i in [0, n): over the pool for a prefill-sized n (the
   // per-row steps, RMSNorm, RoPE and the KV write, SwiGLU, are independent
@@ -63,8 +63,8 @@ class StageSlice : public SliceBackend {
   int begin_, end_;
   std::shared_ptr<kernels::ThreadPool> pool_;
   bool embeds_;                        // begin == 0 and not options.hidden_input
-  std::shared_ptr<const PtpAdapter> ptp_;  // may be null
-  std::vector<int32_t> aux_rows_;          // of the batch being run
+  std::vector<std::shared_ptr<const SliceAdapter>> adapters_;
+  AdaptedRows adapted_rows_;  // of the batch being run
   kernels::WeightMatrix embedding_{};  // valid when embeds_
   std::vector<LayerWeights> layers_;
   PagedKvCache kv_;

@@ -58,8 +58,9 @@ class PipoPolicy : public DecodingPolicy {
     return absl::OkStatus();
   }
   void OnPipelineUpLocked(const std::vector<internal::StageInfo>& infos) override {
-    unavailable_ = StageLacks(host_, infos, &internal::StageInfo::pipo_fingerprint, fingerprint_,
-                              "PIPO", "PIPO backbone", head_dir_, "pipo-head");
+    StageModel backbone = FindStageWeightSet(host_, infos, fingerprint_, "PIPO", head_dir_);
+    weight_set_id_ = backbone.id;
+    unavailable_ = std::move(backbone.unavailable);
   }
   void Attach(Sequence& s, const void* prepared) override {
     DecodingPolicy::Attach(s, nullptr);
@@ -78,7 +79,9 @@ class PipoPolicy : public DecodingPolicy {
   void WriteRows(Sequence& s, const SlotRun& r, BatchRows& out) override {
     std::vector<float>& z = PolicyStateOf<PipoState>(s).z;
     const size_t n = static_cast<size_t>(r.count) * host_.config().dim;
-    for (int32_t i = 0; i < r.count; ++i) out.Add(s.id, r.first_pos + i, s.epoch, 0, -1.0f, true);
+    for (int32_t i = 0; i < r.count; ++i) {
+      out.Add(s.id, r.first_pos + i, s.epoch, 0, {.weight_set = weight_set_id_});
+    }
     out.AppendInputs(std::span(z).first(n));
     z.erase(z.begin(), z.begin() + n);
   }
@@ -101,6 +104,7 @@ class PipoPolicy : public DecodingPolicy {
   std::mutex mu_;
   std::unique_ptr<PipoModel> model_;
   uint64_t fingerprint_;
+  uint32_t weight_set_id_ = 0;  // the stages' id of the backbone (OnPipelineUpLocked)
   float tau_;
   std::string unavailable_ = "the pipeline is not up";
 };

@@ -30,8 +30,9 @@ class PtpPolicy : public DecodingPolicy {
     return absl::OkStatus();
   }
   void OnPipelineUpLocked(const std::vector<internal::StageInfo>& infos) override {
-    unavailable_ = StageLacks(host_, infos, &internal::StageInfo::ptp_fingerprint, fingerprint_,
-                              "PTP", "PTP adapter", head_dir_, "ptp-head");
+    StageModel adapter = FindStageAdapter(host_, infos, fingerprint_, "PTP", head_dir_);
+    adapter_id_ = adapter.id;
+    unavailable_ = std::move(adapter.unavailable);
   }
   void Attach(Sequence& s, const void* /*prepared*/) override {
     DecodingPolicy::Attach(s, nullptr);
@@ -64,7 +65,8 @@ class PtpPolicy : public DecodingPolicy {
       const int32_t pos = r.first_pos + i;
       if (i >= r.verify_rows()) {
         out.Add(s.id, pos, s.epoch, 0,
-                static_cast<float>(PtpUniform(s.sampling.seed, pos - s.prompt_len)));
+                {.adapter = adapter_id_,
+                 .adapter_arg = static_cast<float>(PtpUniform(s.sampling.seed, pos - s.prompt_len))});
       } else {
         out.Add(s.id, pos, s.epoch, pos < verified ? s.tokens[pos] : proposals[pos - verified]);
       }
@@ -94,6 +96,7 @@ class PtpPolicy : public DecodingPolicy {
 
   std::string head_dir_;
   uint64_t fingerprint_;
+  uint32_t adapter_id_ = 0;  // the stages' id of the adapter (OnPipelineUpLocked)
   int n_aux_;
   std::string unavailable_ = "the pipeline is not up";
 };

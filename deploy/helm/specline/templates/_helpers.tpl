@@ -251,8 +251,9 @@ livenessProbe:
 {{- end -}}
 
 {{/*
-The heads every stage and the scheduler load (pipeline.ptpHead /
-pipeline.pipoHead), as container args.
+The heads of pipeline.ptpHead / pipeline.pipoHead, as container args: the
+scheduler loads each whole, every stage hosts what runs on it (PTP's
+adapter, PIPO's backbone as a weight set).
 */}}
 {{- define "specline.pipelineHeadArgs" -}}
 {{- with .Values.pipeline.ptpHead }}
@@ -260,6 +261,15 @@ pipeline.pipoHead), as container args.
 {{- end }}
 {{- with .Values.pipeline.pipoHead }}
 - --pipo-head={{ $.Values.modelCache.mountPath }}/{{ . }}
+{{- end }}
+{{- end -}}
+
+{{- define "specline.stageHeadArgs" -}}
+{{- with .Values.pipeline.ptpHead }}
+- --adapter={{ $.Values.modelCache.mountPath }}/{{ . }}
+{{- end }}
+{{- with .Values.pipeline.pipoHead }}
+- --weight-set={{ $.Values.modelCache.mountPath }}/{{ . }}
 {{- end }}
 {{- end -}}
 
