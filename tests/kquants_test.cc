@@ -36,7 +36,7 @@ namespace {
 
 // The bit-for-bit comparisons with fp32 MatMul over the dequantized values
 // hold on the fp32-activation path; the default int8 path is checked
-// against a double reference in kernels_test (Activations/MatMulTest).
+// against a double reference in kernels/cpu/matmul_test.cc (Activations/MatMulTest).
 struct Fp32Activations {
   Fp32Activations() { kernels::SetQuantizedActivations(false); }
   ~Fp32Activations() { kernels::SetQuantizedActivations(true); }

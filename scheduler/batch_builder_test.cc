@@ -1,11 +1,10 @@
-// Scheduler pieces that need no pipeline: the batching policy, KV admission
-// arithmetic and the proto -> request conversion.
+// Batch planning (PlanBatch): decoders first, prefill chunks within the
+// token budget, last chunks asking for logits, known inputs sent while a
+// sequence is in flight. Needs no pipeline.
 #include <gtest/gtest.h>
 
 #include "scheduler/batch_builder.h"
-#include "scheduler/kv_budget.h"
 #include "scheduler/policies/autoregressive.h"
-#include "scheduler/request_convert.h"
 
 namespace specline::scheduler {
 namespace {
@@ -87,63 +86,6 @@ TEST(PlanBatchTest, BudgetLimitsDecodersToo) {
   std::vector<std::shared_ptr<Sequence>> running;
   for (int i = 0; i < 10; ++i) running.push_back(Seq(i, 3, 1, 3));
   EXPECT_EQ(PlanBatch(running, {.max_batch_tokens = 4, .prefill_chunk = 16}).size(), 4u);
-}
-
-TEST(KvBudgetTest, WorstCaseRoundsUpToBlocksAndCapsAtTheContext) {
-  KvBudget b(100, 16);  // 6 whole blocks
-  EXPECT_EQ(b.capacity_tokens(), 96);
-  EXPECT_EQ(b.WorstCaseBlocks(10, 6, 2048), 1);
-  EXPECT_EQ(b.WorstCaseBlocks(10, 7, 2048), 2);
-  EXPECT_EQ(b.WorstCaseBlocks(60, 1000, 64), 4);
-  EXPECT_TRUE(b.TryReserve(4));
-  EXPECT_FALSE(b.TryReserve(3));
-  EXPECT_EQ(b.free_tokens(), 32);
-  b.Return(4);
-  EXPECT_EQ(b.free_tokens(), 96);
-}
-
-TEST(RequestConvertTest, ProtoZerosMeanDefaults) {
-  internal::SubmitRequest req;
-  req.add_prompt(5);
-  req.set_max_tokens(3);
-  auto spec = ToRequestOptions(req);
-  ASSERT_TRUE(spec.ok()) << spec.status();
-  EXPECT_EQ(spec->sampling.top_p, 1.0f);
-  EXPECT_EQ(spec->sampling.repetition_penalty, 1.0f);
-  EXPECT_TRUE(spec->sampling.greedy());
-  req.mutable_sampling()->set_seed(77);
-  EXPECT_EQ(ToRequestOptions(req)->sampling.seed, 77u);
-}
-
-TEST(RequestConvertTest, PolicyAndSamplingErrors) {
-  internal::SubmitRequest req;
-  req.add_prompt(5);
-  req.set_max_tokens(3);
-  req.set_policy(v1::DECODING_POLICY_PIPO);
-  req.set_pipo_tau(0.5f);
-  auto spec = ToRequestOptions(req);
-  ASSERT_TRUE(spec.ok()) << spec.status();  // whether PIPO runs here is the engine's call
-  EXPECT_EQ(spec->mode, v1::DECODING_POLICY_PIPO);
-  EXPECT_EQ(spec->pipo_tau, 0.5f);
-  req.set_pipo_tau(-0.5f);
-  EXPECT_EQ(ToRequestOptions(req).status().code(), absl::StatusCode::kInvalidArgument);
-  req.clear_pipo_tau();
-  EXPECT_LT(ToRequestOptions(req)->pipo_tau, 0);  // the server's default
-  req.set_policy(v1::DECODING_POLICY_PTP);
-  EXPECT_EQ(ToRequestOptions(req)->mode, v1::DECODING_POLICY_PTP);
-  req.set_policy(v1::DECODING_POLICY_SPD);
-  spec = ToRequestOptions(req);
-  ASSERT_TRUE(spec.ok()) << spec.status();  // whether SPD runs here is the engine's call
-  EXPECT_EQ(spec->mode, v1::DECODING_POLICY_SPD);
-  req.set_policy(v1::DECODING_POLICY_UNSPECIFIED);
-  EXPECT_EQ(ToRequestOptions(req, v1::DECODING_POLICY_PPSD)->mode, v1::DECODING_POLICY_PPSD);
-  req.set_policy(static_cast<v1::DecodingPolicy>(42));
-  EXPECT_EQ(ToRequestOptions(req).status().code(), absl::StatusCode::kInvalidArgument);
-  req.set_policy(v1::DECODING_POLICY_AUTOREGRESSIVE);
-  req.mutable_sampling()->set_top_p(1.5f);
-  spec = ToRequestOptions(req);
-  EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(spec.status().message().find("top_p"), std::string::npos);
 }
 
 }  // namespace

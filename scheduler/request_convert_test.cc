@@ -1,0 +1,55 @@
+// The internal proto -> RequestOptions conversion: defaults for zero
+// fields, policy and sampling errors.
+#include <gtest/gtest.h>
+
+#include "scheduler/request_convert.h"
+
+namespace specline::scheduler {
+namespace {
+
+TEST(RequestConvertTest, ProtoZerosMeanDefaults) {
+  internal::SubmitRequest req;
+  req.add_prompt(5);
+  req.set_max_tokens(3);
+  auto spec = ToRequestOptions(req);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->sampling.top_p, 1.0f);
+  EXPECT_EQ(spec->sampling.repetition_penalty, 1.0f);
+  EXPECT_TRUE(spec->sampling.greedy());
+  req.mutable_sampling()->set_seed(77);
+  EXPECT_EQ(ToRequestOptions(req)->sampling.seed, 77u);
+}
+
+TEST(RequestConvertTest, PolicyAndSamplingErrors) {
+  internal::SubmitRequest req;
+  req.add_prompt(5);
+  req.set_max_tokens(3);
+  req.set_policy(v1::DECODING_POLICY_PIPO);
+  req.set_pipo_tau(0.5f);
+  auto spec = ToRequestOptions(req);
+  ASSERT_TRUE(spec.ok()) << spec.status();  // whether PIPO runs here is the engine's call
+  EXPECT_EQ(spec->mode, v1::DECODING_POLICY_PIPO);
+  EXPECT_EQ(spec->pipo_tau, 0.5f);
+  req.set_pipo_tau(-0.5f);
+  EXPECT_EQ(ToRequestOptions(req).status().code(), absl::StatusCode::kInvalidArgument);
+  req.clear_pipo_tau();
+  EXPECT_LT(ToRequestOptions(req)->pipo_tau, 0);  // the server's default
+  req.set_policy(v1::DECODING_POLICY_PTP);
+  EXPECT_EQ(ToRequestOptions(req)->mode, v1::DECODING_POLICY_PTP);
+  req.set_policy(v1::DECODING_POLICY_SPD);
+  spec = ToRequestOptions(req);
+  ASSERT_TRUE(spec.ok()) << spec.status();  // whether SPD runs here is the engine's call
+  EXPECT_EQ(spec->mode, v1::DECODING_POLICY_SPD);
+  req.set_policy(v1::DECODING_POLICY_UNSPECIFIED);
+  EXPECT_EQ(ToRequestOptions(req, v1::DECODING_POLICY_PPSD)->mode, v1::DECODING_POLICY_PPSD);
+  req.set_policy(static_cast<v1::DecodingPolicy>(42));
+  EXPECT_EQ(ToRequestOptions(req).status().code(), absl::StatusCode::kInvalidArgument);
+  req.set_policy(v1::DECODING_POLICY_AUTOREGRESSIVE);
+  req.mutable_sampling()->set_top_p(1.5f);
+  spec = ToRequestOptions(req);
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(spec.status().message().find("top_p"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace specline::scheduler
