@@ -30,11 +30,12 @@
 //
 //   build/bench/drafter_bench [--model PATH] [--tokens 128] [--threads 2]
 //       [--max-draft 5] [--k 8] [--min-ngram 2] [--max-ngram 4]
-//       [--json bench_drafter.json]
+//       [--prompts bench/prompts/drafting.jsonl] [--json bench_drafter.json]
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <stdexcept>
 #include <iostream>
 #include <map>
 #include <string>
@@ -62,6 +63,7 @@ struct Options {
   int min_ngram = 2;
   int max_ngram = 4;
   std::string json = "bench_drafter.json";
+  std::string prompts = SPECLINE_SOURCE_DIR "/bench/prompts/drafting.jsonl";
 };
 
 struct Prompt {
@@ -70,49 +72,20 @@ struct Prompt {
   std::string text;
 };
 
-// Half input-grounded (summarise, repeat, edit, convert, comment code), half
-// open-ended.
-std::vector<Prompt> Prompts() {
-  return {
-      {"summarize", true,
-       "Summarize the following text in three sentences.\n\n"
-       "Photosynthesis is the process by which green plants, algae and some bacteria turn light "
-       "energy into chemical energy. During photosynthesis, light energy is captured by "
-       "chlorophyll and used to convert water and carbon dioxide into glucose and oxygen. The "
-       "glucose is used by the plant for energy and growth, and the oxygen is released into the "
-       "air. Photosynthesis takes place mainly in the leaves, inside small structures called "
-       "chloroplasts. Without photosynthesis there would be almost no oxygen in the atmosphere, "
-       "and most life on Earth could not exist."},
-      {"repeat", true,
-       "Repeat the following text exactly, word for word.\n\n"
-       "The quick brown fox jumps over the lazy dog. The dog wakes up and chases the fox "
-       "across the field, past the old barn and into the forest. When the fox reaches the river, "
-       "it jumps onto a log and floats away, while the dog barks from the shore."},
-      {"fix_grammar", true,
-       "Fix the grammar and spelling mistakes in this text and write out the corrected text.\n\n"
-       "Yesterday me and my freind goes to the market for buy some apple. The market were very "
-       "crowded and we cant find no parking. After we buyed the apples we eated lunch in a small "
-       "restaurant what was near the river."},
-      {"code_comments", true,
-       "Add a comment to every line of this Python function and show the whole function.\n\n"
-       "def average(numbers):\n"
-       "    total = 0\n"
-       "    for n in numbers:\n"
-       "        total += n\n"
-       "    if len(numbers) == 0:\n"
-       "        return 0\n"
-       "    return total / len(numbers)\n"},
-      {"to_json", true,
-       "Convert this list into a JSON array of objects with the fields name, age and city.\n\n"
-       "Alice, 30, Paris\nBob, 25, London\nCarol, 41, Berlin\nDavid, 35, Madrid\n"
-       "Eve, 28, Rome\n"},
-      {"story", false, "Write a short story about a robot who learns to paint."},
-      {"rainbow", false, "Explain how a rainbow forms."},
-      {"health_tips", false, "Give me five tips for staying healthy, as a numbered list."},
-      {"paris", false, "What is the capital of France? Tell me a little about the city."},
-      {"email", false,
-       "Write a polite email to my manager asking for a day off next Friday."},
-  };
+// The prompt set the serving bench uses too (bench/prompts/drafting.jsonl:
+// half input-grounded, half open-ended), one JSON object per line.
+std::vector<Prompt> Prompts(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("cannot read prompts from " + path);
+  std::vector<Prompt> prompts;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    const nlohmann::json j = nlohmann::json::parse(line);
+    prompts.push_back({j.at("name").get<std::string>(), j.at("grounded").get<bool>(),
+                       j.at("prompt").get<std::string>()});
+  }
+  if (prompts.empty()) throw std::runtime_error(path + " holds no prompts");
+  return prompts;
 }
 
 // One greedy trajectory.
@@ -274,12 +247,13 @@ int main(int argc, char** argv) {
     else if (a == "--min-ngram") o.min_ngram = std::stoi(next());
     else if (a == "--max-ngram") o.max_ngram = std::stoi(next());
     else if (a == "--json") o.json = next();
+    else if (a == "--prompts") o.prompts = next();
     else return false;
     return true;
   });
   if (!ok || o.tokens < 1 || o.max_draft < 1 || o.k < 1) {
     std::cerr << "usage: drafter_bench [--model PATH] [--tokens N] [--threads T] [--max-draft N]"
-                 " [--k K] [--min-ngram N] [--max-ngram N] [--json PATH]\n";
+                 " [--k K] [--min-ngram N] [--max-ngram N] [--prompts JSONL] [--json PATH]\n";
     return 2;
   }
   auto model = OpenModel(o.model);
@@ -292,7 +266,7 @@ int main(int argc, char** argv) {
 
   // Phase 1: greedy trajectories.
   std::vector<Trace> traces;
-  const std::vector<Prompt> prompts = Prompts();
+  const std::vector<Prompt> prompts = Prompts(o.prompts);
   for (size_t i = 0; i < prompts.size(); ++i) {
     traces.push_back(Record(pipeline, *tok, tmpl ? &*tmpl : nullptr, prompts[i], o, i + 1));
     const Trace& t = traces.back();

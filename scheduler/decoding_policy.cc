@@ -94,9 +94,14 @@ void DecodingPolicy::RecordVerifiedCall(Sequence& s, int m, int a) {
   if (a < m) {
     ++stats.rejected_tokens;
     met.flushes->Increment();
-    stats.discarded_tokens += m - a - 1;
-    met.discarded_tokens->Increment(m - a - 1);
+    RecordDiscarded(s, m - a - 1);
   }
+}
+
+void DecodingPolicy::RecordDiscarded(Sequence& s, int64_t n) {
+  if (n <= 0) return;
+  s.stats.discarded_tokens += n;
+  metrics().discarded_tokens->Increment(static_cast<double>(n));
 }
 
 WantedRows DecodingPolicy::Wanted(const SlotRun& r) const {

@@ -187,6 +187,9 @@ class DecodingPolicy {
   // one chain, its tokens, the accepted positions, and, when one was
   // rejected, a flush that discards the rest (PTP, recycle).
   void RecordVerifiedCall(Sequence& s, int drafted, int accepted);
+  // Counts `n` drafts dropped unverified (a flush, a finish), in the
+  // sequence's counters and the policy's metric alike.
+  void RecordDiscarded(Sequence& s, int64_t n);
   // The policy's counters (label policy=name()).
   SchedulerMetrics::Spec& metrics() { return host_.SpecMetrics(name()); }
   PolicyHost& host_;

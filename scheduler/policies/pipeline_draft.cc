@@ -81,9 +81,7 @@ void PipelineDraftPolicy::RetireLocked(Sequence& s) {
   auto& st = PolicyStateOf<DraftChainState>(s);
   // Drafts still in flight are never shown; their slots run out harmlessly
   // and the release the engine sends frees their KV.
-  const auto n = static_cast<int64_t>(st.spec.drafts.size());
-  s.stats.discarded_tokens += n;
-  if (n > 0) metrics().discarded_tokens->Increment(static_cast<double>(n));
+  RecordDiscarded(s, static_cast<int64_t>(st.spec.drafts.size()));
   st.spec.drafts.clear();
   st.spec.taps.clear();
   if (st.drafter) QueueRelease(st.drafter, s.id);
@@ -282,8 +280,7 @@ void PipelineDraftPolicy::DecideTokenLocked(Sequence& s, std::span<const float> 
 // replacement is written; drafter state rolls back through `fed`.
 void PipelineDraftPolicy::FlushLocked(Sequence& s) {
   SpecState& sp = PolicyStateOf<DraftChainState>(s).spec;
-  s.stats.discarded_tokens += static_cast<int64_t>(sp.drafts.size());
-  metrics().discarded_tokens->Increment(static_cast<double>(sp.drafts.size()));
+  RecordDiscarded(s, static_cast<int64_t>(sp.drafts.size()));
   sp.drafts.clear();
   sp.chain_index = 0;
   const int32_t verified = static_cast<int32_t>(s.tokens.size());

@@ -167,8 +167,7 @@ void PipoPolicy::DecideLocked(Sequence& s, const SlotRun& run, const RunOutput& 
     ++stats.accepted_per_pos[0];
     m.AcceptedAtPosition(0)->Increment();
   } else {
-    ++stats.discarded_tokens;  // PAD fills the pair: nothing to flush
-    m.discarded_tokens->Increment();
+    RecordDiscarded(s, 1);  // PAD fills the pair: nothing to flush
   }
   stats.cycles += host_.n_stages();
 

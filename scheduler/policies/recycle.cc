@@ -30,7 +30,7 @@ class RecyclePolicy : public DecodingPolicy {
   }
   void RetireLocked(Sequence& s) override {
     auto& st = PolicyStateOf<RecycleState>(s);
-    s.stats.discarded_tokens += static_cast<int64_t>(st.drafts.size());
+    RecordDiscarded(s, static_cast<int64_t>(st.drafts.size()));
     st.drafts.clear();
   }
 
