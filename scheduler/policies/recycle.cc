@@ -124,6 +124,11 @@ void RecyclePolicy::DecideLocked(Sequence& s, const SlotRun& r, const RunOutput&
     ++a;
     history.push_back(drafts[i]);
   }
+  // The rows after a rejection are still the model's next-token
+  // distributions after each later draft, in a context that took the
+  // rejected one. The matrix keeps no context, so Token Recycling learns
+  // from every candidate's row, verified or not.
+  for (int j = a + 1; j <= m; ++j) drafter_->Observe(drafts[j - 1], row(j));
 
   if (m > 0) {
     RecordVerifiedCall(s, m, a);
