@@ -6,7 +6,7 @@
 #include "cli/commands.h"
 #include "model/formats/gguf.h"
 #include "model/formats/random_model.h"
-#include "model/runtime/draft_head_file.h"
+#include "model/formats/head_file.h"
 
 namespace specline::cli {
 namespace {

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "model/runtime/draft_head_file.h"
+#include "model/formats/head_file.h"
 #include "model/runtime/pipo_model.h"
 #include "model/runtime/pipo_reference.h"
 #include "model/runtime/stage_slice.h"

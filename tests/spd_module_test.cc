@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "model/formats/random_model.h"
-#include "model/runtime/draft_head_file.h"
+#include "model/formats/head_file.h"
 #include "model/runtime/spd_module.h"
 #include "model/runtime/stage_slice.h"
 #include "nlohmann/json.hpp"
