@@ -6,8 +6,8 @@
 
 #include <fstream>
 
-#include "model/formats/model_source.h"
 #include "model/formats/head_file.h"
+#include "model/formats/model_source.h"
 #include "model/runtime/ptp_coupling.h"
 #include "model/runtime/ptp_u_embed.h"
 #include "nlohmann/json.hpp"
