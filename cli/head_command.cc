@@ -7,8 +7,8 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "model/formats/head_file.h"
 #include "model/formats/model_source.h"
-#include "model/runtime/draft_head_file.h"
 #include "model/runtime/local_pipeline.h"
 
 namespace specline::cli {

@@ -5,8 +5,8 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "model/formats/gguf.h"
+#include "model/formats/head_file.h"
 #include "model/formats/random_model.h"
-#include "model/runtime/draft_head_file.h"
 
 namespace specline::cli {
 namespace {

@@ -2,7 +2,7 @@
 #include "scheduler/drafter.h"
 
 #include "absl/strings/str_cat.h"
-#include "model/runtime/draft_head_ppsd.h"
+#include "model/drafters/draft_head_ppsd.h"
 
 namespace specline::scheduler {
 namespace {

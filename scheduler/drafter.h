@@ -18,9 +18,9 @@
 
 #include "absl/status/status.h"
 #include "kernels/cpu/thread_pool.h"
+#include "model/drafters/oracle_drafter.h"
+#include "model/formats/head_file.h"
 #include "model/formats/model_source.h"
-#include "model/runtime/draft_head_file.h"
-#include "model/runtime/oracle_drafter.h"
 #include "scheduler/sequence.h"
 #include "scheduler/spec_state.h"
 

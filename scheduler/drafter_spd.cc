@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "model/runtime/spd_module.h"
+#include "model/drafters/spd_module.h"
 #include "scheduler/drafter.h"
 
 namespace specline::scheduler {

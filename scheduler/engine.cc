@@ -1,5 +1,6 @@
-// Engine: construction, the request API and the sequence bookkeeping shared
-// by the pipeline and health threads.
+// Engine: construction, the request API, the sequence bookkeeping shared
+// by the pipeline and health threads, and the engine's side of a pipeline
+// failure and recovery (PipelineHealth detects them).
 #include "scheduler/engine.h"
 
 #include <algorithm>
@@ -11,22 +12,35 @@
 #include "spdlog/spdlog.h"
 
 namespace specline::scheduler {
+namespace {
+
+PipelineHealthOptions HealthOptions(const EngineOptions& o, const std::string& inbox_address) {
+  PipelineHealthOptions h;
+  h.interval = o.health_interval;
+  h.deadline = o.health_deadline;
+  h.kv_capacity_tokens = o.kv_capacity_tokens;
+  h.kv_block_size = o.kv_block_size;
+  h.data_plane = o.data_plane;
+  h.inbox_address = inbox_address;
+  return h;
+}
+
+}  // namespace
 
 Engine::Engine(std::shared_ptr<const ModelSource> model,
                std::vector<std::unique_ptr<StageControl>> stages,
                std::unique_ptr<transport::ActivationReceiver> inbox, EngineOptions options,
                std::shared_ptr<SchedulerMetrics> metrics)
     : model_(std::move(model)),
-      stages_(std::move(stages)),
       inbox_(std::move(inbox)),
       options_(options),
       metrics_(metrics ? std::move(metrics) : std::make_shared<SchedulerMetrics>()),
       pool_(std::make_shared<kernels::ThreadPool>(std::max(options.threads, 1))),
       head_(MakeLogitsHead(*model_, pool_, options.device)),
-      stage_up_(stages_.size(), false),
-      stage_error_(stages_.size()),
-      stage_data_addr_(stages_.size()) {
-  if (options_.max_inflight <= 0) options_.max_inflight = std::max<int>(stages_.size(), 1);
+      health_(std::make_unique<PipelineHealth>(static_cast<HealthHost&>(*this), mu_,
+                                               model_->config(), std::move(stages),
+                                               HealthOptions(options_, inbox_->address()))) {
+  if (options_.max_inflight <= 0) options_.max_inflight = std::max<int>(n_stages(), 1);
   // Heads are checked against the served model now, so a wrong head stops
   // the scheduler at start-up rather than failing requests later.
   PolicyResources resources{*this, model_, pool_, options_.spec};
@@ -57,7 +71,7 @@ Engine::~Engine() { Stop(); }
 void Engine::Start() {
   driver_ = std::thread([this] { DriverLoop(); });
   receiver_ = std::thread([this] { ReceiverLoop(); });
-  health_ = std::thread([this] { HealthLoop(); });
+  health_->Start();
 }
 
 void Engine::Stop() {
@@ -66,15 +80,16 @@ void Engine::Stop() {
     if (stop_) return;
     stop_ = true;
     admitting_ = false;
+    health_->StopLocked();
     // Nobody will produce their tokens any more: end every stream.
     FailAllLocked(absl::UnavailableError("the scheduler is shutting down"), /*restart=*/false);
   }
   cv_.notify_all();
-  health_cv_.notify_all();
   inbox_->Shutdown();
-  for (std::thread* t : {&driver_, &receiver_, &health_}) {
+  for (std::thread* t : {&driver_, &receiver_}) {
     if (t->joinable()) t->join();
   }
+  health_->Join();
 }
 
 absl::Status Engine::Validate(const RequestOptions& spec) const {
@@ -192,7 +207,7 @@ EngineStats Engine::Stats() const {
   s.kv_capacity_tokens = budget_.capacity_tokens();
   s.kv_free_tokens = budget_.free_tokens();
   s.n_stages = n_stages();
-  s.stage_up = stage_up_;
+  s.stage_up = health_->stage_up_locked();
   s.steps = steps_;
   s.pipeline_up = up_;
   return s;
@@ -311,6 +326,65 @@ void Engine::ExpireRestartsLocked(Clock::time_point now) {
                        options_.retry_window.count(), " ms (the request had no token yet)")));
     }
   }
+}
+
+// Everything running was computed by a pipeline that no longer exists: fail
+// it now rather than let clients wait for tokens that will never come.
+// Batches still out are void (the generation changes); the stages' caches
+// are wiped by Reset when the pipeline comes back, so no release is sent.
+void Engine::PipelineDownLocked(const std::string& message, int stage) {
+  if (!up_) return;
+  up_ = false;
+  ++generation_;
+  health_->PipelineDownLocked(stage);
+  spdlog::error("pipeline down: {}; failing {} running and {} waiting requests", message,
+                running_.size(), waiting_.size());
+  metrics_->pipeline_up->Set(0);
+  metrics_->pipeline_failures->Increment();
+  inflight_.clear();
+  FailAllLocked(absl::UnavailableError("pipeline failure: " + message), /*restart=*/true);
+  releases_.clear();
+  budget_.ResetAll();
+  UpdateGaugesLocked();
+  cv_.notify_all();
+}
+
+// The stages agree and were wiped (PipelineHealth::BringUp): point the
+// sender at stage 0 and open admission.
+bool Engine::PipelineUp(const PipelineLayout& layout,
+                        const std::vector<internal::StageInfo>& infos,
+                        std::unique_ptr<transport::ActivationSender> sender,
+                        std::vector<std::unique_ptr<transport::ActivationSender>> notice_senders) {
+  {
+    std::lock_guard<std::mutex> lock(send_mu_);
+    sender_ = std::move(sender);
+  }
+  {
+    std::lock_guard<std::mutex> lock(notice_mu_);
+    notice_senders_ = std::move(notice_senders);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop_) return false;
+    budget_ = KvBudget(layout.kv_capacity_tokens, layout.kv_block_size);
+    for (const auto& p : policies_) p->OnPipelineUpLocked(infos);
+    // Restarted requests of a policy this pipeline cannot serve any more.
+    const auto waiting = waiting_;
+    for (const std::shared_ptr<Sequence>& seq : waiting) {
+      if (absl::Status st = seq->policy->AvailableLocked(*seq->origin); !st.ok()) {
+        FinishLocked(*seq, FinishReason::kError, st);
+      }
+    }
+    releases_.clear();
+    inflight_.clear();
+    up_ = true;
+    metrics_->pipeline_up->Set(1);
+    UpdateGaugesLocked();
+  }
+  spdlog::info("pipeline up: {} stages, KV capacity {} tokens per stage, data to {}",
+               n_stages(), layout.kv_capacity_tokens, infos.front().data_address());
+  cv_.notify_all();
+  return true;
 }
 
 // First come, first served: the head of the queue waits for capacity rather

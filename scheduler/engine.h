@@ -5,7 +5,8 @@
 //   receiver  takes results from the last stage, computes logits for the
 //             rows that need them, samples, emits, and times out lost batches;
 //   health    polls every stage's GetInfo, declares the pipeline down, and
-//             brings it back (Reset on every stage) when all answer again.
+//             brings it back (Reset on every stage) when all answer again
+//             (PipelineHealth, scheduler/pipeline_health.h).
 // All sequence state is guarded by one mutex; logits are computed outside it.
 #pragma once
 
@@ -32,6 +33,7 @@
 #include "scheduler/decoding_policy.h"
 #include "scheduler/kv_budget.h"
 #include "scheduler/metrics.h"
+#include "scheduler/pipeline_health.h"
 #include "scheduler/policies/resources.h"
 #include "scheduler/policy_host.h"
 #include "scheduler/request_stream.h"
@@ -77,7 +79,7 @@ struct EngineStats {
   bool pipeline_up = false;
 };
 
-class Engine : private PolicyHost {
+class Engine : private PolicyHost, private HealthHost {
  public:
   // `model` supplies the config and the output head (final norm + LM head;
   // no layer is touched). `stages` in pipeline order; `inbox` is where the
@@ -111,7 +113,7 @@ class Engine : private PolicyHost {
   bool WaitUntilUp(std::chrono::milliseconds timeout) const;
   const ModelConfig& config() const override { return model_->config(); }
   const std::string& model_path() const { return model_->path(); }
-  int n_stages() const override { return static_cast<int>(stages_.size()); }
+  int n_stages() const override { return health_->n_stages(); }
   const std::string& inbox_address() const { return inbox_->address(); }
   // Decoding modes requests may ask for on this deployment.
   std::vector<v1::DecodingPolicy> modes() const;
@@ -137,7 +139,17 @@ class Engine : private PolicyHost {
   SchedulerMetrics::Spec& SpecMetrics(const std::string& policy) override {
     return metrics_->ForPolicy(policy);
   }
-  std::string StageName(int stage) const override;
+  std::string StageName(int stage) const override { return health_->StageName(stage); }
+
+  // HealthHost (how pipeline health reports to the engine).
+  bool UpLocked() const override { return up_; }
+  // Fails the waiting restarts whose retry window has passed.
+  void ExpireRestartsLocked(Clock::time_point now) override;
+  // Fails (or holds for a restart) everything the lost pipeline computed.
+  void PipelineDownLocked(const std::string& message, int stage) override;
+  bool PipelineUp(const PipelineLayout& layout, const std::vector<internal::StageInfo>& infos,
+                  std::unique_ptr<transport::ActivationSender> sender,
+                  std::vector<std::unique_ptr<transport::ActivationSender>> notice_senders) override;
 
   // engine.cc (locked helpers end in Locked: mu_ must be held)
   DecodingPolicy* PolicyFor(v1::DecodingPolicy mode) const;
@@ -155,8 +167,6 @@ class Engine : private PolicyHost {
   // pipeline failure may restart (restart = true).
   void FailAllLocked(const absl::Status& error, bool restart);
   bool RestartableLocked(const Sequence& seq) const;
-  // Fails the waiting restarts whose retry window has passed.
-  void ExpireRestartsLocked(Clock::time_point now);
   void AdmitLocked();
   void UpdateGaugesLocked();
   void RecordSpecFinishLocked(const Sequence& s);
@@ -171,13 +181,8 @@ class Engine : private PolicyHost {
   void CheckTimeoutsLocked();
   void StoreTapsLocked(const internal::MicroBatch& batch);
   void SendNotices(std::vector<Notice> notices);
-  // engine_health.cc
-  void HealthLoop();
-  bool BringUp(const std::vector<internal::StageInfo>& infos);
-  void PipelineDownLocked(const std::string& message, int stage);
 
   std::shared_ptr<const ModelSource> model_;
-  std::vector<std::unique_ptr<StageControl>> stages_;
   std::unique_ptr<transport::ActivationReceiver> inbox_;
   EngineOptions options_;
   std::shared_ptr<SchedulerMetrics> metrics_;
@@ -186,7 +191,6 @@ class Engine : private PolicyHost {
 
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;  // driver: work or capacity; up_ changes
-  std::condition_variable health_cv_;
   bool stop_ = false;
   bool admitting_ = true;
   bool up_ = false;
@@ -200,9 +204,6 @@ class Engine : private PolicyHost {
   std::unordered_map<uint64_t, std::shared_ptr<RequestStream>> streams_;
   std::map<uint64_t, InFlight> inflight_;  // by batch id
   std::vector<uint64_t> releases_;         // to send on the next batch
-  std::vector<bool> stage_up_;
-  std::vector<std::string> stage_error_;  // the last reason a stage did not answer ("" = it did)
-  std::vector<std::string> stage_data_addr_;
 
   std::mutex send_mu_;  // the sender is used by the driver and replaced on bring-up
   std::unique_ptr<transport::ActivationSender> sender_;
@@ -214,7 +215,10 @@ class Engine : private PolicyHost {
   std::mutex notice_mu_;  // the senders below, replaced on bring-up
   std::vector<std::unique_ptr<transport::ActivationSender>> notice_senders_;
 
-  std::thread driver_, receiver_, health_;
+  std::thread driver_, receiver_;
+  // The stages' control plane and the health thread; uses mu_, so it is
+  // declared after it (and destroyed before it).
+  std::unique_ptr<PipelineHealth> health_;
 };
 
 }  // namespace specline::scheduler

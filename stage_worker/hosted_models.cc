@@ -1,6 +1,6 @@
 #include "stage_worker/hosted_models.h"
 
-#include "model/runtime/stage_addons.h"
+#include "model/drafters/stage_addons.h"
 
 namespace specline {
 

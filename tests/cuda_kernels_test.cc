@@ -21,10 +21,10 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/ops.h"
+#include "model/drafters/verify.h"
 #include "model/model_config.h"
 #include "model/runtime/rope.h"
 #include "model/runtime/sampler.h"
-#include "model/runtime/verify.h"
 #include "model/splitmix64.h"
 #include "tests/cuda_test_util.h"
 

@@ -20,7 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "model/runtime/draft_head_file.h"
+#include "model/formats/head_file.h"
 #include "model/runtime/local_pipeline.h"
 #include "tests/serving_stack.h"
 

@@ -12,10 +12,10 @@
 #include <fstream>
 #include <random>
 
+#include "model/drafters/draft_head_ppsd.h"
+#include "model/formats/head_file.h"
 #include "model/formats/random_model.h"
 #include "model/formats/safetensors.h"
-#include "model/runtime/draft_head_file.h"
-#include "model/runtime/draft_head_ppsd.h"
 #include "model/runtime/output_head.h"
 #include "nlohmann/json.hpp"
 #include "tests/test_util.h"

@@ -15,11 +15,11 @@
 #include <string>
 #include <vector>
 
-#include "model/runtime/draft_head_file.h"
-#include "model/runtime/pipo_model.h"
-#include "model/runtime/pipo_reference.h"
+#include "model/drafters/pipo_model.h"
+#include "model/formats/head_file.h"
 #include "model/runtime/stage_slice.h"
 #include "nlohmann/json.hpp"
+#include "tests/pipo_reference.h"
 #include "tests/test_util.h"
 
 namespace specline {

@@ -6,10 +6,10 @@
 
 #include <fstream>
 
+#include "model/formats/head_file.h"
 #include "model/formats/model_source.h"
-#include "model/runtime/draft_head_file.h"
 #include "model/runtime/ptp_coupling.h"
-#include "model/runtime/ptp_u_embed.h"
+#include "model/drafters/ptp_u_embed.h"
 #include "nlohmann/json.hpp"
 #include "tests/test_util.h"
 

@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "model/runtime/pipo_reference.h"
 #include "nlohmann/json.hpp"
 #include "tests/inproc_pipeline.h"
+#include "tests/pipo_reference.h"
 #include "tests/spec_heads.h"
 
 namespace specline::testing {

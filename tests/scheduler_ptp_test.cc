@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "model/runtime/ptp_adapter.h"
+#include "model/drafters/ptp_adapter.h"
 #include "model/runtime/ptp_coupling.h"
 #include "nlohmann/json.hpp"
 #include "tests/inproc_pipeline.h"

@@ -267,7 +267,7 @@ TEST(SpecFailure, DeadStageWithDraftsInFlightFailsCleanlyAndRecovers) {
 }  // namespace
 }  // namespace specline::testing
 
-#include "model/runtime/spd_module.h"
+#include "model/drafters/spd_module.h"
 #include "scheduler/drafter.h"
 
 namespace specline::testing {

@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "model/drafters/spd_module.h"
+#include "model/formats/head_file.h"
 #include "model/formats/random_model.h"
-#include "model/runtime/draft_head_file.h"
-#include "model/runtime/spd_module.h"
 #include "model/runtime/stage_slice.h"
 #include "nlohmann/json.hpp"
 #include "tests/test_util.h"

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "model/runtime/draft_head_file.h"
+#include "model/formats/head_file.h"
 #include "tests/inproc_pipeline.h"
 
 namespace specline::testing {

@@ -1,4 +1,4 @@
-// Lossless verification (model/runtime/verify.h) and the oracle drafter.
+// Lossless verification (model/drafters/verify.h) and the oracle drafter.
 //
 // Each rejection-sampling case is checked twice: analytically, by enumerating
 // the algorithm (every draft x with weight q(x), its accept branch and its
@@ -6,7 +6,7 @@
 // empirically, by running VerifyDraft on 200k fixed-seed drafts and testing
 // the output histogram against p with a chi-square test at a 1e-3 false
 // positive rate. Seeds are fixed, so the tests are deterministic, not flaky.
-#include "model/runtime/verify.h"
+#include "model/drafters/verify.h"
 
 #include <gtest/gtest.h>
 
@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "model/runtime/oracle_drafter.h"
+#include "model/drafters/oracle_drafter.h"
 #include "model/runtime/sampler.h"
 
 namespace specline {

@@ -178,7 +178,7 @@ void WarpRows(const float* logits, int n, int vocab, const DeviceSamplingParams*
 void SampleFromProbs(const float* probs, int n, int vocab, const float* uniforms, int32_t* out,
                      cudaStream_t stream);
 
-// Rejection-sampling verification (model/runtime/verify.h) of n drafts at
+// Rejection-sampling verification (model/drafters/verify.h) of n drafts at
 // once. p: target probs [n, vocab]; q: draft probs [n, vocab], or nullptr for
 // point-mass drafts (q = one-hot(draft)). Row i accepts draft[i] when
 // u_accept[i] < min(1, p/q); otherwise out_token[i] is drawn from the

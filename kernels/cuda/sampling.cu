@@ -5,7 +5,7 @@
 // One block of kRowThreads threads per row; every pass over a row is a
 // coalesced sweep (the row stays in L2 between passes). The CPU references
 // are model/runtime/sampler.cc (Warp, TokenDistribution::InverseCdf) and
-// model/runtime/verify.cc; the comments below say where and how the device
+// model/drafters/verify.cc; the comments below say where and how the device
 // matches them.
 //
 // WarpRows without a sort. Candidates are ordered by (logit desc, id asc),

@@ -3,7 +3,7 @@
 // scalar argument (SliceInput::adapter / adapter_arg); the slice calls the
 // adapter's hooks for those rows only, so adapted and plain rows share every
 // base matmul of one call. The slice knows no method: PTP's gated LoRA is
-// one implementation (model/runtime/ptp_adapter.h).
+// one implementation (model/drafters/ptp_adapter.h).
 #pragma once
 
 #include <cstdint>

@@ -4,7 +4,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "model/runtime/verify.h"
+#include "model/drafters/verify.h"
 #include "scheduler/policies/registry.h"
 #include "spdlog/spdlog.h"
 

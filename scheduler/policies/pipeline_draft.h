@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "model/runtime/oracle_drafter.h"
+#include "model/drafters/oracle_drafter.h"
 #include "scheduler/decoding_policy.h"
 #include "scheduler/drafter.h"
 #include "scheduler/policies/draft_rules.h"

@@ -5,7 +5,7 @@
 #include <stdexcept>
 
 #include "absl/strings/str_cat.h"
-#include "model/runtime/pipo_model.h"
+#include "model/drafters/pipo_model.h"
 #include "model/runtime/sampler.h"
 #include "scheduler/policies/stage_check.h"
 #include "spdlog/spdlog.h"

@@ -4,7 +4,7 @@
 #include <stdexcept>
 
 #include "absl/strings/str_cat.h"
-#include "model/runtime/ptp_adapter.h"
+#include "model/drafters/ptp_adapter.h"
 #include "model/runtime/ptp_coupling.h"
 #include "scheduler/policies/stage_check.h"
 

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "model/drafters/verify.h"
 #include "model/runtime/sampler.h"
-#include "model/runtime/verify.h"
 
 namespace specline::scheduler {
 namespace {

@@ -125,7 +125,7 @@ def layer_tensor_shapes(fp: dict, prefix: str) -> list:
 def expected_tensors(method: str, base, exit_layer: Optional[int] = None,
                      spd: Optional[dict] = None) -> list:
     """[(name, shape)] in file order: ExpectedDraftHeadTensors in
-    model/runtime/draft_head_file.cc."""
+    model/formats/head_file.cc (each method's tensors: head_<method>.cc)."""
     fp = _fingerprint(base)
     dim, V, L = fp["dim"], fp["vocab_size"], fp["n_layers"]
     if method in ("ppsd-norm", "ppsd-layer"):

@@ -1,5 +1,5 @@
 """The SPD speculation module in PyTorch (docs/heads.md "SPD module at run
-time", model/runtime/spd_module.h) and its training-time layout (the SPD
+time", model/drafters/spd_module.h) and its training-time layout (the SPD
 paper's appendix A).
 
 Per row (position T, token x_T) at depth d (pipeline stages passed, 0..n):
@@ -53,7 +53,7 @@ from .model import DecoderLayer, Llama, LlamaConfig, Rope, causal_attention, rot
 
 def feature_plan(layout: str, taps: Sequence[int], n_layers: int, n_stages: int, depth: int):
     """(fc index, hidden-state indices concatenated, repeats kept) at `depth`:
-    SpdModule's Feature table (model/runtime/spd_module.cc)."""
+    SpdModule's Feature table (model/drafters/spd_module.cc)."""
     lmax = depth * n_layers // n_stages
     if layout == "v11":
         i = max(k for k, t in enumerate(taps) if t <= lmax)

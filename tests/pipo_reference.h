@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "model/runtime/pipo_model.h"
+#include "model/drafters/pipo_model.h"
 
 namespace specline {
 

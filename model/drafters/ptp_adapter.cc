@@ -1,11 +1,11 @@
-#include "model/runtime/ptp_adapter.h"
+#include "model/drafters/ptp_adapter.h"
 
 #include <stdexcept>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 
-#include "model/runtime/ptp_u_embed.h"
+#include "model/drafters/ptp_u_embed.h"
 #include "model/runtime/weights.h"
 
 namespace specline {

@@ -1,4 +1,4 @@
-#include "model/runtime/pipo_model.h"
+#include "model/drafters/pipo_model.h"
 
 #include <cmath>
 #include <filesystem>

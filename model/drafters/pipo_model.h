@@ -27,8 +27,8 @@
 #include "absl/status/statusor.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/thread_pool.h"
+#include "model/formats/head_file.h"
 #include "model/formats/model_source.h"
-#include "model/runtime/draft_head_file.h"
 #include "model/runtime/output_head.h"
 #include "model/runtime/stage_slice.h"
 

@@ -16,7 +16,7 @@
 
 #include "absl/status/status.h"
 #include "kernels/cpu/thread_pool.h"
-#include "model/runtime/draft_head_file.h"
+#include "model/formats/head_file.h"
 #include "model/runtime/output_head.h"
 #include "model/runtime/stage_slice.h"
 

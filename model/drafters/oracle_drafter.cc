@@ -1,4 +1,4 @@
-#include "model/runtime/oracle_drafter.h"
+#include "model/drafters/oracle_drafter.h"
 
 #include <stdexcept>
 #include <string>

@@ -1,52 +1,58 @@
-// Engine: the control plane. Polls every stage, declares the pipeline down
-// on the first sign of trouble (from here or from the data plane), and
-// brings it back once every stage answers again.
+// PipelineHealth: polls every stage, tells the engine on the first sign of
+// trouble, and brings the pipeline back once every stage answers again.
+#include "scheduler/pipeline_health.h"
+
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "scheduler/engine.h"
 #include "spdlog/spdlog.h"
 
 namespace specline::scheduler {
 
-std::string Engine::StageName(int stage) const {
+PipelineHealth::PipelineHealth(HealthHost& host, std::mutex& mu, const ModelConfig& config,
+                               std::vector<std::unique_ptr<StageControl>> stages,
+                               PipelineHealthOptions options)
+    : host_(host),
+      mu_(mu),
+      config_(config),
+      stages_(std::move(stages)),
+      options_(std::move(options)),
+      stage_up_(stages_.size(), false),
+      stage_error_(stages_.size()),
+      stage_data_addr_(stages_.size()) {}
+
+PipelineHealth::~PipelineHealth() { Join(); }
+
+void PipelineHealth::Start() {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void PipelineHealth::Join() {
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+std::string PipelineHealth::StageName(int stage) const {
   if (stage < 0 || stage >= n_stages()) return absl::StrCat("stage ", stage);
   std::string name = absl::StrCat("stage ", stage, " (", stages_[stage]->address());
   if (!stage_data_addr_[stage].empty()) absl::StrAppend(&name, ", data ", stage_data_addr_[stage]);
   return name + ")";
 }
 
-// Everything running was computed by a pipeline that no longer exists: fail
-// it now rather than let clients wait for tokens that will never come.
-// Batches still out are void (the generation changes); the stages' caches
-// are wiped by Reset when the pipeline comes back, so no release is sent.
-void Engine::PipelineDownLocked(const std::string& message, int stage) {
-  if (!up_) return;
-  up_ = false;
-  ++generation_;
+void PipelineHealth::PipelineDownLocked(int stage) {
   if (stage >= 0 && stage < n_stages()) stage_up_[stage] = false;
-  spdlog::error("pipeline down: {}; failing {} running and {} waiting requests", message,
-                running_.size(), waiting_.size());
-  metrics_->pipeline_up->Set(0);
-  metrics_->pipeline_failures->Increment();
-  inflight_.clear();
-  FailAllLocked(absl::UnavailableError("pipeline failure: " + message), /*restart=*/true);
-  releases_.clear();
-  budget_.ResetAll();
-  UpdateGaugesLocked();
-  cv_.notify_all();
-  health_cv_.notify_all();  // start probing for recovery at once
+  cv_.notify_all();  // start probing for recovery at once
 }
 
-void Engine::HealthLoop() {
+void PipelineHealth::Loop() {
   for (;;) {
     std::vector<absl::StatusOr<internal::StageInfo>> infos;
-    for (auto& stage : stages_) infos.push_back(stage->GetInfo(options_.health_deadline));
+    for (auto& stage : stages_) infos.push_back(stage->GetInfo(options_.deadline));
     bool all_ok = true;
     {
       std::unique_lock<std::mutex> lock(mu_);
       if (stop_) return;
-      ExpireRestartsLocked(Clock::now());
+      host_.ExpireRestartsLocked(std::chrono::steady_clock::now());
       for (size_t i = 0; i < infos.size(); ++i) {
         const bool ok = infos[i].ok();
         if (ok) stage_data_addr_[i] = infos[i]->data_address();
@@ -59,17 +65,17 @@ void Engine::HealthLoop() {
         stage_error_[i] = why;
         stage_up_[i] = ok;
         all_ok = all_ok && ok;
-        if (!ok && up_) {
-          PipelineDownLocked(absl::StrCat(StageName(i), " is unreachable: ",
-                                          infos[i].status().message()),
-                             i);
+        if (!ok && host_.UpLocked()) {
+          host_.PipelineDownLocked(absl::StrCat(StageName(i), " is unreachable: ",
+                                                infos[i].status().message()),
+                                   i);
         }
       }
     }
     bool was_up;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      was_up = up_;
+      was_up = host_.UpLocked();
     }
     if (all_ok && !was_up) {
       std::vector<internal::StageInfo> ok_infos;
@@ -77,16 +83,17 @@ void Engine::HealthLoop() {
       BringUp(ok_infos);
     }
     std::unique_lock<std::mutex> lock(mu_);
-    health_cv_.wait_for(lock, options_.health_interval, [&] { return stop_; });
+    cv_.wait_for(lock, options_.interval, [&] { return stop_; });
     if (stop_) return;
   }
 }
 
 // Checks that the stages form one pipeline over the whole model, wipes their
 // caches (sequence ids restart with a new scheduler, and a failed pipeline
-// leaves partial state), points the sender at stage 0 and opens admission.
-bool Engine::BringUp(const std::vector<internal::StageInfo>& infos) {
-  const ModelConfig& c = config();
+// leaves partial state) and connects to their data addresses; the engine
+// then opens admission.
+bool PipelineHealth::BringUp(const std::vector<internal::StageInfo>& infos) {
+  const ModelConfig& c = config_;
   int expect = 0;
   int64_t capacity = options_.kv_capacity_tokens;
   int64_t smallest = INT64_MAX;
@@ -121,9 +128,9 @@ bool Engine::BringUp(const std::vector<internal::StageInfo>& infos) {
                   c.n_layers);
     return false;
   }
-  if (!infos.empty() && infos.back().next_address() != inbox_->address()) {
+  if (!infos.empty() && infos.back().next_address() != options_.inbox_address) {
     spdlog::warn("the last stage sends to {}, but the scheduler listens on {}",
-                 infos.back().next_address(), inbox_->address());
+                 infos.back().next_address(), options_.inbox_address);
   }
   if (capacity <= 0 || capacity > smallest) {
     if (capacity > smallest) {
@@ -136,7 +143,7 @@ bool Engine::BringUp(const std::vector<internal::StageInfo>& infos) {
   // the stages reach it (our own listen address may be a wildcard).
   const std::string report_address = infos.empty() ? "" : infos.back().next_address();
   for (size_t i = 0; i < stages_.size(); ++i) {
-    if (absl::Status st = stages_[i]->Reset(options_.health_deadline, report_address); !st.ok()) {
+    if (absl::Status st = stages_[i]->Reset(options_.deadline, report_address); !st.ok()) {
       spdlog::warn("{}: Reset failed: {}", StageName(i), st.ToString());
       return false;
     }
@@ -147,42 +154,14 @@ bool Engine::BringUp(const std::vector<internal::StageInfo>& infos) {
                   sender.status().ToString());
     return false;
   }
-  {
-    std::lock_guard<std::mutex> lock(send_mu_);
-    sender_ = *std::move(sender);
-  }
   // Epoch notices go to every stage directly, overtaking the stale slots.
   std::vector<std::unique_ptr<transport::ActivationSender>> notice_senders;
   for (const internal::StageInfo& in : infos) {
     auto s = transport::Connect(in.data_address(), options_.data_plane);
     if (s.ok()) notice_senders.push_back(*std::move(s));
   }
-  {
-    std::lock_guard<std::mutex> lock(notice_mu_);
-    notice_senders_ = std::move(notice_senders);
-  }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (stop_) return false;
-    budget_ = KvBudget(capacity, block_size);
-    for (const auto& p : policies_) p->OnPipelineUpLocked(infos);
-    // Restarted requests of a policy this pipeline cannot serve any more.
-    const auto waiting = waiting_;
-    for (const std::shared_ptr<Sequence>& seq : waiting) {
-      if (absl::Status st = seq->policy->AvailableLocked(*seq->origin); !st.ok()) {
-        FinishLocked(*seq, FinishReason::kError, st);
-      }
-    }
-    releases_.clear();
-    inflight_.clear();
-    up_ = true;
-    metrics_->pipeline_up->Set(1);
-    UpdateGaugesLocked();
-  }
-  spdlog::info("pipeline up: {} stages, KV capacity {} tokens per stage, data to {}",
-               stages_.size(), capacity, infos.front().data_address());
-  cv_.notify_all();
-  return true;
+  return host_.PipelineUp(PipelineLayout{capacity, block_size}, infos, *std::move(sender),
+                          std::move(notice_senders));
 }
 
 }  // namespace specline::scheduler

@@ -1,4 +1,4 @@
-#include "model/runtime/pipo_reference.h"
+#include "tests/pipo_reference.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,11 +1,11 @@
-#include "model/runtime/stage_addons.h"
+#include "model/drafters/stage_addons.h"
 
 #include <exception>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
-#include "model/runtime/draft_head_file.h"
-#include "model/runtime/ptp_adapter.h"
+#include "model/formats/head_file.h"
+#include "model/drafters/ptp_adapter.h"
 
 namespace specline {
 namespace {

@@ -1,4 +1,4 @@
-#include "model/runtime/draft_head_ppsd.h"
+#include "model/drafters/draft_head_ppsd.h"
 
 #include <stdexcept>
 

@@ -1,4 +1,4 @@
-#include "model/runtime/ptp_u_embed.h"
+#include "model/drafters/ptp_u_embed.h"
 
 #include <algorithm>
 #include <cmath>

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "kernels/cpu/ops.h"
-#include "model/runtime/draft_head_file.h"
+#include "model/formats/head_file.h"
 #include "model/runtime/slice_adapter.h"
 
 namespace specline {

@@ -6,6 +6,11 @@
 // LoadDraftHead checks the file against the base model it will run with and
 // against itself; WriteRandomDraftHead makes randomly initialised heads of the
 // right shapes for tests and benchmarks. See docs/heads.md.
+//
+// head_file.cc holds what every method shares; each method's parameters and
+// tensors are read and written by its own reader (head_ppsd.cc, head_spd.cc,
+// head_ptp.cc, head_pipo.cc; their interface: head_format.h), random heads
+// are made in head_random.cc.
 #pragma once
 
 #include <cstdint>

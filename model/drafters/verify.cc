@@ -1,4 +1,4 @@
-#include "model/runtime/verify.h"
+#include "model/drafters/verify.h"
 
 #include <algorithm>
 #include <stdexcept>

@@ -1,4 +1,4 @@
-#include "model/runtime/spd_module.h"
+#include "model/drafters/spd_module.h"
 
 #include <algorithm>
 #include <stdexcept>
