@@ -39,6 +39,7 @@ const char kServeUsage[] = R"(usage: specline serve [options]
   --dtype T                GPU weights/activations: bf16 (default) or f16
   --kv-capacity-tokens N   KV positions per stage (default: each process's default)
   --max-waiting N          scheduler queue limit (RESOURCE_EXHAUSTED beyond)
+  --prefix-cache on|off    reuse the KV of prompt prefixes requests share (default on)
   --max-concurrent-streams N   gateway stream limit
   --default-max-tokens N   gateway default for max_tokens
   --drain-timeout-ms N     how long open streams may finish at shutdown (default 10000)
@@ -91,7 +92,7 @@ int ServeCommand(int argc, char** argv) {
                   "ppsd-head", "spd-head", "default-policy", "spec-policy", "spec-max-drafts",
                   "allow-oracle", "device", "dtype", "ptp-head", "ptp-n-aux", "pipo-head",
                   "pipo-tau", "retry-window-ms", "max-attempts", "max-streams-per-principal",
-                  "spd-drafter", "recycle-drafts",
+                  "spd-drafter", "recycle-drafts", "prefix-cache",
                   "served-model-name"});
   std::vector<std::string> flags = kRequestFlags;
   flags.push_back("help");
@@ -120,7 +121,7 @@ int ServeCommand(int argc, char** argv) {
   for (const char* name :
        {"ppsd-head", "spd-head", "default-policy", "spec-policy", "spec-max-drafts",
         "allow-oracle", "ptp-n-aux", "pipo-tau", "retry-window-ms", "max-attempts",
-        "spd-drafter", "recycle-drafts"}) {
+        "spd-drafter", "recycle-drafts", "prefix-cache"}) {
     if (args.Has(name)) {
       t.scheduler_args.insert(t.scheduler_args.end(), {std::string("--") + name, args.Str(name)});
     }

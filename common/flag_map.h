@@ -30,6 +30,19 @@ absl::Status ParseNumber(const std::string& flag, const std::string& text, T* ou
   return absl::OkStatus();
 }
 
+// "on"/"true"/"1" or "off"/"false"/"0"; the error names --flag.
+inline absl::Status ParseOnOff(const std::string& flag, const std::string& text, bool* out) {
+  if (text == "on" || text == "true" || text == "1") {
+    *out = true;
+  } else if (text == "off" || text == "false" || text == "0") {
+    *out = false;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("--", flag, ": \"", text,
+                                                   "\" is not on or off"));
+  }
+  return absl::OkStatus();
+}
+
 // "true"/"1" or "false"/"0"; the error names --flag.
 inline absl::Status ParseBool(const std::string& flag, const std::string& text, bool* out) {
   if (text == "true" || text == "1") {

@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -143,6 +144,15 @@ class DecodingPolicy {
   virtual void RetireLocked(Sequence& /*s*/) {}
   // Driver thread, no lock, before each batch: free what RetireLocked queued.
   virtual void ReleaseRetired() {}
+
+  // What the prompt's rows run with on the stages, so that prefix caching
+  // (docs/prefix_caching.md) keys their KV by it; nullopt when the sequence
+  // cannot skip computing a cached prompt prefix (its policy reads the
+  // prompt rows' outputs or taps itself, as PIPO's MTP layer and drafters
+  // fed from taps do).
+  virtual std::optional<RowModel> PromptKvModel(const Sequence& /*s*/) const {
+    return RowModel{};
+  }
 
   // The end of the chain of inputs (tokens, then drafts or pairs).
   virtual int32_t ChainEnd(const Sequence& s) const;

@@ -205,7 +205,10 @@ EngineStats Engine::Stats() const {
   s.running = static_cast<int>(running_.size());
   s.waiting = static_cast<int>(waiting_.size());
   s.kv_capacity_tokens = budget_.capacity_tokens();
-  s.kv_free_tokens = budget_.free_tokens();
+  s.kv_free_tokens = budget_.free_tokens() + prefix_.evictable_blocks() * budget_.block_size();
+  s.kv_cached_tokens = prefix_.cached_blocks() * budget_.block_size();
+  s.prefix_cache_queries = prefix_queries_;
+  s.prefix_cache_hits = prefix_hits_;
   s.n_stages = n_stages();
   s.stage_up = health_->stage_up_locked();
   s.steps = steps_;
@@ -261,9 +264,10 @@ void Engine::RetireLocked(Sequence& seq) {
   seq.policy->RetireLocked(seq);
   RecordSpecFinishLocked(seq);
   if (was_running) {
-    budget_.Return(seq.kv_blocks);
+    budget_.Return(seq.kv_reserved);
+    ReleasePrefixLocked(seq);
     std::erase_if(running_, [&](const auto& s) { return s.get() == &seq; });
-    if (seq.sent_any) releases_.push_back(seq.id);
+    if (seq.sent_any || seq.prefix.attached) releases_.push_back(seq.id);
   } else {
     std::erase_if(waiting_, [&](const auto& s) { return s.get() == &seq; });
   }
@@ -345,6 +349,7 @@ void Engine::PipelineDownLocked(const std::string& message, int stage) {
   FailAllLocked(absl::UnavailableError("pipeline failure: " + message), /*restart=*/true);
   releases_.clear();
   budget_.ResetAll();
+  ClearPrefixCacheLocked(budget_.block_size());
   UpdateGaugesLocked();
   cv_.notify_all();
 }
@@ -367,6 +372,7 @@ bool Engine::PipelineUp(const PipelineLayout& layout,
     std::lock_guard<std::mutex> lock(mu_);
     if (stop_) return false;
     budget_ = KvBudget(layout.kv_capacity_tokens, layout.kv_block_size);
+    ClearPrefixCacheLocked(layout.kv_block_size);
     for (const auto& p : policies_) p->OnPipelineUpLocked(infos);
     // Restarted requests of a policy this pipeline cannot serve any more.
     const auto waiting = waiting_;
@@ -390,7 +396,7 @@ bool Engine::PipelineUp(const PipelineLayout& layout,
 // First come, first served: the head of the queue waits for capacity rather
 // than being overtaken by smaller requests, so no request starves.
 void Engine::AdmitLocked() {
-  while (up_ && !waiting_.empty() && budget_.TryReserve(waiting_.front()->kv_blocks)) {
+  while (up_ && !waiting_.empty() && ReserveKvLocked(*waiting_.front())) {
     std::shared_ptr<Sequence> seq = waiting_.front();
     waiting_.pop_front();
     seq->state = SeqState::kPrefill;
@@ -409,7 +415,13 @@ void Engine::RecordSpecFinishLocked(const Sequence& s) {
 void Engine::UpdateGaugesLocked() {
   metrics_->running->Set(running_.size());
   metrics_->waiting->Set(waiting_.size());
-  metrics_->kv_free_tokens->Set(budget_.free_tokens());
+  metrics_->kv_free_tokens->Set(budget_.free_tokens() +
+                                prefix_.evictable_blocks() * budget_.block_size());
+  metrics_->prefix_cache_usage->Set(
+      budget_.capacity_tokens() > 0
+          ? static_cast<double>(prefix_.cached_blocks() * budget_.block_size()) /
+                budget_.capacity_tokens()
+          : 0.0);
 }
 
 }  // namespace specline::scheduler

@@ -34,6 +34,7 @@
 #include "scheduler/kv_budget.h"
 #include "scheduler/metrics.h"
 #include "scheduler/pipeline_health.h"
+#include "scheduler/prefix_cache.h"
 #include "scheduler/policies/resources.h"
 #include "scheduler/policy_host.h"
 #include "scheduler/request_stream.h"
@@ -60,6 +61,9 @@ struct EngineOptions {
   // from scratch (0 = fail it at once). At most max_attempts runs.
   std::chrono::milliseconds retry_window{5000};
   int max_attempts = 3;
+  // Automatic prefix caching (docs/prefix_caching.md): requests whose
+  // prompts start alike reuse the stages' KV of the common full blocks.
+  bool prefix_caching = true;
   int threads = 1;  // output head (LM head matmul) and drafters
   DeviceConfig device;  // where the output head runs (cpu, or a CUDA device)
   // How the engine connects to the stages' data addresses (the cluster
@@ -72,7 +76,12 @@ struct EngineStats {
   int running = 0;
   int waiting = 0;
   int64_t kv_capacity_tokens = 0;
-  int64_t kv_free_tokens = 0;
+  int64_t kv_free_tokens = 0;    // free, or cached and evictable
+  int64_t kv_cached_tokens = 0;  // in blocks cached under a prefix key
+  // Prompt tokens of requests that could use the prefix cache, and of
+  // those, the ones found cached (vLLM's prefix_cache_queries / _hits).
+  uint64_t prefix_cache_queries = 0;
+  uint64_t prefix_cache_hits = 0;
   int n_stages = 0;
   std::vector<bool> stage_up;
   uint64_t steps = 0;  // micro-batches that came back
@@ -168,6 +177,17 @@ class Engine : private PolicyHost, private HealthHost {
   void FailAllLocked(const absl::Status& error, bool restart);
   bool RestartableLocked(const Sequence& seq) const;
   void AdmitLocked();
+  // engine_prefix.cc: admission's KV reservation, with the prefix cache
+  // when the sequence can use it (false: it does not fit yet), the
+  // publication of the prompt blocks a run computed, and the cache lists of
+  // the next batch.
+  bool ReserveKvLocked(Sequence& s);
+  void PublishPromptBlocksLocked(Sequence& s, int32_t computed_end);
+  void ReleasePrefixLocked(Sequence& s);
+  bool PrefixOpsPendingLocked() const;
+  void WritePrefixOpsLocked(internal::MicroBatch& batch);
+  // The stages were (or will be) reset: they forget every key, so do we.
+  void ClearPrefixCacheLocked(int block_size);
   void UpdateGaugesLocked();
   void RecordSpecFinishLocked(const Sequence& s);
   // engine_pipeline.cc
@@ -204,6 +224,13 @@ class Engine : private PolicyHost, private HealthHost {
   std::unordered_map<uint64_t, std::shared_ptr<RequestStream>> streams_;
   std::map<uint64_t, InFlight> inflight_;  // by batch id
   std::vector<uint64_t> releases_;         // to send on the next batch
+  // The scheduler's view of the stages' prefix cache and the lists for the
+  // next batch (MicroBatch.kv_publish / kv_attach / kv_evict).
+  PrefixCache prefix_;
+  std::vector<internal::KvPublish> kv_publish_;
+  std::vector<internal::KvAttach> kv_attach_;
+  std::vector<PrefixCache::Evicted> kv_evict_;
+  uint64_t prefix_queries_ = 0, prefix_hits_ = 0;
 
   std::mutex send_mu_;  // the sender is used by the driver and replaced on bring-up
   std::unique_ptr<transport::ActivationSender> sender_;

@@ -16,7 +16,7 @@ double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).coun
 bool Engine::HasWorkLocked() {
   if (!up_ || static_cast<int>(inflight_.size()) >= options_.max_inflight) return false;
   AdmitLocked();
-  if (!releases_.empty()) return true;
+  if (!releases_.empty() || PrefixOpsPendingLocked()) return true;
   return std::any_of(running_.begin(), running_.end(), [](const auto& s) {
     return s->pending() > 0 || s->policy->WantsDraftLocked(*s);
   });
@@ -68,7 +68,7 @@ void Engine::DriverLoop() {
 bool Engine::BuildBatchLocked(internal::MicroBatch& batch, uint64_t& generation) {
   if (!up_ || static_cast<int>(inflight_.size()) >= options_.max_inflight) return false;
   std::vector<SlotRun> runs = PlanBatch(running_, options_.batch);
-  if (runs.empty() && releases_.empty()) return false;
+  if (runs.empty() && releases_.empty() && !PrefixOpsPendingLocked()) return false;
   const auto now = Clock::now();
   batch.set_batch_id(next_batch_id_++);
   BatchRows rows;
@@ -96,6 +96,7 @@ bool Engine::BuildBatchLocked(internal::MicroBatch& batch, uint64_t& generation)
   for (int layer : tap_layers) batch.add_tap_layers(layer);
   for (uint64_t id : releases_) batch.add_release(id);
   releases_.clear();
+  WritePrefixOpsLocked(batch);
   generation = generation_;
   InFlight& f = inflight_[batch.batch_id()];
   f.generation = generation;
@@ -207,6 +208,8 @@ void Engine::HandleResult(internal::MicroBatch batch) {
       return;
     }
     StoreTapsLocked(batch);
+    // The prompt blocks this batch completed are on every stage now.
+    for (SlotRun& r : f.runs) PublishPromptBlocksLocked(*r.seq, r.first_pos + r.count);
     // Skip the rows that yield no token, and sequences that ended or were
     // flushed while the batch was out.
     const float* hidden = reinterpret_cast<const float*>(batch.hidden().data());
@@ -332,6 +335,7 @@ void Engine::EmitTokenLocked(Sequence& s, int32_t token) {
     s.first_token = now;
     s.state = SeqState::kDecode;
     e.queue_seconds = Seconds(s.first_scheduled - s.arrival);
+    e.cached_prompt_tokens = s.prefix.cached_tokens;
   }
   s.tokens.push_back(token);
   metrics_->generation_tokens->Increment();

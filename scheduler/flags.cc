@@ -91,6 +91,7 @@ absl::StatusOr<SchedulerFlags> ParseSchedulerFlags(int argc, char** argv) {
     else if (name == "pipo-head") e.spec.pipo_head = value;
     else if (name == "pipo-tau") st = ParseNumber(name, value, &e.spec.pipo_tau);
     else if (name == "allow-oracle") st = ParseBool(name, value, &e.spec.allow_oracle);
+    else if (name == "prefix-cache") st = ParseOnOff(name, value, &e.prefix_caching);
     else if (name == "spec-policy") st = ParseSpecPolicy(value, &e.spec.policy);
     else if (name == "default-policy") st = ParseMode(value, &e.spec.default_mode);
     else if (name == "spec-min-acceptance") st = ParseNumber(name, value, &e.spec.min_acceptance);

@@ -31,6 +31,7 @@ inline constexpr const char* kSchedulerUsage =
     "  [--port-file PATH] [--threads N] [--max-waiting N] [--max-batch-tokens N]\n"
     "  [--prefill-chunk N] [--max-inflight N] [--kv-capacity-tokens N] [--kv-block-size N]\n"
     "  [--batch-timeout-ms N] [--drain-timeout-ms N] [--log-level LEVEL]\n"
+    "  [--prefix-cache on|off]  reuse the KV of prompt prefixes (default on)\n"
     "  [--retry-window-ms N] [--max-attempts N]  (requests a pipeline failure caught\n"
     "                     before their first token wait this long for recovery and restart)\n"
     "  [--cluster-secret-file PATH]  internal plane's shared secret (docs/security.md)\n"

@@ -19,6 +19,7 @@ class KvBudget {
   int block_size() const { return block_size_; }
   int64_t capacity_tokens() const { return capacity_blocks_ * block_size_; }
   int64_t free_tokens() const { return free_blocks_ * block_size_; }
+  int64_t free_blocks() const { return free_blocks_; }
 
   // Blocks a sequence needs at most.
   int64_t WorstCaseBlocks(int prompt_len, int max_tokens, int context_len) const;

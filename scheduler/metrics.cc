@@ -65,6 +65,21 @@ SchedulerMetrics::SchedulerMetrics(std::shared_ptr<prometheus::Registry> reg)
                         .Help("KV positions per stage that admission may still hand out")
                         .Register(r)
                         .Add({});
+  prefix_cache_queries = &BuildCounter()
+                              .Name("specline_prefix_cache_queries_total")
+                              .Help("Prompt tokens of requests that could use the prefix cache")
+                              .Register(r)
+                              .Add({});
+  prefix_cache_hits = &BuildCounter()
+                           .Name("specline_prefix_cache_hits_total")
+                           .Help("Prompt tokens whose KV was found in the prefix cache")
+                           .Register(r)
+                           .Add({});
+  prefix_cache_usage = &BuildGauge()
+                            .Name("specline_prefix_cache_usage_perc")
+                            .Help("Fraction of KV capacity held by cached prefix blocks (0-1)")
+                            .Register(r)
+                            .Add({});
   pipeline_up = &BuildGauge()
                      .Name("specline_pipeline_up")
                      .Help("1 when every stage answers and the pipeline runs")

@@ -27,6 +27,12 @@ struct SchedulerMetrics {
   prometheus::Histogram* step_seconds;  // batch round trip through the pipeline
   prometheus::Histogram* batch_slots;
   prometheus::Gauge* kv_free_tokens;
+  // Automatic prefix caching, in prompt tokens, as vLLM counts it:
+  // queried (prompts that could use the cache) and found cached; and the
+  // share of KV capacity held by cached prefix blocks.
+  prometheus::Counter* prefix_cache_queries;
+  prometheus::Counter* prefix_cache_hits;
+  prometheus::Gauge* prefix_cache_usage;
   prometheus::Gauge* pipeline_up;
   prometheus::Counter* pipeline_failures;
   // Requests a pipeline failure caught before their first token, queued to

@@ -20,6 +20,7 @@ struct StreamEvent {
   std::vector<int32_t> tokens;
   FinishReason finish = FinishReason::kNone;  // set on the last event
   double queue_seconds = -1;                  // >= 0 on the first event
+  int32_t cached_prompt_tokens = 0;           // on the first event: prompt positions reused
   absl::Status error;  // not OK on a last event that failed (UNAVAILABLE, ...)
   // On the last event: how the request was decoded and its speculation counters.
   v1::DecodingPolicy mode = v1::DECODING_POLICY_AUTOREGRESSIVE;

@@ -56,7 +56,10 @@ grpc::Status SchedulerService::Submit(grpc::ServerContext* ctx,
     internal::SubmitEvent out;
     out.mutable_tokens()->Add(e->tokens.begin(), e->tokens.end());
     out.set_finish_reason(ToProto(e->finish));
-    if (e->queue_seconds >= 0) out.set_queue_seconds(e->queue_seconds);
+    if (e->queue_seconds >= 0) {
+      out.set_queue_seconds(e->queue_seconds);
+      out.set_cached_prompt_tokens(e->cached_prompt_tokens);
+    }
     out.set_policy(policy);
     if (e->last()) {
       ToProto(e->spec, engine_.n_stages(), e->generated, out.mutable_spec_decode());
@@ -82,6 +85,9 @@ grpc::Status SchedulerService::GetStats(grpc::ServerContext* ctx, const internal
   out->set_n_stages(s.n_stages);
   for (bool up : s.stage_up) out->add_stage_up(up);
   out->set_steps(s.steps);
+  out->set_kv_cached_tokens(s.kv_cached_tokens);
+  out->set_prefix_cache_queries(s.prefix_cache_queries);
+  out->set_prefix_cache_hits(s.prefix_cache_hits);
   return grpc::Status::OK;
 }
 

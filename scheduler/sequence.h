@@ -87,7 +87,24 @@ struct Sequence : std::enable_shared_from_this<Sequence> {
   uint32_t epoch = 0;      // bumped on flush (speculative rollback)
   int in_flight = 0;       // micro-batches out that carry this sequence
   bool sent_any = false;   // stages may hold KV: a release is due at the end
-  int64_t kv_blocks = 0;   // reserved by admission, returned at the end
+  int64_t kv_blocks = 0;   // worst case: what admission must find for it
+  int64_t kv_reserved = 0; // reserved by admission (less shared blocks), returned at the end
+
+  // Prefix caching (scheduler/prefix_cache.h, docs/prefix_caching.md).
+  struct Prefix {
+    bool keyed = false;  // keys made for the current pipeline (at admission)
+    // The prompt's full blocks (empty: the cache is off, or the policy
+    // cannot start from cached KV) and the salt they were made with.
+    std::vector<uint64_t> keys;
+    uint64_t salt = 0;
+    uint32_t weight_set = 0;  // whose cache on the stages
+    // Leading keys this sequence holds a reference on: attached at
+    // admission, then published as its prefill comes back.
+    int32_t held = 0;
+    bool publishing = true;  // false once another sequence cached a block it computed
+    bool attached = false;   // the stages hold blocks for it before any slot was sent
+    int32_t cached_tokens = 0;  // prompt positions it did not compute
+  } prefix;
 
   Clock::time_point arrival;
   Clock::time_point first_scheduled{};

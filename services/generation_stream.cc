@@ -39,6 +39,7 @@ void GenerationStream::FinishMessage(v1::GenerateResponse* resp, Clock::time_poi
   resp->set_finish_reason(finish_);
   resp->mutable_usage()->set_prompt_tokens(prompt_tokens_);
   resp->mutable_usage()->set_completion_tokens(completion_);
+  resp->mutable_usage()->set_cached_tokens(cached_tokens_);
   auto* t = resp->mutable_timings();
   t->set_queue_seconds(queue_seconds_);
   t->set_ttft_seconds(ttft);
@@ -58,6 +59,7 @@ GenerationStream::Step GenerationStream::OnEvent(const internal::SubmitEvent& ev
   if (first_event_) {
     first_event_ = false;
     queue_seconds_ = event.queue_seconds();
+    cached_tokens_ = event.cached_prompt_tokens();
     metrics_.queue().Observe(queue_seconds_);
   }
   // Every policy but PIPO gives exactly what plain decoding gives (greedy)

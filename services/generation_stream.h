@@ -61,6 +61,7 @@ class GenerationStream {
   StopMatcher stops_;
   int completion_ = 0;
   double queue_seconds_ = 0;
+  int32_t cached_tokens_ = 0;  // prompt tokens reused from the prefix cache
   bool first_event_ = true;
   bool lossless_ = true;
   Clock::time_point first_token_time_{}, last_message_time_{};

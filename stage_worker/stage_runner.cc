@@ -14,6 +14,10 @@ double Seconds(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
 }
 
+std::span<const uint64_t> Keys(const google::protobuf::RepeatedField<uint64_t>& keys) {
+  return {keys.data(), static_cast<size_t>(keys.size())};
+}
+
 }  // namespace
 
 StageRunner::StageRunner(SliceBackend& slice, int stage, bool is_last,
@@ -28,6 +32,7 @@ void StageRunner::PublishStatsLocked() {
   StageStats s;
   s.kv_capacity_tokens = int64_t{kv.shape().num_blocks} * kv.shape().block_size;
   s.kv_free_tokens = int64_t{kv.free_blocks()} * kv.shape().block_size;
+  s.kv_cached_tokens = int64_t{kv.cached_blocks()} * kv.shape().block_size;
   s.kv_block_size = kv.shape().block_size;
   s.sequences = kv.num_sequences();
   s.stale_slots = stale_slots_;
@@ -100,6 +105,36 @@ absl::Status StageRunner::ForwardGroups(const internal::MicroBatch& batch,
                     out->taps[t].hidden.data() + g.index[j] * dim);
       }
     }
+  }
+  return absl::OkStatus();
+}
+
+PagedKvCache* StageRunner::CacheOf(uint32_t weight_set) {
+  if (weight_set == 0) return &slice_.mutable_kv_cache();
+  if (weight_set > weight_sets_.size()) return nullptr;
+  return &weight_sets_[weight_set - 1].slice->mutable_kv_cache();
+}
+
+absl::Status StageRunner::PublishAndAttach(const internal::MicroBatch& batch) {
+  for (const internal::KvPublish& p : batch.kv_publish()) {
+    PagedKvCache* kv = CacheOf(p.weight_set());
+    if (!kv) return absl::InvalidArgumentError(absl::StrCat("no weight set ", p.weight_set()));
+    if (absl::Status st = kv->Publish(p.seq_id(), p.first_block(), Keys(p.keys())); !st.ok()) return st;
+  }
+  for (const internal::KvAttach& a : batch.kv_attach()) {
+    PagedKvCache* kv = CacheOf(a.weight_set());
+    if (!kv) return absl::InvalidArgumentError(absl::StrCat("no weight set ", a.weight_set()));
+    if (absl::Status st = kv->Attach(a.seq_id(), Keys(a.keys())); !st.ok()) return st;
+    sequences_.insert(a.seq_id());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StageRunner::Evict(const internal::MicroBatch& batch) {
+  for (const internal::KvEvict& e : batch.kv_evict()) {
+    PagedKvCache* kv = CacheOf(e.weight_set());
+    if (!kv) return absl::InvalidArgumentError(absl::StrCat("no weight set ", e.weight_set()));
+    if (absl::Status st = kv->Evict(Keys(e.keys())); !st.ok()) return st;
   }
   return absl::OkStatus();
 }
@@ -195,23 +230,30 @@ bool StageRunner::Process(internal::MicroBatch& batch) {
     }
     return false;
   }
-  // Releases come first and even on failed batches: a finished sequence's
-  // KV must come back whatever happened to the slots travelling with it.
-  for (uint64_t seq : batch.release()) {
-    slice_.Release(seq);
-    for (const WeightSet& w : weight_sets_) w.slice->Release(seq);
-    sequences_.erase(seq);
-    epochs_.erase(seq);
-  }
-  if (!batch.error().empty()) return true;
-  DropStaleSlots(batch);
-
   auto fail = [&](const std::string& why) {
     batch.set_error(absl::StrCat("stage ", stage_, " (layers ", slice_.begin(), ":", slice_.end(),
                                  "): ", why));
     batch.set_error_stage(stage_);
     batch.add_stage_seconds(Seconds(t0));
   };
+  // The cache lists and the releases apply even on failed batches: every
+  // stage must keep the keys the scheduler believes it has, and a finished
+  // sequence's KV must come back whatever happened to the slots travelling
+  // with it.
+  absl::Status prefix = PublishAndAttach(batch);
+  for (uint64_t seq : batch.release()) {
+    slice_.Release(seq);
+    for (const WeightSet& w : weight_sets_) w.slice->Release(seq);
+    sequences_.erase(seq);
+    epochs_.erase(seq);
+  }
+  if (prefix.ok()) prefix = Evict(batch);
+  if (!batch.error().empty()) return true;
+  if (!prefix.ok()) {
+    fail(absl::StrCat("prefix cache: ", prefix.message()));
+    return true;
+  }
+  DropStaleSlots(batch);
 
   const int n = batch.seq_ids_size();
   const int64_t dim = slice_.config().dim;
@@ -355,6 +397,10 @@ void StageRunner::Reset(const std::string& report_address) {
   }
   sequences_.clear();
   epochs_.clear();
+  // The scheduler forgets its view of the cached prefixes when it resets
+  // the stages (PipelineDownLocked), so the stages forget theirs.
+  slice_.mutable_kv_cache().DropCachedBlocks();
+  for (const WeightSet& w : weight_sets_) w.slice->mutable_kv_cache().DropCachedBlocks();
   report_.reset();
   PublishStatsLocked();
   if (!report_address.empty() && !is_last_) {

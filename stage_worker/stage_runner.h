@@ -23,6 +23,7 @@ namespace specline {
 struct StageStats {
   int64_t kv_capacity_tokens = 0;
   int64_t kv_free_tokens = 0;  // free blocks * block size
+  int64_t kv_cached_tokens = 0;  // blocks cached under a prefix key * block size
   int kv_block_size = 0;
   int sequences = 0;
   uint64_t batches = 0;
@@ -100,6 +101,11 @@ class StageRunner {
   // Removes the slots whose epoch is older than their sequence's newest.
   void DropStaleSlots(internal::MicroBatch& batch);
   void SendTaps(internal::MicroBatch& batch);
+  // The batch's prefix-cache lists (MicroBatch.kv_publish / kv_attach, and
+  // kv_evict after the releases); the cache of weight set `weight_set`.
+  absl::Status PublishAndAttach(const internal::MicroBatch& batch);
+  absl::Status Evict(const internal::MicroBatch& batch);
+  PagedKvCache* CacheOf(uint32_t weight_set);
   // Whether slot i's input is a row of batch.hidden (every slot after stage
   // 0; on stage 0 the slots of a hidden-input weight set).
   bool TakesHidden(const internal::MicroBatch& batch, int i) const;

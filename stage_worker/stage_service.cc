@@ -37,6 +37,7 @@ grpc::Status StageServiceImpl::GetInfo(grpc::ServerContext* ctx, const internal:
     info->set_kv_capacity_tokens(std::min(info->kv_capacity_tokens(), s.kv_capacity_tokens));
     info->set_kv_free_tokens(std::min(info->kv_free_tokens(), s.kv_free_tokens));
     info->set_sequences(std::max(info->sequences(), s.sequences));
+    info->set_kv_cached_tokens(std::max(info->kv_cached_tokens(), s.kv_cached_tokens));
   }
   info->set_batches(first.batches());
   info->set_data_address(data_address_);

@@ -81,6 +81,7 @@ struct StreamResult {
   scheduler::StreamEvent last;
   int events = 0;
   double queue_seconds = -1;
+  int cached_prompt_tokens = 0;  // from the first event
 };
 
 // Reads a stream to its end (bounded, so a hang fails instead of blocking).
@@ -91,7 +92,10 @@ inline StreamResult Collect(scheduler::RequestStream& s) {
     auto e = s.Next(100ms);
     if (!e) continue;
     ++r.events;
-    if (r.events == 1) r.queue_seconds = e->queue_seconds;
+    if (r.events == 1) {
+      r.queue_seconds = e->queue_seconds;
+      r.cached_prompt_tokens = e->cached_prompt_tokens;
+    }
     r.tokens.insert(r.tokens.end(), e->tokens.begin(), e->tokens.end());
     if (e->last()) {
       r.last = *std::move(e);
@@ -354,11 +358,17 @@ class InprocPipeline {
     ports_[i] = port;
   }
 
-  // Every stage holds no KV any more (the releases went through).
+  // Every stage holds no sequence's KV any more (the releases went
+  // through): what is not free is cached prefix blocks, exactly those the
+  // scheduler believes cached.
   bool StagesEmpty() {
+    const int64_t cached = engine_->Stats().kv_cached_tokens;
     for (auto& r : runners_) {
       StageStats s = r->Stats();
-      if (s.kv_free_tokens != s.kv_capacity_tokens || s.sequences != 0) return false;
+      if (s.kv_free_tokens + s.kv_cached_tokens != s.kv_capacity_tokens || s.sequences != 0 ||
+          s.kv_cached_tokens != cached) {
+        return false;
+      }
     }
     return true;
   }

@@ -81,5 +81,92 @@ TEST(PagedKvCache, RowsOfDifferentSequencesDoNotAlias) {
   }
 }
 
+// Prefix sharing: block size 4, so positions [0, 8) are blocks 0 and 1.
+TEST(PagedKvCachePrefix, AttachSharesPublishedBlocksWithoutCopy) {
+  PagedKvCache kv(SmallShape(8));
+  ASSERT_TRUE(kv.Reserve(1, 0, 10).ok());  // 3 blocks
+  const uint64_t keys[] = {101, 102};
+  ASSERT_TRUE(kv.Publish(1, 0, keys).ok());
+  EXPECT_EQ(kv.cached_blocks(), 2);
+  EXPECT_EQ(kv.evictable_blocks(), 0);
+  ASSERT_TRUE(kv.Attach(2, keys).ok());
+  EXPECT_EQ(kv.Length(2), 8);
+  EXPECT_EQ(kv.BlockTable(2)[0], kv.BlockTable(1)[0]);
+  EXPECT_EQ(kv.BlockTable(2)[1], kv.BlockTable(1)[1]);
+  EXPECT_EQ(kv.free_blocks(), 5);  // nothing new taken
+  // Sequence 2 writes on from its shared prefix into a block of its own.
+  ASSERT_TRUE(kv.Reserve(2, 8, 3).ok());
+  EXPECT_NE(kv.BlockTable(2)[2], kv.BlockTable(1)[2]);
+  EXPECT_EQ(kv.free_blocks(), 4);
+}
+
+TEST(PagedKvCachePrefix, SharedBlocksAreReadOnly) {
+  PagedKvCache kv(SmallShape(8));
+  ASSERT_TRUE(kv.Reserve(1, 0, 8).ok());
+  const uint64_t keys[] = {7, 8};
+  ASSERT_TRUE(kv.Publish(1, 0, keys).ok());
+  ASSERT_TRUE(kv.Attach(2, keys).ok());
+  // A write into the middle of a shared block (a rollback below the
+  // prefix) is refused and changes nothing.
+  EXPECT_EQ(kv.Reserve(2, 6, 1).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(kv.Reserve(1, 5, 1).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(kv.Length(2), 8);
+  // A rewrite from a block boundary drops only this sequence's reference:
+  // the cached block stays, and the rewrite takes a block of its own.
+  const int32_t shared = kv.BlockTable(2)[1];
+  ASSERT_TRUE(kv.Reserve(2, 4, 2).ok());
+  EXPECT_NE(kv.BlockTable(2)[1], shared);
+  EXPECT_TRUE(kv.HasKey(8));
+  EXPECT_EQ(kv.BlockTable(1)[1], shared);
+}
+
+TEST(PagedKvCachePrefix, ReleasedBlocksStayCachedUntilEvicted) {
+  PagedKvCache kv(SmallShape(4));
+  ASSERT_TRUE(kv.Reserve(1, 0, 9).ok());
+  const uint64_t keys[] = {1, 2};
+  ASSERT_TRUE(kv.Publish(1, 0, keys).ok());
+  ASSERT_TRUE(kv.Attach(2, keys).ok());
+  kv.Release(1);  // its third block was private: free again
+  EXPECT_EQ(kv.free_blocks(), 2);
+  EXPECT_EQ(kv.evictable_blocks(), 0);  // sequence 2 still holds both
+  // Eviction of a held block is refused whole.
+  EXPECT_EQ(kv.Evict(keys).code(), absl::StatusCode::kFailedPrecondition);
+  kv.Release(2);
+  EXPECT_EQ(kv.evictable_blocks(), 2);
+  EXPECT_EQ(kv.free_blocks(), 2);
+  // A new sequence cannot take cached blocks before they are evicted.
+  EXPECT_EQ(kv.Reserve(3, 0, 12).code(), absl::StatusCode::kResourceExhausted);
+  const uint64_t first[] = {2};
+  ASSERT_TRUE(kv.Evict(first).ok());
+  EXPECT_EQ(kv.free_blocks(), 3);
+  EXPECT_TRUE(kv.HasKey(1));
+  EXPECT_FALSE(kv.HasKey(2));
+  ASSERT_TRUE(kv.Reserve(3, 0, 12).ok());
+  kv.Release(3);
+  kv.DropCachedBlocks();
+  EXPECT_EQ(kv.free_blocks(), 4);
+  EXPECT_EQ(kv.cached_blocks(), 0);
+}
+
+TEST(PagedKvCachePrefix, DisagreementsAreRefusedAndChangeNothing) {
+  PagedKvCache kv(SmallShape(8));
+  ASSERT_TRUE(kv.Reserve(1, 0, 6).ok());
+  const uint64_t two[] = {5, 6};
+  // Block 1 is not full (positions 4, 5 of 8).
+  EXPECT_EQ(kv.Publish(1, 0, two).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(kv.cached_blocks(), 0);
+  const uint64_t one[] = {5};
+  ASSERT_TRUE(kv.Publish(1, 0, one).ok());
+  EXPECT_FALSE(kv.Publish(1, 0, one).ok());  // published already
+  ASSERT_TRUE(kv.Reserve(2, 0, 4).ok());
+  EXPECT_FALSE(kv.Publish(2, 0, one).ok());  // the key names another block
+  const uint64_t unknown[] = {5, 99};
+  EXPECT_FALSE(kv.Attach(3, unknown).ok());
+  EXPECT_EQ(kv.Length(3), 0);
+  EXPECT_FALSE(kv.Attach(2, one).ok());  // sequence 2 holds positions already
+  EXPECT_FALSE(kv.Evict(unknown).ok());
+  EXPECT_TRUE(kv.HasKey(5));
+}
+
 }  // namespace
 }  // namespace specline

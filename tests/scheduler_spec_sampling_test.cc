@@ -179,7 +179,14 @@ TEST(ChiSquare, UpperTailMatchesKnownValues) {
 
 constexpr int kMaxTokens = 3;
 
-std::vector<int32_t> Prompt() { return MakePrompt(6, 1234); }
+// `cached_prefix`: the same 6 tokens after 2 full KV blocks, which every
+// request but the first few finds in the prefix cache.
+std::vector<int32_t> Prompt(bool cached_prefix = false) {
+  std::vector<int32_t> p = cached_prefix ? MakePrompt(32, 4321) : std::vector<int32_t>{};
+  const std::vector<int32_t> tail = MakePrompt(6, 1234);
+  p.insert(p.end(), tail.begin(), tail.end());
+  return p;
+}
 
 SamplingParams Sampling(uint64_t seed) {
   SamplingParams s;
@@ -202,8 +209,12 @@ struct Exact {
   std::map<int64_t, double> t1, joint12, t3, joint123;
 };
 
-const Exact& ExactDistribution() {
-  static const Exact exact = [] {
+const Exact& ExactDistribution(bool cached_prefix = false) {
+  static std::map<bool, Exact> cache;
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = cache.find(cached_prefix); it != cache.end()) return it->second;
+  const Exact exact = [&] {
     auto model = OpenModel(SchedulerTestModel());
     LocalPipeline local(*model, {0, model->config().n_layers}, SliceOptions{16, 4096}, 1);
     const int dim = model->config().dim;
@@ -221,7 +232,7 @@ const Exact& ExactDistribution() {
       return Warp(logits, Sampling(0), history);
     };
     Exact e;
-    std::vector<int32_t> h = Prompt();
+    std::vector<int32_t> h = Prompt(cached_prefix);
     const TokenDistribution d1 = next(h);
     for (size_t i = 0; i < d1.ids.size(); ++i) {
       const int32_t t1 = d1.ids[i];
@@ -244,7 +255,7 @@ const Exact& ExactDistribution() {
     }
     return e;
   }();
-  return exact;
+  return cache.emplace(cached_prefix, exact).first->second;
 }
 
 TEST(ExactDistribution, IsAProperNonDegenerateDistribution) {
@@ -321,6 +332,7 @@ struct ModeCase {
   std::string ppsd;  // head kinds (HeadDir)
   std::string spd;
   int n_requests;
+  bool cached_prefix = false;  // the prompt starts with blocks the prefix cache holds
 };
 
 // gtest prints the case in ctest's log.
@@ -350,7 +362,7 @@ Outputs DrawOutputs(InprocPipeline& p, const ModeCase& c, const std::vector<int3
     std::vector<std::shared_ptr<scheduler::RequestStream>> streams;
     for (int i = base; i < std::min(c.n_requests, base + kWindow); ++i) {
       scheduler::RequestOptions r;
-      r.prompt = Prompt();
+      r.prompt = Prompt(c.cached_prefix);
       r.sampling = Sampling(static_cast<uint64_t>(i));
       r.max_tokens = kMaxTokens;
       r.mode = c.mode;
@@ -393,7 +405,7 @@ TEST_P(SampledOutput, MatchesTheExactDistribution) {
   ModeCase c = GetParam();
   // For investigating a suspicion at higher power: SPECLINE_SAMPLING_REQUESTS=N.
   if (const char* env = std::getenv("SPECLINE_SAMPLING_REQUESTS")) c.n_requests = std::atoi(env);
-  const Exact& exact = ExactDistribution();
+  const Exact& exact = ExactDistribution(c.cached_prefix);
   scheduler::EngineOptions o;
   o.spec.policy = scheduler::DraftGate::kAlways;
   o.spec.allow_oracle = true;
@@ -410,7 +422,7 @@ TEST_P(SampledOutput, MatchesTheExactDistribution) {
   // lossless for every proposal); the greedy output makes its proposals
   // likely under p, so both the accept and the residual paths are taken.
   scheduler::RequestOptions greedy;
-  greedy.prompt = Prompt();
+  greedy.prompt = Prompt(c.cached_prefix);
   greedy.max_tokens = kMaxTokens;
   const std::vector<int32_t> reference = Generate1(p.model(), greedy).tokens;
 
@@ -452,6 +464,11 @@ TEST_P(SampledOutput, MatchesTheExactDistribution) {
   EXPECT_TRUE(Eventually([&] { return p.StagesEmpty(); }));
   const auto stats = p.engine().Stats();
   EXPECT_EQ(stats.kv_free_tokens, stats.kv_capacity_tokens);
+  if (c.cached_prefix) {
+    // All but the first requests in flight, admitted before the prompt's
+    // blocks were computed, started from the cache.
+    EXPECT_GE(stats.prefix_cache_hits, uint64_t{32} * (n - 2 * 64));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -468,7 +485,19 @@ INSTANTIATE_TEST_SUITE_P(
         ModeCase{"spd_recycle", 2, v1::DECODING_POLICY_SPD, false, "", "recycle", kRequests},
         ModeCase{"spd_oracle_4stages", 4, v1::DECODING_POLICY_SPD, true, "", "", kRequests},
         ModeCase{"ppsd_layer_head_4stages", 4, v1::DECODING_POLICY_PPSD, false, "ppsd-layer", "",
-                 kRequests}),
+                 kRequests},
+        // The same with the prompt's first 2 blocks from the prefix cache
+        // (the policies whose requests use it; docs/prefix_caching.md).
+        ModeCase{"autoregressive_prefix_cached", 2, v1::DECODING_POLICY_AUTOREGRESSIVE, false, "",
+                 "", kRequests, true},
+        ModeCase{"spd_oracle_prefix_cached", 2, v1::DECODING_POLICY_SPD, true, "", "", kRequests,
+                 true},
+        ModeCase{"ptp_adapter_prefix_cached", 2, v1::DECODING_POLICY_PTP, false, "", "", kRequests,
+                 true},
+        ModeCase{"recycle_prefix_cached", 2, v1::DECODING_POLICY_RECYCLE, false, "", "", kRequests,
+                 true},
+        ModeCase{"spd_recycle_prefix_cached", 2, v1::DECODING_POLICY_SPD, false, "", "recycle",
+                 kRequests, true}),
     [](const auto& info) { return info.param.name; });
 
 // ---------------------------------------------------------------------------
@@ -523,6 +552,7 @@ class OffByOneTokenStage : public SliceBackend {
   }
   int32_t Length(uint64_t seq) const override { return real_.Length(seq); }
   const PagedKvCache& kv_cache() const override { return real_.kv_cache(); }
+  PagedKvCache& mutable_kv_cache() override { return real_.mutable_kv_cache(); }
   int64_t corrupted() const {
     std::lock_guard<std::mutex> lock(mu_);
     return corrupted_;

@@ -209,6 +209,7 @@ class HeldSlice : public SliceBackend {
   void Release(uint64_t seq) override { inner_.Release(seq); }
   int32_t Length(uint64_t seq) const override { return inner_.Length(seq); }
   const PagedKvCache& kv_cache() const override { return inner_.kv_cache(); }
+  PagedKvCache& mutable_kv_cache() override { return inner_.mutable_kv_cache(); }
   void WaitEntered() {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [&] { return entered_; });

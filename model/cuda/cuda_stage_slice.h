@@ -89,6 +89,7 @@ class CudaStageSlice : public SliceBackend {
   void Release(uint64_t seq) override { kv_.Release(seq); }
   int32_t Length(uint64_t seq) const override { return kv_.Length(seq); }
   const PagedKvCache& kv_cache() const override { return kv_; }
+  PagedKvCache& mutable_kv_cache() override { return kv_; }
 
   cudaStream_t stream() const { return stream_; }
   // Bytes of weights one decode step reads (matrices, plus one embedding

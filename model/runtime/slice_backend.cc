@@ -73,19 +73,12 @@ absl::Status ValidateAndReserve(const SliceInput& in, bool embeds, const ModelCo
   // Capacity: sequences that give blocks back go first, and the net demand
   // must fit, so no Reserve below can fail half-way.
   int64_t net = 0;
-  const int bs = kv.shape().block_size;
   std::vector<std::pair<int64_t, uint64_t>> by_net;
   for (uint64_t seq : order) {
-    const Run& r = runs[seq];
-    const int32_t len = kv.Length(seq);
-    if (r.first > len) {
-      return absl::InvalidArgumentError(absl::StrCat("sequence ", seq, ": position ", r.first,
-                                                     " leaves a gap after cached length ", len));
-    }
-    const int64_t held = (len + bs - 1) / bs;
-    const int64_t need = (int64_t{r.first} + r.count + bs - 1) / bs;
-    by_net.emplace_back(need - held, seq);
-    net += need - held;
+    absl::StatusOr<int64_t> demand = kv.NetDemand(seq, runs[seq].first, runs[seq].count);
+    if (!demand.ok()) return demand.status();
+    by_net.emplace_back(*demand, seq);
+    net += *demand;
   }
   if (net > kv.free_blocks()) {
     return absl::ResourceExhaustedError(absl::StrCat(

@@ -89,6 +89,9 @@ class SliceBackend {
   // The block bookkeeping (which sequence holds which blocks); on a GPU the
   // K/V data live on the device and this object holds none.
   virtual const PagedKvCache& kv_cache() const = 0;
+  // The same, for the stage's prefix-cache operations (publish, attach,
+  // evict: block tables only, no K/V data moves).
+  virtual PagedKvCache& mutable_kv_cache() = 0;
 };
 
 // The checks every backend makes before running a batch, then the KV

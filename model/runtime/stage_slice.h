@@ -43,6 +43,7 @@ class StageSlice : public SliceBackend {
   void Release(uint64_t seq) override { kv_.Release(seq); }
   int32_t Length(uint64_t seq) const override { return kv_.Length(seq); }
   const PagedKvCache& kv_cache() const override { return kv_; }
+  PagedKvCache& mutable_kv_cache() override { return kv_; }
 
  private:
   void Embed(std::span<const int32_t> tokens, float* out) const;

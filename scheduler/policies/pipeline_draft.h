@@ -49,6 +49,12 @@ class PipelineDraftPolicy : public DecodingPolicy {
   void ApplyDraftLocked(Sequence& s, DraftWork& work) override;
   void WriteRows(Sequence& s, const SlotRun& r, BatchRows& out) override;
   std::vector<int> TapLayers(const Sequence& s) const override;
+  // A drafter fed from taps needs every prompt position's features, so
+  // its sequences compute the whole prompt.
+  std::optional<RowModel> PromptKvModel(const Sequence& s) const override {
+    if (!TapLayers(s).empty()) return std::nullopt;
+    return RowModel{};
+  }
   void StoreTap(Sequence& s, uint32_t row_epoch, int32_t pos, int layer,
                 std::span<const float> row) override;
   WantedRows Wanted(const SlotRun& r) const override;

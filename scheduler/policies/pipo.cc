@@ -92,6 +92,11 @@ class PipoPolicy : public DecodingPolicy {
   }
   // The MTP layer reads every pair's h_b, prompt pairs included.
   bool ReadsHidden() const override { return true; }
+  // So a cached prompt prefix cannot be skipped: the MTP layer's own cache
+  // would lack those pairs.
+  std::optional<RowModel> PromptKvModel(const Sequence& /*s*/) const override {
+    return std::nullopt;
+  }
   WantedRows Wanted(const SlotRun& r) const override { return {r.first_pos, r.count, 0}; }
 
   void DecideLocked(Sequence& s, const SlotRun& r, const RunOutput& out) override;

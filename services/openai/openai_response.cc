@@ -18,7 +18,8 @@ json Envelope(const ResponseIdentity& who, bool chunk) {
 json UsageJson(const v1::Usage& usage) {
   return {{"prompt_tokens", usage.prompt_tokens()},
           {"completion_tokens", usage.completion_tokens()},
-          {"total_tokens", usage.prompt_tokens() + usage.completion_tokens()}};
+          {"total_tokens", usage.prompt_tokens() + usage.completion_tokens()},
+          {"prompt_tokens_details", {{"cached_tokens", usage.cached_tokens()}}}};
 }
 
 json FinishJson(v1::FinishReason reason) {

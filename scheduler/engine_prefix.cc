@@ -1,0 +1,136 @@
+// Engine: automatic prefix caching (docs/prefix_caching.md). The engine
+// decides every match, publication and eviction and sends them to all the
+// stages in the next micro-batch, so the stages' caches always equal
+// `prefix_`. The rule that spares copy-on-write: only full blocks inside
+// the prompt are shared, and a match stops short of the prompt's last
+// token, so every position a sequence writes (its prompt's rest, its
+// tokens, drafts, and rollbacks to them) lies in blocks of its own.
+#include <algorithm>
+
+#include "scheduler/engine.h"
+
+namespace specline::scheduler {
+
+bool Engine::ReserveKvLocked(Sequence& s) {
+  Sequence::Prefix& p = s.prefix;
+  const int bs = budget_.block_size();
+  const std::span<const int32_t> prompt = std::span(s.tokens).first(s.prompt_len);
+  if (!p.keyed) {
+    p.keyed = true;
+    p.keys.clear();
+    const std::optional<RowModel> rows = s.policy->PromptKvModel(s);
+    if (options_.prefix_caching && rows) {
+      p.salt = PrefixCache::Salt(model_path(), rows->weight_set, rows->adapter);
+      p.weight_set = rows->weight_set;
+      p.keys = prefix_.BlockKeys(prompt, s.prompt_len / bs, p.salt);
+    }
+  }
+  // The last prompt token is always computed: its output gives the first
+  // token's logits.
+  const int matched = p.keys.empty()
+                          ? 0
+                          : prefix_.Match(p.keys, prompt, p.salt, (s.prompt_len - 1) / bs);
+  const std::span<const uint64_t> shared = std::span(p.keys).first(matched);
+  prefix_.Ref(shared);
+  const int64_t need = s.kv_blocks - matched;
+  const int64_t missing = need - budget_.free_blocks();
+  if (missing > prefix_.evictable_blocks()) {
+    prefix_.Unref(shared);
+    return false;
+  }
+  if (missing > 0) {
+    const std::vector<PrefixCache::Evicted> evicted = prefix_.EvictLru(missing);
+    budget_.Return(static_cast<int64_t>(evicted.size()));
+    kv_evict_.insert(kv_evict_.end(), evicted.begin(), evicted.end());
+  }
+  budget_.TryReserve(need);  // fits: checked above
+  s.kv_reserved = need;
+  p.held = matched;
+  if (!p.keys.empty()) {
+    prefix_queries_ += s.prompt_len;
+    prefix_hits_ += static_cast<uint64_t>(matched) * bs;
+    metrics_->prefix_cache_queries->Increment(s.prompt_len);
+    metrics_->prefix_cache_hits->Increment(static_cast<double>(matched) * bs);
+  }
+  if (matched > 0) {
+    internal::KvAttach& a = kv_attach_.emplace_back();
+    a.set_seq_id(s.id);
+    a.set_weight_set(p.weight_set);
+    a.mutable_keys()->Add(shared.begin(), shared.end());
+    p.attached = true;
+    p.cached_tokens = matched * bs;
+    s.cached = matched * bs;
+  }
+  return true;
+}
+
+// Called when a run of `s` came back: its chain positions below
+// `computed_end` are on every stage. The blocks it computed become
+// shareable unless another sequence cached the same content first (then it
+// keeps its own copies, and publishes nothing more: a chain of keys must
+// stay whole from the first block).
+void Engine::PublishPromptBlocksLocked(Sequence& s, int32_t computed_end) {
+  Sequence::Prefix& p = s.prefix;
+  if (s.finished() || !p.publishing || p.held >= static_cast<int32_t>(p.keys.size())) return;
+  const int bs = budget_.block_size();
+  const int32_t complete =
+      std::min<int32_t>(static_cast<int32_t>(p.keys.size()), computed_end / bs);
+  const int32_t first = p.held;
+  const std::span<const int32_t> prompt = std::span(s.tokens).first(s.prompt_len);
+  while (p.held < complete) {
+    if (prefix_.Contains(p.keys[p.held])) {
+      p.publishing = false;
+      break;
+    }
+    prefix_.Insert(p.keys, p.held, prompt, p.salt, p.weight_set);
+    --s.kv_reserved;  // the block now counts as cached, not as this sequence's own
+    ++p.held;
+  }
+  if (p.held == first) return;
+  internal::KvPublish& m = kv_publish_.emplace_back();
+  m.set_seq_id(s.id);
+  m.set_weight_set(p.weight_set);
+  m.set_first_block(first);
+  m.mutable_keys()->Add(p.keys.begin() + first, p.keys.begin() + p.held);
+}
+
+void Engine::ReleasePrefixLocked(Sequence& s) {
+  prefix_.Unref(std::span(s.prefix.keys).first(s.prefix.held));
+  s.prefix.held = 0;
+}
+
+bool Engine::PrefixOpsPendingLocked() const {
+  return !kv_publish_.empty() || !kv_attach_.empty() || !kv_evict_.empty();
+}
+
+void Engine::WritePrefixOpsLocked(internal::MicroBatch& batch) {
+  for (internal::KvPublish& m : kv_publish_) *batch.add_kv_publish() = std::move(m);
+  for (internal::KvAttach& m : kv_attach_) *batch.add_kv_attach() = std::move(m);
+  // One list per weight set, in eviction order.
+  for (const PrefixCache::Evicted& e : kv_evict_) {
+    internal::KvEvict* list = nullptr;
+    for (internal::KvEvict& l : *batch.mutable_kv_evict()) {
+      if (l.weight_set() == e.weight_set) list = &l;
+    }
+    if (!list) {
+      list = batch.add_kv_evict();
+      list->set_weight_set(e.weight_set);
+    }
+    list->add_keys(e.key);
+  }
+  kv_publish_.clear();
+  kv_attach_.clear();
+  kv_evict_.clear();
+}
+
+void Engine::ClearPrefixCacheLocked(int block_size) {
+  prefix_ = PrefixCache(block_size);
+  kv_publish_.clear();
+  kv_attach_.clear();
+  kv_evict_.clear();
+  // Waiting sequences (restarts) make their keys again when admitted, in
+  // the new pipeline's block size.
+  for (const std::shared_ptr<Sequence>& s : waiting_) s->prefix = Sequence::Prefix{};
+}
+
+}  // namespace specline::scheduler

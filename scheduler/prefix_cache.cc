@@ -1,0 +1,81 @@
+#include "scheduler/prefix_cache.h"
+
+#include <algorithm>
+
+#include "absl/hash/hash.h"
+#include "absl/types/span.h"
+
+namespace specline::scheduler {
+
+uint64_t PrefixCache::Salt(std::string_view model, uint32_t weight_set, uint32_t adapter) {
+  return absl::HashOf(std::string_view("specline-prefix"), model, weight_set, adapter);
+}
+
+std::vector<uint64_t> PrefixCache::BlockKeys(std::span<const int32_t> tokens, int blocks,
+                                             uint64_t salt) const {
+  blocks = std::clamp<int>(blocks, 0, static_cast<int>(tokens.size()) / block_size_);
+  std::vector<uint64_t> keys(blocks);
+  for (int i = 0; i < blocks; ++i) {
+    const std::span<const int32_t> block = BlockTokens(tokens, i);
+    keys[i] = absl::HashOf(Parent(keys, i, salt),
+                           absl::Span<const int32_t>(block.data(), block.size()));
+  }
+  return keys;
+}
+
+int PrefixCache::Match(std::span<const uint64_t> keys, std::span<const int32_t> tokens,
+                       uint64_t salt, int max_blocks) const {
+  const int n = std::min<int>(static_cast<int>(keys.size()), max_blocks);
+  for (int i = 0; i < n; ++i) {
+    auto it = entries_.find(keys[i]);
+    if (it == entries_.end() || it->second.parent != Parent(keys, i, salt) ||
+        !std::ranges::equal(it->second.tokens, BlockTokens(tokens, i))) {
+      return i;
+    }
+  }
+  return std::max(n, 0);
+}
+
+void PrefixCache::Ref(std::span<const uint64_t> keys) {
+  for (uint64_t key : keys) {
+    Entry& e = entries_.at(key);
+    if (e.refs++ == 0) lru_.erase(e.lru);
+  }
+}
+
+void PrefixCache::Unref(std::span<const uint64_t> keys) {
+  for (auto key = keys.rbegin(); key != keys.rend(); ++key) {
+    auto it = entries_.find(*key);
+    if (it == entries_.end()) continue;  // cleared by a reset meanwhile
+    if (--it->second.refs == 0) it->second.lru = lru_.insert(lru_.end(), *key);
+  }
+}
+
+void PrefixCache::Insert(std::span<const uint64_t> keys, int index,
+                         std::span<const int32_t> tokens, uint64_t salt,
+                         uint32_t weight_set) {
+  const std::span<const int32_t> block = BlockTokens(tokens, index);
+  Entry& e = entries_[keys[index]];
+  e.parent = Parent(keys, index, salt);
+  e.tokens.assign(block.begin(), block.end());
+  e.refs = 1;
+  e.weight_set = weight_set;
+}
+
+std::vector<PrefixCache::Evicted> PrefixCache::EvictLru(int64_t blocks) {
+  std::vector<Evicted> evicted;
+  while (blocks-- > 0 && !lru_.empty()) {
+    auto it = entries_.find(lru_.front());
+    evicted.push_back({it->first, it->second.weight_set});
+    entries_.erase(it);
+    lru_.pop_front();
+  }
+  return evicted;
+}
+
+void PrefixCache::Clear() {
+  entries_.clear();
+  lru_.clear();
+}
+
+}  // namespace specline::scheduler

@@ -1,0 +1,84 @@
+// The scheduler's view of the stages' prefix cache (docs/prefix_caching.md):
+// which content keys every stage holds a KV block for, how many running
+// sequences reference each, and which unreferenced ones to evict first.
+//
+// A key names a full block of prompt positions by its content, chained as
+// vLLM does: key(i) = H(key(i - 1), tokens of block i), with key(-1) a salt
+// that names the model, the weight set and the adapter the rows run with,
+// so blocks computed with other weights never match. Each entry keeps its
+// parent key and its tokens and a match compares them, so a hash collision
+// can only cost a miss, never wrong KV.
+//
+// The scheduler decides everything (the stages never evict on their own):
+// that keeps every stage's cache equal to this view by construction. The
+// engine turns the decisions into MicroBatch kv_publish / kv_attach /
+// kv_evict lists and clears this view whenever it resets the stages.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <span>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace specline::scheduler {
+
+class PrefixCache {
+ public:
+  explicit PrefixCache(int block_size = 16) : block_size_(block_size) {}
+
+  int block_size() const { return block_size_; }
+  // The salt of rows run with `weight_set` and `adapter` of `model`.
+  static uint64_t Salt(std::string_view model, uint32_t weight_set, uint32_t adapter);
+  // Keys of the first `blocks` full blocks of `tokens`.
+  std::vector<uint64_t> BlockKeys(std::span<const int32_t> tokens, int blocks,
+                                  uint64_t salt) const;
+
+  // How many leading blocks of `tokens` (keys from BlockKeys with `salt`)
+  // are cached, at most `max_blocks`.
+  int Match(std::span<const uint64_t> keys, std::span<const int32_t> tokens, uint64_t salt,
+            int max_blocks) const;
+  bool Contains(uint64_t key) const { return entries_.count(key) != 0; }
+
+  // A sequence starts to hold / stops holding these cached blocks. Unref
+  // goes backwards, so a chain's deepest block is the first evicted.
+  void Ref(std::span<const uint64_t> keys);
+  void Unref(std::span<const uint64_t> keys);
+  // Records block `index` of `tokens` as cached under keys[index] in the
+  // cache of `weight_set`, held by the sequence that computed it (one
+  // reference).
+  void Insert(std::span<const uint64_t> keys, int index, std::span<const int32_t> tokens,
+              uint64_t salt, uint32_t weight_set);
+  // Forgets up to `blocks` unreferenced entries, least recently used first.
+  struct Evicted {
+    uint64_t key = 0;
+    uint32_t weight_set = 0;
+  };
+  std::vector<Evicted> EvictLru(int64_t blocks);
+  void Clear();
+
+  int64_t cached_blocks() const { return static_cast<int64_t>(entries_.size()); }
+  int64_t evictable_blocks() const { return static_cast<int64_t>(lru_.size()); }
+
+ private:
+  struct Entry {
+    uint64_t parent = 0;
+    std::vector<int32_t> tokens;
+    int refs = 0;
+    uint32_t weight_set = 0;
+    std::list<uint64_t>::iterator lru;  // valid while refs == 0
+  };
+  uint64_t Parent(std::span<const uint64_t> keys, int index, uint64_t salt) const {
+    return index == 0 ? salt : keys[index - 1];
+  }
+  std::span<const int32_t> BlockTokens(std::span<const int32_t> tokens, int index) const {
+    return tokens.subspan(static_cast<size_t>(index) * block_size_, block_size_);
+  }
+
+  int block_size_;
+  std::unordered_map<uint64_t, Entry> entries_;
+  std::list<uint64_t> lru_;  // unreferenced keys, least recently used first
+};
+
+}  // namespace specline::scheduler

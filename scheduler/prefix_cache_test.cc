@@ -1,0 +1,87 @@
+#include "scheduler/prefix_cache.h"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <vector>
+
+namespace specline::scheduler {
+namespace {
+
+std::vector<int32_t> Tokens(int n, int32_t first = 1) {
+  std::vector<int32_t> t(n);
+  std::iota(t.begin(), t.end(), first);
+  return t;
+}
+
+// Caches every full block of `tokens` as one sequence that then finished.
+void CacheAll(PrefixCache& c, const std::vector<uint64_t>& keys,
+              const std::vector<int32_t>& tokens, uint64_t salt) {
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (!c.Contains(keys[i])) c.Insert(keys, static_cast<int>(i), tokens, salt, 0);
+  }
+  c.Unref(keys);
+}
+
+TEST(PrefixCache, KeysChainOverTheWholePrefix) {
+  PrefixCache c(4);
+  const uint64_t salt = PrefixCache::Salt("m.gguf", 0, 0);
+  std::vector<int32_t> a = Tokens(12), b = Tokens(12);
+  b[5] = 999;  // block 1 differs
+  const auto ka = c.BlockKeys(a, 3, salt), kb = c.BlockKeys(b, 3, salt);
+  ASSERT_EQ(ka.size(), 3u);
+  EXPECT_EQ(ka[0], kb[0]);
+  EXPECT_NE(ka[1], kb[1]);
+  EXPECT_NE(ka[2], kb[2]);  // same tokens in block 2, different history
+  EXPECT_EQ(c.BlockKeys(a, 10, salt).size(), 3u);  // only full blocks
+  // Another weight set or adapter never shares a key with the base model.
+  EXPECT_NE(c.BlockKeys(a, 1, PrefixCache::Salt("m.gguf", 1, 0))[0], ka[0]);
+  EXPECT_NE(c.BlockKeys(a, 1, PrefixCache::Salt("m.gguf", 0, 1))[0], ka[0]);
+  EXPECT_NE(c.BlockKeys(a, 1, PrefixCache::Salt("other.gguf", 0, 0))[0], ka[0]);
+}
+
+TEST(PrefixCache, MatchFindsTheLongestCachedPrefixUpToTheCap) {
+  PrefixCache c(4);
+  const uint64_t salt = 7;
+  const std::vector<int32_t> a = Tokens(16);
+  const auto ka = c.BlockKeys(a, 4, salt);
+  CacheAll(c, std::vector<uint64_t>(ka.begin(), ka.begin() + 3), a, salt);
+  EXPECT_EQ(c.Match(ka, a, salt, 4), 3);
+  EXPECT_EQ(c.Match(ka, a, salt, 2), 2);
+  std::vector<int32_t> b = a;
+  b[9] = 0;  // diverges in block 2
+  EXPECT_EQ(c.Match(c.BlockKeys(b, 4, salt), b, salt, 4), 2);
+  // A key that names other content (a collision) is a miss, not a hit.
+  EXPECT_EQ(c.Match(ka, b, salt, 4), 2);
+  EXPECT_EQ(c.Match(ka, a, salt + 1, 4), 0);
+}
+
+TEST(PrefixCache, EvictsUnreferencedBlocksDeepestAndOldestFirst) {
+  PrefixCache c(2);
+  const uint64_t salt = 1;
+  const std::vector<int32_t> a = Tokens(6), b = Tokens(6, 100);
+  const auto ka = c.BlockKeys(a, 3, salt), kb = c.BlockKeys(b, 3, salt);
+  CacheAll(c, ka, a, salt);  // older
+  CacheAll(c, kb, b, salt);
+  EXPECT_EQ(c.cached_blocks(), 6);
+  EXPECT_EQ(c.evictable_blocks(), 6);
+  // A sequence holding b's first two blocks protects them.
+  c.Ref(std::span(kb).first(2));
+  EXPECT_EQ(c.evictable_blocks(), 4);
+  const auto evicted = c.EvictLru(4);
+  ASSERT_EQ(evicted.size(), 4u);
+  EXPECT_EQ(evicted[0].key, ka[2]);  // a's chain from its deepest block
+  EXPECT_EQ(evicted[1].key, ka[1]);
+  EXPECT_EQ(evicted[2].key, ka[0]);
+  EXPECT_EQ(evicted[3].key, kb[2]);
+  EXPECT_TRUE(c.EvictLru(1).empty());  // the rest is held
+  c.Unref(std::span(kb).first(2));
+  EXPECT_EQ(c.evictable_blocks(), 2);
+  c.Clear();
+  EXPECT_EQ(c.cached_blocks(), 0);
+  c.Unref(kb);  // after a reset: unknown keys are ignored
+  EXPECT_EQ(c.evictable_blocks(), 0);
+}
+
+}  // namespace
+}  // namespace specline::scheduler
