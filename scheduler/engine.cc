@@ -260,6 +260,9 @@ void Engine::FinishLocked(Sequence& seq, FinishReason reason, absl::Status error
 void Engine::RetireLocked(Sequence& seq) {
   const std::shared_ptr<Sequence> keep = seq.shared_from_this();
   const bool was_running = seq.state != SeqState::kWaiting;
+  // Its last tokens' blocks are final too (not after a pipeline failure:
+  // the stages are being reset).
+  if (was_running && up_) PublishFinalBlocksLocked(seq, seq.prefix.computed);
   seq.state = SeqState::kFinished;
   seq.policy->RetireLocked(seq);
   RecordSpecFinishLocked(seq);

@@ -179,10 +179,10 @@ class Engine : private PolicyHost, private HealthHost {
   void AdmitLocked();
   // engine_prefix.cc: admission's KV reservation, with the prefix cache
   // when the sequence can use it (false: it does not fit yet), the
-  // publication of the prompt blocks a run computed, and the cache lists of
-  // the next batch.
+  // publication of the blocks that became final, and the cache lists of the
+  // next batch.
   bool ReserveKvLocked(Sequence& s);
-  void PublishPromptBlocksLocked(Sequence& s, int32_t computed_end);
+  void PublishFinalBlocksLocked(Sequence& s, int32_t computed_end);
   void ReleasePrefixLocked(Sequence& s);
   bool PrefixOpsPendingLocked() const;
   void WritePrefixOpsLocked(internal::MicroBatch& batch);

@@ -208,8 +208,8 @@ void Engine::HandleResult(internal::MicroBatch batch) {
       return;
     }
     StoreTapsLocked(batch);
-    // The prompt blocks this batch completed are on every stage now.
-    for (SlotRun& r : f.runs) PublishPromptBlocksLocked(*r.seq, r.first_pos + r.count);
+    // The blocks this batch completed are on every stage now.
+    for (SlotRun& r : f.runs) PublishFinalBlocksLocked(*r.seq, r.first_pos + r.count);
     // Skip the rows that yield no token, and sequences that ended or were
     // flushed while the batch was out.
     const float* hidden = reinterpret_cast<const float*>(batch.hidden().data());

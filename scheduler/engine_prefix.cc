@@ -19,7 +19,8 @@ bool Engine::ReserveKvLocked(Sequence& s) {
     p.keyed = true;
     p.keys.clear();
     const std::optional<RowModel> rows = s.policy->PromptKvModel(s);
-    if (options_.prefix_caching && rows) {
+    p.cacheable = options_.prefix_caching && rows.has_value();
+    if (p.cacheable) {
       p.salt = PrefixCache::Salt(model_path(), rows->weight_set, rows->adapter);
       p.weight_set = rows->weight_set;
       p.keys = prefix_.BlockKeys(prompt, s.prompt_len / bs, p.salt);
@@ -27,9 +28,8 @@ bool Engine::ReserveKvLocked(Sequence& s) {
   }
   // The last prompt token is always computed: its output gives the first
   // token's logits.
-  const int matched = p.keys.empty()
-                          ? 0
-                          : prefix_.Match(p.keys, prompt, p.salt, (s.prompt_len - 1) / bs);
+  const int matched = p.cacheable ? prefix_.Match(p.keys, prompt, p.salt, (s.prompt_len - 1) / bs)
+                                  : 0;
   const std::span<const uint64_t> shared = std::span(p.keys).first(matched);
   prefix_.Ref(shared);
   const int64_t need = s.kv_blocks - matched;
@@ -46,7 +46,7 @@ bool Engine::ReserveKvLocked(Sequence& s) {
   budget_.TryReserve(need);  // fits: checked above
   s.kv_reserved = need;
   p.held = matched;
-  if (!p.keys.empty()) {
+  if (p.cacheable) {
     prefix_queries_ += s.prompt_len;
     prefix_hits_ += static_cast<uint64_t>(matched) * bs;
     metrics_->prefix_cache_queries->Increment(s.prompt_len);
@@ -59,30 +59,42 @@ bool Engine::ReserveKvLocked(Sequence& s) {
     a.mutable_keys()->Add(shared.begin(), shared.end());
     p.attached = true;
     p.cached_tokens = matched * bs;
+    p.computed = matched * bs;
     s.cached = matched * bs;
   }
   return true;
 }
 
-// Called when a run of `s` came back: its chain positions below
-// `computed_end` are on every stage. The blocks it computed become
-// shareable unless another sequence cached the same content first (then it
-// keeps its own copies, and publishes nothing more: a chain of keys must
-// stay whole from the first block).
-void Engine::PublishPromptBlocksLocked(Sequence& s, int32_t computed_end) {
+// A block is final, and can be shared, once every stage computed it and no
+// rollback can reach it: prompt positions, and the positions of verified
+// tokens but the newest (whose KV the next input writes; a flush rewinds to
+// it at most). So with `computed_end` positions back from the stages, the
+// final ones are [0, min(computed_end, max(prompt, verified - 1))). Those
+// blocks become shareable unless another sequence cached the same content
+// first (then this one keeps its own copies and publishes nothing more: a
+// chain of keys must stay whole from the first block). Multi-turn chats
+// resend the replies, so verified tokens are worth caching too.
+void Engine::PublishFinalBlocksLocked(Sequence& s, int32_t computed_end) {
   Sequence::Prefix& p = s.prefix;
-  if (s.finished() || !p.publishing || p.held >= static_cast<int32_t>(p.keys.size())) return;
+  p.computed = std::max(p.computed, computed_end);
+  if (s.finished() || !p.cacheable || !p.publishing) return;
   const int bs = budget_.block_size();
-  const int32_t complete =
-      std::min<int32_t>(static_cast<int32_t>(p.keys.size()), computed_end / bs);
+  const auto verified = static_cast<int32_t>(s.tokens.size());
+  const int32_t final_end = std::min(p.computed, std::max(s.prompt_len, verified - 1));
+  const int32_t blocks = final_end / bs;
+  if (p.held >= blocks) return;
+  while (static_cast<int32_t>(p.keys.size()) < blocks) {  // verified tokens' blocks
+    const auto i = static_cast<int32_t>(p.keys.size());
+    p.keys.push_back(prefix_.BlockKeys(std::span(s.tokens).subspan(int64_t{i} * bs, bs), 1,
+                                       i == 0 ? p.salt : p.keys.back())[0]);
+  }
   const int32_t first = p.held;
-  const std::span<const int32_t> prompt = std::span(s.tokens).first(s.prompt_len);
-  while (p.held < complete) {
+  while (p.held < blocks) {
     if (prefix_.Contains(p.keys[p.held])) {
       p.publishing = false;
       break;
     }
-    prefix_.Insert(p.keys, p.held, prompt, p.salt, p.weight_set);
+    prefix_.Insert(p.keys, p.held, s.tokens, p.salt, p.weight_set);
     --s.kv_reserved;  // the block now counts as cached, not as this sequence's own
     ++p.held;
   }

@@ -92,15 +92,17 @@ struct Sequence : std::enable_shared_from_this<Sequence> {
 
   // Prefix caching (scheduler/prefix_cache.h, docs/prefix_caching.md).
   struct Prefix {
-    bool keyed = false;  // keys made for the current pipeline (at admission)
-    // The prompt's full blocks (empty: the cache is off, or the policy
-    // cannot start from cached KV) and the salt they were made with.
+    bool keyed = false;      // admission looked at the cache (this pipeline)
+    bool cacheable = false;  // the cache is on and the policy can use it
+    // Keys of the sequence's full blocks (prompt, then verified tokens),
+    // made as far as they are needed, and the salt they were made with.
     std::vector<uint64_t> keys;
     uint64_t salt = 0;
     uint32_t weight_set = 0;  // whose cache on the stages
     // Leading keys this sequence holds a reference on: attached at
-    // admission, then published as its prefill comes back.
+    // admission, then published as its computed blocks become final.
     int32_t held = 0;
+    int32_t computed = 0;    // chain positions every stage has computed (runs came back)
     bool publishing = true;  // false once another sequence cached a block it computed
     bool attached = false;   // the stages hold blocks for it before any slot was sent
     int32_t cached_tokens = 0;  // prompt positions it did not compute

@@ -119,12 +119,12 @@ TEST_P(PrefixCacheEquality, OutputsEqualTheUncachedRunForEveryWorkload) {
     // (and the sampled round's first, the greedy round's).
     const std::vector<int32_t> user1 = MakePrompt(10, sampled ? 31 : 11);
     const std::vector<int32_t> first = Concat(system, user1);
-    const std::vector<int32_t> reply = both(Request(first, 10, sampled), sampled ? 2 * kBlock : 0);
+    const std::vector<int32_t> reply = both(Request(first, 30, sampled), sampled ? 2 * kBlock : 0);
     both(Request(Concat(system, MakePrompt(9, sampled ? 32 : 12)), 8, sampled), 2 * kBlock);
-    // The next turn resends the history: the first turn's prompt blocks
-    // are cached (the reply's blocks were never published).
+    // The next turn resends the history: the first turn's blocks are
+    // cached up to its newest token, reply included (80 tokens: 4 blocks).
     const std::vector<int32_t> turn2 = Concat(Concat(first, reply), MakePrompt(6, 13));
-    both(Request(turn2, 8, sampled), 3 * kBlock);
+    both(Request(turn2, 8, sampled), 4 * kBlock);
     // The very same prompt again: everything but the last token's block.
     both(Request(first, 6, sampled), 3 * kBlock);
     // A partial overlap inside the system prompt's second block.

@@ -137,6 +137,33 @@ TEST(ServingHttp, HealthModelsAndRoutes) {
   EXPECT_TRUE(wrong_method.Json()["error"]["message"].is_string()) << wrong_method.body;
 }
 
+// A repeated prompt reuses the prefix cache: the second response says how
+// many prompt tokens came from it, OpenAI's way, and its text is the same.
+TEST(ServingHttp, RepeatedPromptReportsCachedTokensAndTheSameText) {
+  if (Stories260K().empty()) GTEST_SKIP() << "../shared/models/stories260K absent";
+  auto stack = StartStack(Stories260K(), 2);
+  const int port = HttpPort(*stack);
+  const json body = {{"model", "stories260K"},
+                     {"prompt",
+                      "Once upon a time there was a little girl named Lily. She loved to play "
+                      "outside in the park with her friends. One day she saw a big red ball"},
+                     {"max_tokens", 12},
+                     {"temperature", 0}};
+  const HttpResult first = PostJson(port, "/v1/completions", body);
+  ASSERT_EQ(first.status, 200) << first.body;
+  const json a = first.Json();
+  EXPECT_EQ(a["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  const int prompt_tokens = a["usage"]["prompt_tokens"];
+  ASSERT_GT(prompt_tokens, 16) << "the prompt must fill a KV block";
+  const HttpResult second = PostJson(port, "/v1/completions", body);
+  ASSERT_EQ(second.status, 200) << second.body;
+  const json b = second.Json();
+  EXPECT_EQ(b["choices"][0]["text"], a["choices"][0]["text"]);
+  // Whole blocks of 16, never the last prompt token.
+  const int cached = b["usage"]["prompt_tokens_details"]["cached_tokens"];
+  EXPECT_EQ(cached, (prompt_tokens - 1) / 16 * 16);
+}
+
 // The same greedy request through gRPC and through both HTTP shapes gives
 // the same text, and usage counts every token exactly.
 TEST(ServingHttp, GreedyCompletionEqualsGrpcWithExactUsage) {

@@ -283,6 +283,84 @@ TEST_F(StageWorkerTest, ErrorsCarryTheStageAndLeaveCachesAlone) {
   ExpectMatches(good, Reference(*reference_, next, {}), {});
 }
 
+// Prefix caching's lists (docs/prefix_caching.md): every stage publishes,
+// attaches and evicts as told, before the slots run; a sequence attached
+// to a published prefix computes what the publisher computed; a list a
+// stage cannot apply fails the batch and changes nothing else.
+TEST_F(StageWorkerTest, PrefixListsApplyOnEveryStageAndDisagreementsFailTheBatch) {
+  Build({0, 2, 5});
+  const std::vector<Slot> prompt = Prompt(1, 0, 20);
+  MicroBatch first = MakeBatch(1, prompt);
+  ProcessAll(first);
+  ASSERT_TRUE(first.error().empty()) << first.error();
+
+  // Sequence 2 starts from sequence 1's first block and computes the rest.
+  std::vector<Slot> rest(prompt.begin() + 16, prompt.end());
+  for (Slot& slot : rest) slot.seq = 2;
+  MicroBatch second = MakeBatch(2, rest);
+  internal::KvPublish* pub = second.add_kv_publish();
+  pub->set_seq_id(1);
+  pub->add_keys(11);
+  internal::KvAttach* att = second.add_kv_attach();
+  att->set_seq_id(2);
+  att->add_keys(11);
+  ProcessAll(second);
+  ASSERT_TRUE(second.error().empty()) << second.error();
+  const std::vector<float> a = Floats(first.hidden()), b = Floats(second.hidden());
+  const size_t dim = SmallConfig().dim;
+  ASSERT_EQ(b.size(), 4 * dim);
+  for (size_t i = 0; i < b.size(); ++i) ASSERT_NEAR(b[i], a[16 * dim + i], 1e-5f) << i;
+  for (size_t i = 0; i < slices_.size(); ++i) {
+    EXPECT_EQ(slices_[i]->kv_cache().BlockTable(2)[0], slices_[i]->kv_cache().BlockTable(1)[0]);
+    EXPECT_EQ(runners_[i]->Stats().kv_cached_tokens, 16);
+  }
+
+  // Keys a stage does not have, or blocks still held: the batch fails.
+  MicroBatch unknown = MakeBatch(3, {});
+  internal::KvAttach* bad = unknown.add_kv_attach();
+  bad->set_seq_id(3);
+  bad->add_keys(999);
+  ProcessAll(unknown);
+  EXPECT_EQ(unknown.error_stage(), 0);
+  EXPECT_NE(unknown.error().find("prefix cache"), std::string::npos) << unknown.error();
+  MicroBatch held = MakeBatch(4, {});
+  internal::KvEvict* evict = held.add_kv_evict();
+  evict->add_keys(11);
+  ProcessAll(held);
+  EXPECT_NE(held.error().find("prefix cache"), std::string::npos) << held.error();
+
+  // Released by both, the block stays cached until evicted.
+  MicroBatch done = MakeBatch(5, {});
+  done.add_release(1);
+  done.add_release(2);
+  ProcessAll(done);
+  ASSERT_TRUE(done.error().empty()) << done.error();
+  for (auto& r : runners_) EXPECT_EQ(r->Stats().kv_cached_tokens, 16);
+  MicroBatch drop = MakeBatch(6, {});
+  drop.add_kv_evict()->add_keys(11);
+  ProcessAll(drop);
+  ASSERT_TRUE(drop.error().empty()) << drop.error();
+  for (auto& r : runners_) {
+    EXPECT_EQ(r->Stats().kv_cached_tokens, 0);
+    EXPECT_EQ(r->Stats().kv_free_tokens, r->Stats().kv_capacity_tokens);
+  }
+
+  // A reset forgets every key.
+  MicroBatch again = MakeBatch(7, prompt);
+  ProcessAll(again);
+  MicroBatch publish = MakeBatch(8, {});
+  pub = publish.add_kv_publish();
+  pub->set_seq_id(1);
+  pub->add_keys(12);
+  ProcessAll(publish);
+  ASSERT_TRUE(publish.error().empty()) << publish.error();
+  for (auto& r : runners_) {
+    r->Reset();
+    EXPECT_EQ(r->Stats().kv_cached_tokens, 0);
+    EXPECT_EQ(r->Stats().kv_free_tokens, r->Stats().kv_capacity_tokens);
+  }
+}
+
 TEST_F(StageWorkerTest, RunnersOnInprocTransportsInThreads) {
   Build({0, 2, 3, 5});
   const std::string prefix = "inproc://stage-worker-test-" + std::to_string(getpid()) + "-";
