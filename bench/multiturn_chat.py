@@ -266,12 +266,22 @@ def report(args):
         print("|---|" + "---|" * len(keys))
         for r in ratios:
             print(f"| {r['ratio']} | " + " | ".join(fmt(r[k], ".2f") for k, _ in keys) + " |")
+    # Greedy, so the cache must not change a word: compare the replies of
+    # each cached run with its uncached twin, turn by turn.
+    texts = {r["label"]: {(q["conversation"], q["turn"]): q["text"] for q in r["requests"]}
+             for r in runs}
+    same = {}
+    for on, off in [("specline-on", "specline-off"), ("specline-2stage-on", "specline-2stage-off")]:
+        if on in texts and off in texts:
+            equal = sum(texts[on][k] == texts[off].get(k) for k in texts[on])
+            same[f"{on} / {off}"] = [equal, len(texts[on])]
+            print(f"same replies, {on} vs {off}: {equal}/{len(texts[on])}")
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump({"workload": {k: first[k] for k in
                                 ("conversations", "turns", "concurrency", "max_tokens")},
                    "date": time.strftime("%Y-%m-%d", time.gmtime()),
-                   "servers": rows, "ratios": ratios,
+                   "servers": rows, "ratios": ratios, "same_replies": same,
                    "raw": [os.path.abspath(p) for p in args.runs]}, f, indent=1)
     print(f"\nwrote {args.out}")
 

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # specline's OpenAI HTTP API side by side with llama-server (the peer a CPU
 # user would pick), on the default model, in one run:
-#   1. side by side: llama-server (-t 2 -tb 2 -np 16, prompt cache off:
-#      specline has none yet), specline serve --stages 1 --threads 2, and
+#   1. side by side: llama-server (-t 2 -tb 2 -np 16, prompt cache off; the
+#      random prompts share no prefix, so specline's prefix cache finds
+#      nothing either: bench/prefix_cache_serving.sh measures caching),
+#      specline serve --stages 1 --threads 2, and
 #      --stages 2 --threads 1 (2 threads in all), each driven by
 #      specline-loadtest --api openai (a C++ client that needs ~1% of a core)
 #      with the same workload: 64-token prompts, 128 output tokens with
@@ -54,16 +56,8 @@ loadtest=$build/specline-loadtest
 concurrencies=(1 4 16)
 [ "$quick" = 1 ] && concurrencies=(1 4)
 requests_for() { case $1 in 1) echo 6 ;; 4) echo 12 ;; *) echo 32 ;; esac; }
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-
-server_pid=""
-stop_server() {
-  [ -n "$server_pid" ] || return 0
-  kill "$server_pid" 2>/dev/null || true
-  wait "$server_pid" 2>/dev/null || true
-  server_pid=""
-}
-trap stop_server EXIT
+# shellcheck source=bench/http_servers.sh
+. "$here/bench/http_servers.sh"
 
 # Starts server $1 on port $2 and waits until it answers a completion.
 start_server() {
@@ -87,15 +81,7 @@ start_server() {
         --http-port "$port" > "$log" 2>&1 & ;;
   esac
   server_pid=$!
-  for _ in $(seq 240); do
-    if curl -sf -o /dev/null "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
-         -d '{"prompt": "Hi", "max_tokens": 2}'; then
-      return 0
-    fi
-    sleep 0.5
-  done
-  echo "$which did not come up; see $log" >&2
-  exit 1
+  wait_ready "$which" "$port" "$log"
 }
 
 # 1. Side by side, specline-loadtest on every server.

@@ -51,18 +51,10 @@ model=$HOME/.cache/specline/models/SmolLM2-135M-Instruct.Q4_1.gguf
 work=${PREFIX_BENCH_DIR:-$HOME/.cache/specline/prefix-bench}
 rm -rf "$work/runs"
 mkdir -p "$work/runs" "$(dirname "$out")"
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# shellcheck source=bench/http_servers.sh
+. "$here/bench/http_servers.sh"
 peer=""
 case ,$servers, in *,llama-server,*) peer=$(bash "$shared/tools/llama-cpp-peer.sh") ;; esac
-
-server_pid=""
-stop_server() {
-  [ -n "$server_pid" ] || return 0
-  kill "$server_pid" 2>/dev/null || true
-  wait "$server_pid" 2>/dev/null || true
-  server_pid=""
-}
-trap stop_server EXIT
 
 # --prefix-cache MODE, unless SPECLINE_NO_PREFIX_FLAG=1 (see the header).
 prefix_flag() {
@@ -87,18 +79,7 @@ start_server() {
     *) echo "unknown server $which" >&2; exit 2 ;;
   esac
   server_pid=$!
-  for _ in $(seq 240); do
-    if ! kill -0 "$server_pid" 2>/dev/null; then
-      echo "$which exited; see $log:" >&2; tail -5 "$log" >&2; exit 1
-    fi
-    if curl -sf -o /dev/null "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
-         -d '{"prompt": "Hi", "max_tokens": 2}'; then
-      return 0
-    fi
-    sleep 0.5
-  done
-  echo "$which did not come up; see $log" >&2
-  exit 1
+  wait_ready "$which" "$port" "$log"
 }
 
 runs=()

@@ -35,21 +35,21 @@ UBSAN_OPTIONS=halt_on_error=1 "$ASAN_DIR/tests/loader_fuzz_test"
 # process of the deployment built with ASan.
 SERVING_BINARIES=(specline specline-stage specline-scheduler specline-gateway)
 ASAN_SUITES=(scheduler_restart_test scheduler_engine_test gateway_input_test gateway_openai_test
-  serving_fault_test serving_http_test)
+  serving_fault_test serving_http_test kv_cache_test scheduler_prefix_cache_test)
 cmake --build "$ASAN_DIR" -j"$(nproc)" --target "${SERVING_BINARIES[@]}" "${ASAN_SUITES[@]}"
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 ctest --test-dir "$ASAN_DIR" --output-on-failure -j"$(nproc)" \
-  -R '^(EngineRestart|EngineTest|Stages/EngineStagesTest|RequestParser|Utf8|Principals|ClusterSecret|ServingFault|OpenAiRequest|OpenAiResponse|ServingHttp)\.'
+  -R '^(EngineRestart|EngineTest|Stages/EngineStagesTest|RequestParser|Utf8|Principals|ClusterSecret|ServingFault|OpenAiRequest|OpenAiResponse|ServingHttp|PagedKvCache|PagedKvCachePrefix|PrefixCacheAccounting|Policies/PrefixCacheEquality)\.'
 # TSan: the engine's threads (driver, receiver, health, stage runners),
-# restarts, the transport, and the training-free drafter's matrix (learnt by
-# the receiver while the driver drafts from it). gRPC, Abseil and Protobuf are not instrumented:
+# restarts, the transport, the training-free drafter's matrix (learnt by
+# the receiver while the driver drafts from it), and prefix caching. gRPC, Abseil and Protobuf are not instrumented:
 # tests/tsan.supp says why their frames are suppressed.
 TSAN_DIR=${BUILD_DIR}-tsan
 TSAN_SUITES=(scheduler_restart_test scheduler_engine_test transport_test
-  drafters_concurrency_test scheduler_recycle_test)
+  drafters_concurrency_test scheduler_recycle_test scheduler_prefix_cache_test)
 cmake -S . -B "$TSAN_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DSPECLINE_SANITIZE=thread -DSPECLINE_BUILD_BENCH=OFF -DSPECLINE_ENABLE_CUDA=OFF >/dev/null
 cmake --build "$TSAN_DIR" -j"$(nproc)" --target "${TSAN_SUITES[@]}"
 TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/tsan.supp" \
   ctest --test-dir "$TSAN_DIR" --output-on-failure -j"$(nproc)" \
-  -R '^(EngineRestart|EngineTest|Stages/EngineStagesTest|Transport|Tcp|Inproc|DataPlaneAuth|Frame|DraftersConcurrency|Policies/TrainingFreeGreedy|TrainingFree)'
+  -R '^(EngineRestart|EngineTest|Stages/EngineStagesTest|Transport|Tcp|Inproc|DataPlaneAuth|Frame|DraftersConcurrency|Policies/TrainingFreeGreedy|TrainingFree|PrefixCacheAccounting|Policies/PrefixCacheEquality)'

@@ -25,6 +25,16 @@ StageMetrics::StageMetrics() : registry_(std::make_shared<prometheus::Registry>(
                   .Name("specline_stage_kv_free_tokens")
                   .Help("Free KV cache positions of the stage")
                   .Register(*registry_);
+  kv_cached_ = &prometheus::BuildGauge()
+                    .Name("specline_stage_kv_cached_tokens")
+                    .Help("KV positions of the stage in blocks cached under a prefix key")
+                    .Register(*registry_);
+}
+
+void StageMetrics::KvGauges::Set() const {
+  const StageStats s = runner->Stats();
+  free->Set(static_cast<double>(s.kv_free_tokens));
+  cached->Set(static_cast<double>(s.kv_cached_tokens));
 }
 
 void StageMetrics::Attach(StageRunner& runner) {
@@ -37,16 +47,16 @@ void StageMetrics::Attach(StageRunner& runner) {
   auto& batches = batches_->Add(labels);
   auto& slots = slots_->Add(labels);
   auto& depth = queue_depth_->Add(labels);
-  auto& kv_free = kv_free_->Add(labels);
-  kv_free.Set(static_cast<double>(runner.Stats().kv_free_tokens));
-  kv_free_gauges_.emplace_back(&runner, &kv_free);
+  const KvGauges kv{&runner, &kv_free_->Add(labels), &kv_cached_->Add(labels)};
+  kv.Set();
+  kv_gauges_.push_back(kv);
 
-  runner.set_observer([&, r = &runner](const internal::MicroBatch& batch, double seconds) {
+  runner.set_observer([&, kv, r = &runner](const internal::MicroBatch& batch, double seconds) {
     step.Observe(seconds);
     batches.Increment();
     slots.Increment(batch.seq_ids_size());
     depth.Set(static_cast<double>(r->queue_depth()));
-    kv_free.Set(static_cast<double>(r->Stats().kv_free_tokens));
+    kv.Set();
   });
 }
 
@@ -63,9 +73,7 @@ class StageMetrics::FreshGauges : public prometheus::Collectable {
 };
 
 void StageMetrics::Refresh() {
-  for (auto& [runner, gauge] : kv_free_gauges_) {
-    gauge->Set(static_cast<double>(runner->Stats().kv_free_tokens));
-  }
+  for (const KvGauges& kv : kv_gauges_) kv.Set();
 }
 
 int StageMetrics::Serve(const std::string& host, int port) {

@@ -32,12 +32,20 @@ class StageMetrics {
   void Refresh();
 
   std::shared_ptr<prometheus::Registry> registry_;
-  std::vector<std::pair<StageRunner*, prometheus::Gauge*>> kv_free_gauges_;
+  // The KV gauges of each runner, refreshed at every scrape.
+  struct KvGauges {
+    StageRunner* runner;
+    prometheus::Gauge* free;
+    prometheus::Gauge* cached;
+    void Set() const;
+  };
+  std::vector<KvGauges> kv_gauges_;
   prometheus::Family<prometheus::Histogram>* step_;
   prometheus::Family<prometheus::Counter>* batches_;
   prometheus::Family<prometheus::Counter>* slots_;
   prometheus::Family<prometheus::Gauge>* queue_depth_;
   prometheus::Family<prometheus::Gauge>* kv_free_;
+  prometheus::Family<prometheus::Gauge>* kv_cached_;
   std::shared_ptr<prometheus::Collectable> fresh_;
   std::unique_ptr<MetricsServer> server_;  // last: it calls fresh_
 };

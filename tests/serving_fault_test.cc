@@ -154,7 +154,8 @@ class ServingFault : public ::testing::Test {
     return -1;
   }
 
-  // Baselines: nothing running, every KV position free, every gauge agreeing.
+  // Baselines: nothing running, every KV position free or in a cached
+  // prefix block no request holds, every gauge agreeing.
   void ExpectBaseline(const std::string& fault) {
     const nlohmann::json p = stack_->Reload();
     // Releases reach the stages with the next batch and cancelled gateway
@@ -165,8 +166,11 @@ class ServingFault : public ::testing::Test {
       quiet = st.running() == 0 && st.waiting() == 0 &&
               st.kv_free_tokens() == st.kv_capacity_tokens() && st.kv_capacity_tokens() > 0;
       for (int s = 0; s < 2 && quiet; ++s) {
-        quiet = Metric(p["stages"][s]["metrics"].get<int>(), "specline_stage_kv_free_tokens",
-                       "{stage=\"" + std::to_string(s) + "\"}") == kKvTokens;
+        const int port = p["stages"][s]["metrics"].get<int>();
+        const std::string label = "{stage=\"" + std::to_string(s) + "\"}";
+        const double cached = Metric(port, "specline_stage_kv_cached_tokens", label);
+        quiet = Metric(port, "specline_stage_kv_free_tokens", label) + cached == kKvTokens &&
+                cached == st.kv_cached_tokens();
       }
       if (!quiet) std::this_thread::sleep_for(100ms);
     }

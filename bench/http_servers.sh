@@ -1,0 +1,32 @@
+# Sourced by the benches that start HTTP servers one after another
+# (openai_serving.sh, prefix_cache_serving.sh): a free port, the server in
+# $server_pid stopped (also on exit), and waiting until a server answers.
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+server_pid=""
+stop_server() {
+  [ -n "$server_pid" ] || return 0
+  kill "$server_pid" 2>/dev/null || true
+  wait "$server_pid" 2>/dev/null || true
+  server_pid=""
+}
+trap stop_server EXIT
+
+# Waits until server $1 ($server_pid, log $3) answers a completion on port
+# $2; exits the bench if it dies or does not come up within 2 minutes.
+wait_ready() {
+  local which=$1 port=$2 log=$3
+  for _ in $(seq 240); do
+    if ! kill -0 "$server_pid" 2>/dev/null; then
+      echo "$which exited; see $log:" >&2; tail -5 "$log" >&2; exit 1
+    fi
+    if curl -sf -o /dev/null "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
+         -d '{"prompt": "Hi", "max_tokens": 2}'; then
+      return 0
+    fi
+    sleep 0.5
+  done
+  echo "$which did not come up; see $log" >&2
+  exit 1
+}
