@@ -1,10 +1,11 @@
 // Engine: automatic prefix caching (docs/prefix_caching.md). The engine
 // decides every match, publication and eviction and sends them to all the
 // stages in the next micro-batch, so the stages' caches always equal
-// `prefix_`. The rule that spares copy-on-write: only full blocks inside
-// the prompt are shared, and a match stops short of the prompt's last
-// token, so every position a sequence writes (its prompt's rest, its
-// tokens, drafts, and rollbacks to them) lies in blocks of its own.
+// `prefix_`. The rule that spares copy-on-write: only final blocks (the
+// prompt's, and verified tokens' but the newest) are shared, and a match
+// stops short of the prompt's last token, so every position a sequence
+// writes (its prompt's rest, its tokens, drafts, and rollbacks to them)
+// lies in blocks of its own.
 #include <algorithm>
 
 #include "scheduler/engine.h"
@@ -85,8 +86,8 @@ void Engine::PublishFinalBlocksLocked(Sequence& s, int32_t computed_end) {
   if (p.held >= blocks) return;
   while (static_cast<int32_t>(p.keys.size()) < blocks) {  // verified tokens' blocks
     const auto i = static_cast<int32_t>(p.keys.size());
-    p.keys.push_back(prefix_.BlockKeys(std::span(s.tokens).subspan(int64_t{i} * bs, bs), 1,
-                                       i == 0 ? p.salt : p.keys.back())[0]);
+    p.keys.push_back(PrefixCache::BlockKey(i == 0 ? p.salt : p.keys.back(),
+                                           std::span(s.tokens).subspan(int64_t{i} * bs, bs)));
   }
   const int32_t first = p.held;
   while (p.held < blocks) {

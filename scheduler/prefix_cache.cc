@@ -11,14 +11,16 @@ uint64_t PrefixCache::Salt(std::string_view model, uint32_t weight_set, uint32_t
   return absl::HashOf(std::string_view("specline-prefix"), model, weight_set, adapter);
 }
 
+uint64_t PrefixCache::BlockKey(uint64_t parent, std::span<const int32_t> block) {
+  return absl::HashOf(parent, absl::Span<const int32_t>(block.data(), block.size()));
+}
+
 std::vector<uint64_t> PrefixCache::BlockKeys(std::span<const int32_t> tokens, int blocks,
                                              uint64_t salt) const {
   blocks = std::clamp<int>(blocks, 0, static_cast<int>(tokens.size()) / block_size_);
   std::vector<uint64_t> keys(blocks);
   for (int i = 0; i < blocks; ++i) {
-    const std::span<const int32_t> block = BlockTokens(tokens, i);
-    keys[i] = absl::HashOf(Parent(keys, i, salt),
-                           absl::Span<const int32_t>(block.data(), block.size()));
+    keys[i] = BlockKey(Parent(keys, i, salt), BlockTokens(tokens, i));
   }
   return keys;
 }

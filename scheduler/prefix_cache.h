@@ -31,6 +31,8 @@ class PrefixCache {
   int block_size() const { return block_size_; }
   // The salt of rows run with `weight_set` and `adapter` of `model`.
   static uint64_t Salt(std::string_view model, uint32_t weight_set, uint32_t adapter);
+  // The key of a block after the block keyed `parent` (the salt for the first).
+  static uint64_t BlockKey(uint64_t parent, std::span<const int32_t> block);
   // Keys of the first `blocks` full blocks of `tokens`.
   std::vector<uint64_t> BlockKeys(std::span<const int32_t> tokens, int blocks,
                                   uint64_t salt) const;

@@ -109,22 +109,26 @@ absl::Status StageRunner::ForwardGroups(const internal::MicroBatch& batch,
   return absl::OkStatus();
 }
 
-PagedKvCache* StageRunner::CacheOf(uint32_t weight_set) {
+absl::StatusOr<PagedKvCache*> StageRunner::CacheOf(uint32_t weight_set) {
   if (weight_set == 0) return &slice_.mutable_kv_cache();
-  if (weight_set > weight_sets_.size()) return nullptr;
+  if (weight_set > weight_sets_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("no weight set ", weight_set));
+  }
   return &weight_sets_[weight_set - 1].slice->mutable_kv_cache();
 }
 
 absl::Status StageRunner::PublishAndAttach(const internal::MicroBatch& batch) {
   for (const internal::KvPublish& p : batch.kv_publish()) {
-    PagedKvCache* kv = CacheOf(p.weight_set());
-    if (!kv) return absl::InvalidArgumentError(absl::StrCat("no weight set ", p.weight_set()));
-    if (absl::Status st = kv->Publish(p.seq_id(), p.first_block(), Keys(p.keys())); !st.ok()) return st;
+    absl::StatusOr<PagedKvCache*> kv = CacheOf(p.weight_set());
+    if (!kv.ok()) return kv.status();
+    if (absl::Status st = (*kv)->Publish(p.seq_id(), p.first_block(), Keys(p.keys())); !st.ok()) {
+      return st;
+    }
   }
   for (const internal::KvAttach& a : batch.kv_attach()) {
-    PagedKvCache* kv = CacheOf(a.weight_set());
-    if (!kv) return absl::InvalidArgumentError(absl::StrCat("no weight set ", a.weight_set()));
-    if (absl::Status st = kv->Attach(a.seq_id(), Keys(a.keys())); !st.ok()) return st;
+    absl::StatusOr<PagedKvCache*> kv = CacheOf(a.weight_set());
+    if (!kv.ok()) return kv.status();
+    if (absl::Status st = (*kv)->Attach(a.seq_id(), Keys(a.keys())); !st.ok()) return st;
     sequences_.insert(a.seq_id());
   }
   return absl::OkStatus();
@@ -132,9 +136,9 @@ absl::Status StageRunner::PublishAndAttach(const internal::MicroBatch& batch) {
 
 absl::Status StageRunner::Evict(const internal::MicroBatch& batch) {
   for (const internal::KvEvict& e : batch.kv_evict()) {
-    PagedKvCache* kv = CacheOf(e.weight_set());
-    if (!kv) return absl::InvalidArgumentError(absl::StrCat("no weight set ", e.weight_set()));
-    if (absl::Status st = kv->Evict(Keys(e.keys())); !st.ok()) return st;
+    absl::StatusOr<PagedKvCache*> kv = CacheOf(e.weight_set());
+    if (!kv.ok()) return kv.status();
+    if (absl::Status st = (*kv)->Evict(Keys(e.keys())); !st.ok()) return st;
   }
   return absl::OkStatus();
 }

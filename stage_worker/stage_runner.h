@@ -13,6 +13,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "model/runtime/slice_backend.h"
 #include "specline/internal/stage.pb.h"
 #include "transport/transport.h"
@@ -105,7 +106,7 @@ class StageRunner {
   // kv_evict after the releases); the cache of weight set `weight_set`.
   absl::Status PublishAndAttach(const internal::MicroBatch& batch);
   absl::Status Evict(const internal::MicroBatch& batch);
-  PagedKvCache* CacheOf(uint32_t weight_set);
+  absl::StatusOr<PagedKvCache*> CacheOf(uint32_t weight_set);
   // Whether slot i's input is a row of batch.hidden (every slot after stage
   // 0; on stage 0 the slots of a hidden-input weight set).
   bool TakesHidden(const internal::MicroBatch& batch, int i) const;

@@ -20,7 +20,6 @@ PagedKvCache::PagedKvCache(const KvCacheShape& shape) : shape_(shape) {
   free_.reserve(shape.num_blocks);
   refs_.assign(shape.num_blocks, 0);
   keyed_.assign(shape.num_blocks, 0);
-  key_of_.assign(shape.num_blocks, 0);
   // Pop order hands out low block ids first, which keeps a lone sequence's
   // cache contiguous and friendlier to the prefetcher.
   for (int b = shape.num_blocks - 1; b >= 0; --b) free_.push_back(b);
@@ -159,7 +158,6 @@ absl::Status PagedKvCache::Publish(uint64_t seq, int32_t first_block,
   for (size_t i = 0; i < keys.size(); ++i) {
     const int32_t b = blocks[first_block + i];
     keyed_[b] = 1;
-    key_of_[b] = keys[i];
     by_key_[keys[i]] = b;
   }
   return absl::OkStatus();

@@ -113,7 +113,6 @@ class PagedKvCache {
   std::vector<int32_t> free_;  // stack of free block ids
   std::vector<int32_t> refs_;  // per block: sequences that hold it
   std::vector<uint8_t> keyed_;  // per block: published under a key
-  std::vector<uint64_t> key_of_;  // per block, when keyed
   std::unordered_map<uint64_t, int32_t> by_key_;
   int evictable_ = 0;  // keyed blocks with refs_ == 0
   std::unordered_map<uint64_t, Sequence> seqs_;
