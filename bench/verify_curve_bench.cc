@@ -94,9 +94,10 @@ double Int8ProductsPerSecond(int threads) {
 // Multiply-adds of the model's matrices for one row (attention over the
 // cache is left out: at the bench's depth it is a few percent).
 double MatrixProductsPerRow(const ModelConfig& c) {
-  const double q = double{c.n_heads} * c.head_dim, kv = double{c.n_kv_heads} * c.head_dim;
+  const double q = static_cast<double>(c.n_heads) * c.head_dim,
+               kv = static_cast<double>(c.n_kv_heads) * c.head_dim;
   const double per_layer = c.dim * (q + 2 * kv) + q * c.dim + 3.0 * c.dim * c.hidden_dim;
-  return c.n_layers * per_layer + double{c.vocab_size} * c.dim;
+  return c.n_layers * per_layer + static_cast<double>(c.vocab_size) * c.dim;
 }
 
 std::vector<int> ParseInts(const std::string& s) {

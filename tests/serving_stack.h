@@ -266,7 +266,11 @@ inline std::optional<double> MetricValueIfPresent(const std::string& text, const
     const char next = line[name.size()];
     if (next != ' ' && next != '{') continue;
     std::string have;
-    if (next == '{') have = "," + line.substr(name.size() + 1, line.find('}') - name.size() - 1) + ",";
+    if (next == '{') {
+      // Appended, not `"," + substr + ","`: that trips GCC 12's -Wrestrict
+      // false positive at -O3.
+      have.append(",").append(line, name.size() + 1, line.find('}') - name.size() - 1).append(",");
+    }
     bool match = true;
     for (const std::string& w : wanted) match = match && have.find("," + w + ",") != std::string::npos;
     if (!match) continue;

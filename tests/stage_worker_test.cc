@@ -11,8 +11,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <future>
 #include <mutex>
 #include <thread>
 #include <fstream>
@@ -210,9 +212,10 @@ class HeldSlice : public SliceBackend {
   int32_t Length(uint64_t seq) const override { return inner_.Length(seq); }
   const PagedKvCache& kv_cache() const override { return inner_.kv_cache(); }
   PagedKvCache& mutable_kv_cache() override { return inner_.mutable_kv_cache(); }
-  void WaitEntered() {
+  // False when no batch entered Forward within `limit`.
+  bool WaitEntered(std::chrono::seconds limit) {
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return entered_; });
+    return cv_.wait_for(lock, limit, [&] { return entered_; });
   }
   void Let() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -229,7 +232,9 @@ class HeldSlice : public SliceBackend {
 
 // The scheduler's health probe reads Stats: it must answer while a batch is
 // in flight (a long prefill once outlasted the probe's deadline and the
-// pipeline was declared down). Without that, this test would hang in Stats.
+// pipeline was declared down). Stats is asked on its own thread and given a
+// bounded time, so that bug coming back fails here instead of hanging until
+// ctest's timeout; the batch is then let go, which frees Stats too.
 TEST_F(StageWorkerTest, StatsAnswerWhileABatchIsInFlight) {
   Build({0, 5});
   HeldSlice held(*slices_[0]);
@@ -237,11 +242,17 @@ TEST_F(StageWorkerTest, StatsAnswerWhileABatchIsInFlight) {
   const StageStats before = runner.Stats();
   MicroBatch b = MakeBatch(1, Prompt(1, 0, 8));
   std::thread batch([&] { runner.Process(b); });
-  held.WaitEntered();
-  const StageStats during = runner.Stats();  // must not wait for the batch
-  EXPECT_EQ(during.kv_free_tokens, before.kv_free_tokens);  // as of the last batch
-  held.Let();
+  if (!held.WaitEntered(std::chrono::seconds(30))) {
+    held.Let();
+    batch.join();
+    FAIL() << "the batch never reached the slice's Forward";
+  }
+  auto during = std::async(std::launch::async, [&] { return runner.Stats(); });
+  const bool answered = during.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+  held.Let();  // frees a Stats that waited for the batch as well
   batch.join();
+  ASSERT_TRUE(answered) << "Stats waited for the batch in flight";
+  EXPECT_EQ(during.get().kv_free_tokens, before.kv_free_tokens);  // as of the last batch
   ASSERT_TRUE(b.error().empty()) << b.error();
   EXPECT_LT(runner.Stats().kv_free_tokens, before.kv_free_tokens);  // the batch's KV shows now
   EXPECT_EQ(runner.Stats().sequences, 1);

@@ -54,7 +54,6 @@ std::pair<int, int> ScaleOffsets(DType t) {
   }
 }
 
-float Bits(uint32_t u) { return detail::BitsToF32(u); }
 uint32_t Bits(float f) { return detail::F32ToBits(f); }
 
 // Appends a little-endian 16-bit value, as GGUF stores the block scales.

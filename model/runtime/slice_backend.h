@@ -56,7 +56,7 @@ struct SliceOptions {
   bool hidden_input = false;
   // The adapters slots can ask for: SliceInput::adapter id k runs
   // adapters[k - 1]. A slice refuses ids it does not have.
-  std::vector<std::shared_ptr<const SliceAdapter>> adapters;
+  std::vector<std::shared_ptr<const SliceAdapter>> adapters = {};
 };
 
 // The rows of a batch each adapter modifies: rows[k - 1] for adapter id k.

@@ -88,10 +88,12 @@ std::string RenderLlama2(const std::vector<ChatMessage>& msgs) {
   for (size_t i = first; i < msgs.size(); ++i) {
     std::string content = msgs[i].content;
     if (i == first && first == 1) content = "<<SYS>>\n" + system + "\n<</SYS>>\n\n" + content;
+    // Appended piece by piece: `"literal" + std::string&&` trips GCC 12's
+    // -Wrestrict false positive at -O3.
     if (msgs[i].role == "user") {
-      out += "<s>[INST] " + Trim(content) + " [/INST]";
+      out.append("<s>[INST] ").append(Trim(content)).append(" [/INST]");
     } else if (msgs[i].role == "assistant") {
-      out += " " + Trim(content) + " </s>";
+      out.append(" ").append(Trim(content)).append(" </s>");
     }
   }
   return out;

@@ -55,7 +55,7 @@ struct PolicyResources {
   int n_stages = 1;
   // The training-free drafter (its Token Recycling matrix is learnt from
   // every request), shared by the policies that use it; null when none does.
-  std::shared_ptr<TrainingFreeDrafter> training_free;
+  std::shared_ptr<TrainingFreeDrafter> training_free = nullptr;
 
   DraftRules draft_rules() const {
     return {options.policy, options.min_acceptance, options.probe_interval,

@@ -1,0 +1,58 @@
+# Wall-time bookkeeping for scripts/test.sh: each phase's start, duration and
+# outcome, printed as one table when the script exits, passed or failed, so a
+# slow or broken CI run says where its time went.
+#   phase NAME CMD...      runs CMD in the foreground
+#   phase_bg NAME CMD...   runs CMD in the background (log: $PHASE_DIR/NAME.log);
+#                          phase_wait NAME waits for it and fails as it failed
+PHASE_T0=$SECONDS
+PHASE_DIR=$(mktemp -d)
+PHASE_CURRENT=""
+
+_phase_record() {  # NAME START END STATUS
+  printf '%s|%s|%s|%s\n' "$1" "$2" "$3" "$4" >> "$PHASE_DIR/table"
+}
+
+phase() {
+  local name=$1 start=$((SECONDS - PHASE_T0)) rc=0
+  shift
+  PHASE_CURRENT="$name|$start"
+  echo "==== phase $name (at $((start / 60))m$((start % 60))s)"
+  "$@" || rc=$?
+  PHASE_CURRENT=""
+  _phase_record "$name" "$start" "$((SECONDS - PHASE_T0))" "$([ $rc = 0 ] && echo ok || echo "FAILED ($rc)")"
+  return $rc
+}
+
+phase_bg() {
+  local name=$1
+  shift
+  echo "==== phase $name (background at $(((SECONDS - PHASE_T0) / 60))m; log $PHASE_DIR/$name.log)"
+  ( trap - EXIT; phase "$name" "$@" ) > "$PHASE_DIR/$name.log" 2>&1 &
+  echo $! > "$PHASE_DIR/$name.pid"
+}
+
+phase_wait() {
+  local name=$1 rc=0
+  wait "$(cat "$PHASE_DIR/$name.pid")" || rc=$?
+  if [ $rc != 0 ]; then
+    echo "==== background phase $name failed ($rc); the end of its log:"
+    tail -n 80 "$PHASE_DIR/$name.log"
+  fi
+  return $rc
+}
+
+phase_table() {
+  local now=$((SECONDS - PHASE_T0))
+  [ -n "$PHASE_CURRENT" ] && _phase_record "${PHASE_CURRENT%%|*}" "${PHASE_CURRENT#*|}" "$now" "interrupted"
+  echo
+  echo "==== phase times (wall; phases marked & overlapped the ones beside them)"
+  printf '%-28s %9s %9s  %s\n' phase start wall result
+  sort -t'|' -k2,2n "$PHASE_DIR/table" 2>/dev/null | while IFS='|' read -r name start end status; do
+    local bg=""
+    [ -f "$PHASE_DIR/$name.pid" ] && bg=" &"
+    printf '%-28s %6dm%02ds %6dm%02ds  %s\n' "$name$bg" $((start / 60)) $((start % 60)) \
+      $(((end - start) / 60)) $(((end - start) % 60)) "$status"
+  done
+  printf '%-28s %9s %6dm%02ds\n' total "" $((now / 60)) $((now % 60))
+}
+trap phase_table EXIT
