@@ -85,6 +85,24 @@ if ! "$CLIENT_VENV/bin/python" -c "import openai" 2>/dev/null; then
   fi
 fi
 
+# --- Helm (the chart tests: tests/CMakeLists.txt HelmChart.*, DeployRehearsal.*) ---
+#    Helm v4 as a library: helm-python-sdk from PyPI (Helm's Go SDK in a
+#    bundled shared library; no helm binary, no Go), in a venv over Debian's
+#    Python. Required: the chart tests fail without it, so a failed install
+#    stops here.
+HELM_VENV=$HOME/.cache/specline/helm-venv  # tests/CMakeLists.txt: SPECLINE_HELM_PYTHON
+HELM_SDK=helm-python-sdk==0.2.2
+if ! "$HELM_VENV/bin/python" -c "import sys, helm_python; sys.exit(helm_python.__version__ != '${HELM_SDK#*==}')" 2>/dev/null; then
+  if /usr/bin/python3 -m venv "$HELM_VENV" &&
+     "$HELM_VENV/bin/python" -m pip install -q "$HELM_SDK"; then
+    echo "setup: Helm venv ($HELM_SDK) at $HELM_VENV"
+  else
+    echo "setup: ERROR: could not install $HELM_SDK into $HELM_VENV (PyPI); the Helm chart tests need it" >&2
+    exit 1
+  fi
+fi
+# --- end Helm ---
+
 # 5. Build.
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$BUILD_DIR" -j"$(nproc)"
