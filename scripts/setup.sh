@@ -18,9 +18,6 @@ PACKAGES=(build-essential cmake pkg-config python3 python3-pip
   libboost-dev  # Boost.Beast + Asio: the gateway's OpenAI HTTP/SSE server (header-only)
   python3-grpcio python3-grpc-tools prometheus openssl
   python3-torch python3-venv  # the training recipes' CPU PyTorch (training/setup.sh)
-  # helm-render, the chart renderer of the deploy tests (Helm is not packaged)
-  golang-go golang-github-masterminds-sprig-dev golang-github-ghodss-yaml-dev
-  golang-gopkg-yaml.v2-dev golang-github-xeipuuv-gojsonschema-dev
   iproute2 util-linux curl)  # the deploy rehearsal's pod namespaces and model fetch
 missing=()
 for p in "${PACKAGES[@]}"; do
