@@ -48,7 +48,6 @@ import contextlib
 import http.server
 import io
 import json
-import os
 import re
 import sys
 import tarfile
@@ -65,6 +64,9 @@ except ImportError as e:  # not the helm venv's python
         "`python -m pip install helm-python-sdk==0.2.2` into a venv of your own.") from None
 
 HELM_SDK_PIN = "0.2.2"  # the helm-python-sdk scripts/setup.sh installs (Helm v4.2.3 inside)
+if helm.__version__ != HELM_SDK_PIN:  # _render_raw speaks this version's C ABI options
+    raise SystemExit(f"helm_chart.py: helm-python-sdk {helm.__version__} at {sys.executable}, expected "
+                     f"{HELM_SDK_PIN} (scripts/setup.sh installs it)")
 
 
 class ChartError(RuntimeError):
@@ -314,14 +316,11 @@ _SEP = re.compile(r"(?:^|\s*\n)---\s*")
 
 
 def render(chart_dir, values_files=(), sets=(), release="release-name", namespace="default", kube_version=None,
-           api_versions=(), lookup_objects=None, is_upgrade=False, values=None):
+           api_versions=(), lookup_objects=None, is_upgrade=False):
     """Renders the chart as `helm template` (or, with lookup_objects, as an
     install or upgrade into a cluster holding those objects) would.
-    `values`: a dict merged over the files and --sets (tests).
     Raises ChartError with Helm's message."""
     user = user_values(values_files, sets)
-    if values:
-        user = _merge_maps(user, values)
     try:
         helm.validate_release_name(release)
         chart = helm.Chart.load(chart_dir)

@@ -14,7 +14,6 @@ Exit status: 0 all passed, 1 a test failed, 77 (ctest's SKIP_RETURN_CODE)
 none failed but one was skipped (the Kubernetes API types not fetched).
 """
 import base64
-import copy
 import hashlib
 import json
 import os
@@ -22,6 +21,7 @@ import sys
 import tempfile
 import threading
 import unittest
+import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -60,19 +60,24 @@ def container(r, component):
     return pod(r, component)["spec"]["containers"][0]
 
 
-def values_file(text):
-    f = tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False)
-    f.write(text)
-    f.close()
-    return f.name
-
-
-DEFAULTS = None
+DEFAULTS = TMP = None
 
 
 def setUpModule():
-    global DEFAULTS
+    global DEFAULTS, TMP
+    TMP = tempfile.TemporaryDirectory(prefix="test_chart_render-")
     DEFAULTS = render()
+
+
+def tearDownModule():
+    TMP.cleanup()
+
+
+def values_file(text):
+    f = tempfile.NamedTemporaryFile("w", suffix=".yaml", dir=TMP.name, delete=False)
+    with f:
+        f.write(text)
+    return f.name
 
 
 class TestCase(unittest.TestCase):
@@ -331,8 +336,8 @@ class ChartObjectsTest(TestCase):
         checked = 0
         for values, sets, api in [
                 ((), (), ()), ([GPU], (), [SM_KIND]),
-                ((), ["internalAuth.existingSecret=mine", "networkPolicy.metricsFrom[0].namespaceSelector.matchLabels.a=b"],
-                 ()),
+                ((), ["internalAuth.existingSecret=mine",
+                      "networkPolicy.metricsFrom[0].namespaceSelector.matchLabels.a=b"], ()),
                 ((), ["internalAuth.enabled=false", "networkPolicy.enabled=false"], ())]:
             for d in render(values, sets, api_versions=api).docs():
                 errors = schema.validate(d)
