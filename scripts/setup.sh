@@ -20,9 +20,6 @@ PACKAGES=(build-essential cmake ninja-build pkg-config python3 python3-pip
   libboost-dev  # Boost.Beast + Asio: the gateway's OpenAI HTTP/SSE server (header-only)
   python3-grpcio python3-grpc-tools prometheus openssl
   python3-torch python3-venv  # the training recipes' CPU PyTorch (training/setup.sh)
-  # helm-render, the chart renderer of the deploy tests (Helm is not packaged)
-  golang-go golang-github-masterminds-sprig-dev golang-github-ghodss-yaml-dev
-  golang-gopkg-yaml.v2-dev golang-github-xeipuuv-gojsonschema-dev
   iproute2 util-linux curl)  # the deploy rehearsal's pod namespaces and model fetch
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -71,7 +68,7 @@ fi
 K8S_TYPES="$HOME/.cache/specline/kubernetes-python"
 if [ ! -d "$K8S_TYPES/kubernetes/client/models" ]; then
   tmp=$(mktemp -d)
-  if python3 -m pip download -q --no-deps kubernetes==31.0.0 -d "$tmp" 2>/dev/null; then
+  if python3 -m pip download -q --no-deps kubernetes==31.0.0 -d "$tmp"; then
     mkdir -p "$K8S_TYPES"
     python3 -c "import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); \
 z.extractall(sys.argv[2], [n for n in z.namelist() if n.startswith('kubernetes/client/models/')])" \
@@ -96,7 +93,22 @@ if ! "$CLIENT_VENV/bin/python" -c "import openai" 2>/dev/null; then
   fi
 fi
 
-# 5. Build, with Ninja (an existing build folder keeps its generator).
+# 5. Helm, for the chart tests (tests/CMakeLists.txt HelmChart.*,
+#    DeployRehearsal.*): Helm v4 as a library, helm-python-sdk from PyPI
+#    (Helm's Go SDK in a bundled shared library; no helm binary, no Go), in
+#    a venv over Debian's Python.
+HELM_VENV=$HOME/.cache/specline/helm-venv  # tests/CMakeLists.txt: SPECLINE_HELM_PYTHON
+HELM_SDK=helm-python-sdk==0.2.2
+if ! "$HELM_VENV/bin/python" -c "import sys, helm_python; sys.exit(helm_python.__version__ != '${HELM_SDK#*==}')" 2>/dev/null; then
+  if /usr/bin/python3 -m venv "$HELM_VENV" &&
+     "$HELM_VENV/bin/python" -m pip install -q "$HELM_SDK"; then
+    echo "setup: Helm venv ($HELM_SDK) at $HELM_VENV"
+  else
+    fail_download "could not install $HELM_SDK into $HELM_VENV (PyPI)"
+  fi
+fi
+
+# 6. Build, with Ninja (an existing build folder keeps its generator).
 #    SPECLINE_WERROR=ON (CI) makes any compiler warning an error.
 GENERATOR=()
 [ -f "$BUILD_DIR/CMakeCache.txt" ] || GENERATOR=(-G Ninja)

@@ -6,9 +6,10 @@ the structural checks on each against the built binaries; validates every
 built-in object against the Kubernetes API types; then checks what each set
 must produce (the pipeline wiring, the cluster secret on every workload, what
 the NetworkPolicies admit) and that bad values fail to render with a message
-naming the value.
+naming the value. Renders with Helm itself (helm_chart.py: helm-python-sdk),
+so run it with the Helm venv's python:
 
-    check_chart.py HELM_RENDER BIN_DIR [unittest options, e.g. -k secret]
+    ~/.cache/specline/helm-venv/bin/python check_chart.py BIN_DIR [unittest options, e.g. -k secret]
 
 A unittest suite. Exit status: 0 when every test passed, 1 when one failed,
 77 (ctest's SKIP_RETURN_CODE) when none failed but one was skipped, e.g. the
@@ -21,11 +22,11 @@ import hashlib
 import json
 import os
 import sys
-import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import chart_checks  # noqa: E402
+import helm_chart  # noqa: E402,F401  (fails at once, with the fix, without helm-python-sdk)
 import k8s_schema  # noqa: E402
 import manifests  # noqa: E402
 from manifests import Source, admits  # noqa: E402
@@ -39,21 +40,14 @@ SECRET_FLAG = f"--cluster-secret-file={SECRET_DIR}/secret"
 COMPONENTS = {"gateway": ("Deployment", "-gateway"), "scheduler": ("Deployment", "-scheduler"),
               "stage": ("StatefulSet", "-stage")}
 
-HELM_RENDER = BIN_DIR = None  # from the command line
+BIN_DIR = None  # from the command line
 
 
 def render(values=(), sets=(), api=(), lookup=None):
     """The chart as release "prod" in namespace "llm"; `lookup`: objects the
-    cluster already has (helm-render --lookup-objects), as on an upgrade."""
-    if lookup is None:
-        return manifests.render(HELM_RENDER, CHART, values, sets, release="prod", namespace="llm",
-                                api_versions=api)
-    with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
-        json.dump(lookup, f)
-        f.flush()
-        extra = [f"--lookup-objects={f.name}"]
-        return manifests.render(HELM_RENDER, CHART, values, list(sets), release="prod", namespace="llm",
-                                api_versions=api, extra_args=extra)
+    cluster already has (Helm's lookup finds them), as on an upgrade."""
+    return manifests.render(CHART, values, sets, release="prod", namespace="llm", api_versions=api,
+                            lookup_objects=lookup, is_upgrade=lookup is not None)
 
 
 def workload(m, component):
@@ -233,21 +227,23 @@ class PipelineTest(Check):
                     "no-http: no --http-port and no http port")
 
     def test_bad_values_fail_with_a_message(self):
+        # values.schema.json violations name the value as a JSON pointer
+        # (Helm v4: "- at '/stage/device': ..."), template failures in words.
         for sets, api, needle in [
             (["pipeline.stages=3", "pipeline.partition={0:10,10:30}"], (),
              "pipeline.partition has 2 ranges for 3 stages"),
             (["pipeline.stages=40"], (), "exceeds pipeline.layers"),
-            (["pipeline.transport=rdma"], (), "pipeline.transport"),
+            (["pipeline.transport=rdma"], (), "/pipeline/transport"),
             (["serviceMonitor.enabled=true"], (), "Prometheus Operator CRDs"),
             (["model.download.enabled=true"], (), "model.download.url is required"),
-            (["stage.device=tpu"], (), "stage.device"),  # values.schema.json
-            (["scheduler.defaultPolicy=fast"], (), "scheduler.defaultPolicy"),
-            (["pipeline.stages=0"], (), "pipeline.stages"),
-            (["internalAuth.secretKey=a/b"], (), "internalAuth.secretKey"),
-            (["internalAuth.enabled=yes"], (), "internalAuth.enabled"),
+            (["stage.device=tpu"], (), "/stage/device"),
+            (["scheduler.defaultPolicy=fast"], (), "/scheduler/defaultPolicy"),
+            (["pipeline.stages=0"], (), "/pipeline/stages"),
+            (["internalAuth.secretKey=a/b"], (), "/internalAuth/secretKey"),
+            (["internalAuth.enabled=yes"], (), "/internalAuth/enabled"),
             (["networkPolicy.metricsFrom[0].podSelectr.x=y"], (), "podSelectr"),
             (["gateway.probe=http", "gateway.httpPort=0"], (), "gateway.probe=http needs gateway.httpPort"),
-            (["gateway.probe=tcp"], (), "gateway.probe"),
+            (["gateway.probe=tcp"], (), "/gateway/probe"),
         ]:
             with self.subTest(sets=sets):
                 with self.assertRaises(RuntimeError, msg=f"{sets}: rendered, expected an error") as cm:
@@ -446,12 +442,12 @@ class NetworkPolicyTest(Check):
 
 
 def main(argv):
-    global HELM_RENDER, BIN_DIR
-    if len(argv) < 3:
+    global BIN_DIR
+    if len(argv) < 2 or argv[1].startswith("-"):
         print(__doc__)
         return 2
-    HELM_RENDER, BIN_DIR = argv[1], argv[2]
-    prog = unittest.main(module=__name__, argv=[argv[0]] + argv[3:], exit=False, verbosity=2)
+    BIN_DIR = argv[1]
+    prog = unittest.main(module=__name__, argv=[argv[0]] + argv[2:], exit=False, verbosity=2)
     r = prog.result
     if r.failures or r.errors or r.unexpectedSuccesses:
         return 1

@@ -9,7 +9,7 @@ built-in API group that this table does not know is an error, not a skip.
 Without the types there is nothing to validate against: callers must report
 a skip (or fail), never a pass. As a command:
 
-    k8s_schema.py RENDERED.json...   (helm-render --output json)
+    k8s_schema.py RENDERED.json...   (helm_chart.py render --output json)
 
 exits 0 when every built-in object is valid, 1 with the errors, and 77
 (ctest's skip code) with the reason when the types are not fetched."""

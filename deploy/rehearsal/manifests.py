@@ -1,24 +1,17 @@
 """The rendered chart as objects: kinds, names, pod templates and the label
 matching Kubernetes does between Services, workloads and budgets."""
-import json
-import subprocess
 
 
-def render(helm_render, chart, values_files=(), sets=(), release="specline", namespace="default",
-           api_versions=(), extra_args=()):
-    """Runs helm-render (or helm-render compatible) and returns the manifests."""
-    cmd = [helm_render, "--chart", chart, "--release", release, "--namespace", namespace,
-           "--output", "json", *extra_args]
-    for v in values_files:
-        cmd += ["--values", v]
-    for s in sets:
-        cmd += ["--set", s]
-    if api_versions:
-        cmd += ["--api-versions", ",".join(api_versions)]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0:
-        raise RuntimeError(f"helm-render failed: {r.stderr.strip()}")
-    return Manifests(json.loads(r.stdout))
+def render(chart, values_files=(), sets=(), release="specline", namespace="default", api_versions=(),
+           lookup_objects=None, is_upgrade=False, kube_version=None):
+    """Renders the chart with Helm (helm_chart.py) and returns the manifests;
+    helm_chart.ChartError (a RuntimeError) with Helm's message on failure.
+    lookup_objects: what `lookup` finds in the cluster (None: nothing, as
+    with `helm template`)."""
+    import helm_chart  # helm-python-sdk: only where something is rendered
+    return Manifests(helm_chart.render(chart, values_files, sets, release=release, namespace=namespace,
+                                       kube_version=kube_version, api_versions=api_versions,
+                                       lookup_objects=lookup_objects, is_upgrade=is_upgrade).manifests)
 
 
 class Manifests:

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Deploy rehearsal: the Helm chart's pods on one machine.
 
-Renders deploy/helm/specline with helm-render, checks the manifests against
+Renders deploy/helm/specline with Helm (helm_chart.py: helm-python-sdk, so
+run it with ~/.cache/specline/helm-venv/bin/python), checks the manifests against
 the real binaries (chart_checks), then runs every pod with exactly the
 chart's command, args, env, volumes and user, each in its own network and
 mount namespace (cluster.py); waits for the probes; scrapes them with
@@ -33,6 +34,7 @@ import urllib.request
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import chart_checks  # noqa: E402
 import cluster as cluster_mod  # noqa: E402
+import helm_chart  # noqa: E402,F401  (fails at once, with the fix, without helm-python-sdk)
 import manifests as manifests_mod  # noqa: E402
 from manifests import containers  # noqa: E402
 
@@ -241,7 +243,6 @@ def wait_for(what, fn, timeout_s):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build-dir", default=os.path.join(REPO, "build"))
-    ap.add_argument("--helm-render", help="default: BUILD_DIR/deploy/helm-render")
     ap.add_argument("--model", default=os.path.expanduser("~/.cache/specline/models/SmolLM2-135M-Instruct.Q4_1.gguf"))
     ap.add_argument("--stages", type=int, default=2)
     ap.add_argument("--gateways", type=int, default=2)
@@ -279,7 +280,6 @@ def main():
                        "prometheus; scripts/setup.sh installs it)")
         args.no_prometheus = True
     python_grpc = grpc_python()
-    helm_render = args.helm_render or os.path.join(args.build_dir, "deploy", "helm-render")
     os.makedirs(args.out, exist_ok=True)
     # Not under /tmp: each pod gets its own /tmp, which would hide this.
     work = tempfile.mkdtemp(prefix="specline-rehearsal-", dir="/var/tmp")
@@ -300,7 +300,8 @@ def main():
             f"pipeline.stages={args.stages}", f"pipeline.layers={model_layers(specline, src)}",
             f"gateway.replicas={args.gateways}", "serviceMonitor.enabled=true",
             "gateway.drainTimeoutMs=5000", "scheduler.drainTimeoutMs=5000", "stage.threads=1"] + args.set
-    m = manifests_mod.render(helm_render, CHART, args.values, sets, api_versions=["monitoring.coreos.com/v1", "monitoring.coreos.com/v1/ServiceMonitor"])
+    m = manifests_mod.render(CHART, args.values, sets,
+                             api_versions=["monitoring.coreos.com/v1", "monitoring.coreos.com/v1/ServiceMonitor"])
     log(f"rendered {len(m.docs)} manifests: " + ", ".join(sorted({d['kind'] for d in m.docs})))
 
     errors = chart_checks.check(m, bin_dir, chart_checks.rule_job_names(RULES))
