@@ -101,11 +101,10 @@ pack() {
   cp -r "$shared/stories260K" "$STAGE/models/"
   chmod -R u+w "$STAGE/models"
   tar -C "$STAGE" -cf - . | xz -T0 -6 > "$CARRY/carry.tar.xz"
-  local exclude
-  exclude=$(git rev-parse --git-path info/exclude)
-  mkdir -p "$(dirname "$exclude")"
+  # .gitignore lists both folders (nothing is written to .git: in a worktree
+  # that would be the main checkout's).
   for d in "$CARRY" "$STAGE"; do
-    grep -qx "/$d/" "$exclude" 2>/dev/null || echo "/$d/" >> "$exclude"
+    git check-ignore -q "$d" || echo "gpu_check: warning: $d is not git-ignored" >&2
   done
   local bytes
   bytes=$(stat -c %s "$CARRY/carry.tar.xz")
