@@ -1,19 +1,26 @@
 // GPU backend benchmark: the card's ceilings, then single-stream decode and
 // prefill of random Llama-shaped models next to them.
 //
-//   ceilings  device-to-device copy bandwidth (bytes read + written) and the
-//             bf16 GEMM rate of cuBLAS at 8192^3, each the median of repeats;
+//   ceilings  device-to-device copy bandwidth (bytes read + written), read
+//             bandwidth (a kernel that only reads: the ceiling of batch-1
+//             decode, which only reads weights) and the bf16 GEMM rate of
+//             cuBLAS at 8192^3, each the median of repeats;
 //   gemv      batch-1 matrix-vector bandwidth: the own GEMV vs cuBLAS;
 //   decode    per model shape: a prompt, then greedy decode steps (stage
 //             slice holding every layer + output head + argmax), per-token
 //             wall time (median), tokens/s, achieved weight bandwidth and its
-//             fraction of the measured copy bandwidth; with and without CUDA
-//             graphs;
+//             fractions of the measured read and copy bandwidths; with and
+//             without CUDA graphs;
 //   prefill   one 2K-token chunk: tokens/s and TFLOP/s as a fraction of the
 //             measured GEMM rate.
-// Weights are random, drawn on the device (no 13 GB file for 7B).
+//   breakdown one layer's prefill, GEMM by GEMM and the attention kernel;
+//   stages    per-stage decode step times for 1, 2 and 4 stages.
+// Shapes' weights are random, drawn on the device (no 13 GB file for 7B);
+// --model adds a model file's own weights (any format and type the loader
+// reads, converted at load as a stage does).
 //
-//   cuda_bench [--shapes tinyllama,llama2-7b] [--decode-tokens 128]
+//   cuda_bench [--shapes tinyllama,llama2-7b|none] [--model PATH]
+//              [--sections gemv,decode,breakdown,stages] [--decode-tokens 128]
 //              [--prompt 16] [--prefill 2048] [--repeats 5] [--dtype bf16|f16]
 //              [--json PATH]
 #include <cuda_runtime_api.h>
@@ -22,17 +29,20 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "bench/bench_util.h"
+#include "bench/cuda_read_bandwidth.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/ops.h"
 #include "model/cuda/cuda_output_head.h"
 #include "model/cuda/cuda_stage_slice.h"
+#include "model/formats/model_source.h"
 #include "nlohmann/json.hpp"
 
 namespace specline {
@@ -74,6 +84,18 @@ double CopyBandwidth(cudaStream_t s, int repeats) {
   return 2.0 * bytes / sec / 1e9;
 }
 
+// Bytes read per second by a read-only kernel over 2 GiB (40x the L2).
+double ReadBandwidth(cudaStream_t s, int repeats) {
+  const size_t bytes = size_t{2} << 30;
+  DeviceBuffer src(bytes), sink(4);
+  cuda::FillUniform(DType::kBF16, src.get(), bytes / 2, 4, 1.0f, s);
+  const double sec = TimeDevice(s, 2, repeats, [&](int) {
+    cuda_bench::EnqueueReadPass(src.get(), bytes, sink.as<unsigned>(), s);
+    SPECLINE_CUDA_CHECK(cudaGetLastError());
+  });
+  return bytes / sec / 1e9;
+}
+
 double GemmTflops(cudaStream_t s, DType t, int repeats) {
   const int64_t n = 8192;
   DeviceBuffer a(n * n * 2), b(n * n * 2), c(n * n * 2);
@@ -110,9 +132,11 @@ json GemvBandwidth(cudaStream_t s, DType t, int repeats, double copy_gbs) {
   return out;
 }
 
-struct NamedShape {
+// What a row measures: a named shape with random weights, or a model file.
+struct Subject {
   std::string name;
   ModelConfig config;
+  const ModelSource* src = nullptr;  // null: random weights of config's shape
 };
 
 ModelConfig ShapeByName(const std::string& name) {
@@ -128,19 +152,27 @@ double Params(const ModelConfig& c) {
   return c.n_layers * layer + double(c.vocab_size) * c.dim;  // + lm_head (embedding not multiplied)
 }
 
-json DecodeAndPrefill(const std::string& name, DType t, int prompt, int decode_tokens,
-                      int prefill, int repeats, double copy_gbs, double gemm_tflops) {
-  const ModelConfig c = ShapeByName(name);
+json DecodeAndPrefill(const Subject& subject, DType t, int prompt, int decode_tokens, int prefill,
+                      int repeats, double copy_gbs, double read_gbs, double gemm_tflops) {
+  const ModelConfig& c = subject.config;
   json row;
-  row["shape"] = name;
+  row["shape"] = subject.name;
   row["params"] = Params(c);
-  cuda::CudaOutputHead head(c, t, 0, 77);
+  const double t_load = bench::Now();
+  std::unique_ptr<cuda::CudaOutputHead> head_ptr =
+      subject.src ? std::make_unique<cuda::CudaOutputHead>(*subject.src, t, 0)
+                  : std::make_unique<cuda::CudaOutputHead>(c, t, 0, 77);
+  cuda::CudaOutputHead& head = *head_ptr;
   for (bool graphs : {true, false}) {
     cuda::CudaSliceOptions o;
     o.dtype = t;
     o.cuda_graphs = graphs;
     o.slice.kv_capacity_tokens = std::max(prefill, prompt + decode_tokens) + 64;
-    cuda::CudaStageSlice slice(c, 0, c.n_layers, o, 1234);
+    std::unique_ptr<cuda::CudaStageSlice> slice_ptr =
+        subject.src ? std::make_unique<cuda::CudaStageSlice>(*subject.src, 0, c.n_layers, o)
+                    : std::make_unique<cuda::CudaStageSlice>(c, 0, c.n_layers, o, 1234);
+    cuda::CudaStageSlice& slice = *slice_ptr;
+    if (graphs) row["load_s"] = bench::Now() - t_load;
     const double bytes = double(slice.decode_weight_bytes() + head.weight_bytes());
     std::vector<double> per_token_medians;
     for (int r = 0; r < repeats; ++r) {
@@ -174,7 +206,7 @@ json DecodeAndPrefill(const std::string& name, DType t, int prompt, int decode_t
     const double gbs = bytes / sec / 1e9;
     row[graphs ? "decode_graphs" : "decode_eager"] = {
         {"ms_per_token", sec * 1e3}, {"tokens_per_s", 1.0 / sec}, {"weight_GB", bytes / 1e9},
-        {"GBs", gbs}, {"of_copy_bw", gbs / copy_gbs}};
+        {"GBs", gbs}, {"of_copy_bw", gbs / copy_gbs}, {"of_read_bw", gbs / read_gbs}};
     if (!graphs) continue;
     // Prefill: one chunk of `prefill` tokens into an empty sequence.
     std::vector<double> times;
@@ -206,8 +238,8 @@ json DecodeAndPrefill(const std::string& name, DType t, int prompt, int decode_t
 
 // Where one layer's prefill time goes: the four GEMMs at m = T and the
 // prefill attention kernel over a T-token causal chunk, each timed alone.
-json PrefillBreakdown(const std::string& name, DType t, int tokens, int repeats) {
-  const ModelConfig c = ShapeByName(name);
+json PrefillBreakdown(const std::string& name, const ModelConfig& c, DType t, int tokens,
+                      int repeats) {
   cudaStream_t s;
   SPECLINE_CUDA_CHECK(cudaStreamCreate(&s));
   cuda::Gemm gemm(s);
@@ -283,8 +315,7 @@ json PrefillBreakdown(const std::string& name, DType t, int tokens, int repeats)
 // layers, batch 1, graphs, hidden rows to and from the host as a stage
 // worker does), and the output head's: the numbers docs/cuda.md projects an
 // n-GPU pipeline from.
-json StageTimes(const std::string& name, DType t, int repeats) {
-  const ModelConfig c = ShapeByName(name);
+json StageTimes(const std::string& name, const ModelConfig& c, DType t, int repeats) {
   json out;
   out["shape"] = name;
   cuda::CudaOutputHead head(c, t, 0, 78);
@@ -327,11 +358,14 @@ json StageTimes(const std::string& name, DType t, int repeats) {
 
 int main(int argc, char** argv) {
   using namespace specline;
-  std::string shapes = "tinyllama,llama2-7b", json_path, dtype = "bf16";
+  std::string shapes = "tinyllama,llama2-7b", json_path, dtype = "bf16", model_path;
+  std::string sections = "gemv,decode,breakdown,stages";
   int decode_tokens = 128, prompt = 16, prefill = 2048, repeats = 5;
   try {
     const bool ok = bench::ParseArgs(argc, argv, [&](const std::string& a, auto next) {
       if (a == "--shapes") shapes = next();
+      else if (a == "--model") model_path = next();
+      else if (a == "--sections") sections = next();
       else if (a == "--decode-tokens") decode_tokens = std::stoi(next());
       else if (a == "--prompt") prompt = std::stoi(next());
       else if (a == "--prefill") prefill = std::stoi(next());
@@ -342,9 +376,30 @@ int main(int argc, char** argv) {
       return true;
     });
     if (!ok) {
-      std::fprintf(stderr, "usage: cuda_bench [--shapes a,b] [--decode-tokens N] [--prompt N] "
-                           "[--prefill N] [--repeats N] [--dtype bf16|f16] [--json PATH]\n");
+      std::fprintf(stderr,
+                   "usage: cuda_bench [--shapes a,b|none] [--model PATH] "
+                   "[--sections gemv,decode,breakdown,stages] [--decode-tokens N] [--prompt N] "
+                   "[--prefill N] [--repeats N] [--dtype bf16|f16] [--json PATH]\n");
       return 2;
+    }
+    auto has_section = [&](const std::string& name) {
+      return ("," + sections + ",").find("," + name + ",") != std::string::npos;
+    };
+    // What the decode, breakdown and stage sections measure: the shapes,
+    // then the model file (read before any device work, so a bad path fails
+    // at once).
+    std::unique_ptr<ModelSource> model;
+    std::vector<Subject> subjects;
+    if (shapes != "none") {
+      std::stringstream ss(shapes);
+      for (std::string name; std::getline(ss, name, ',');) {
+        if (!name.empty()) subjects.push_back({name, ShapeByName(name), nullptr});
+      }
+    }
+    if (!model_path.empty()) {
+      model = OpenModel(model_path);
+      const std::string stem = model_path.substr(model_path.find_last_of('/') + 1);
+      subjects.push_back({stem, model->config(), model.get()});
     }
     std::string why;
     if (!cuda::DeviceAvailable(&why)) {
@@ -363,61 +418,72 @@ int main(int argc, char** argv) {
     report["sms"] = prop.multiProcessorCount;
     report["driver_cuda_version"] = driver;
     report["dtype"] = dtype;
+    report["sections"] = sections;
     const double copy = CopyBandwidth(s, repeats * 4);
+    const double read = ReadBandwidth(s, repeats * 4);
     const double gemm = GemmTflops(s, t, repeats * 2);
     report["copy_GBs"] = copy;
+    report["read_GBs"] = read;
     report["gemm_TFLOPs"] = gemm;
-    report["gemv"] = GemvBandwidth(s, t, repeats, copy);
-    std::printf("%s, %d SMs: copy %.0f GB/s (read+write), %s GEMM 8192^3 %.0f TFLOP/s\n",
-                prop.name, prop.multiProcessorCount, copy, dtype.c_str(), gemm);
-    std::printf("GEMV 11008x4096 m=1: own %.0f GB/s (%.0f%% of copy), cuBLAS %.0f GB/s (%.0f%%)\n",
-                report["gemv"]["gemv"]["GBs"].get<double>(),
-                100 * report["gemv"]["gemv"]["of_copy_bw"].get<double>(),
-                report["gemv"]["cublas"]["GBs"].get<double>(),
-                100 * report["gemv"]["cublas"]["of_copy_bw"].get<double>());
-    std::stringstream ss(shapes);
-    std::printf("\n%-12s %-7s %10s %9s %9s %8s %12s %10s %8s\n", "shape", "graphs", "ms/token",
-                "tok/s", "GB/s", "of copy", "prefill t/s", "TFLOP/s", "of GEMM");
-    for (std::string name; std::getline(ss, name, ',');) {
-      nlohmann::json row =
-          DecodeAndPrefill(name, t, prompt, decode_tokens, prefill, repeats, copy, gemm);
-      report["models"].push_back(row);
-      for (const char* mode : {"decode_graphs", "decode_eager"}) {
-        const auto& d = row[mode];
-        const bool g = std::string(mode) == "decode_graphs";
-        std::printf("%-12s %-7s %10.3f %9.1f %9.0f %7.0f%%", name.c_str(), g ? "yes" : "no",
-                    d["ms_per_token"].get<double>(), d["tokens_per_s"].get<double>(),
-                    d["GBs"].get<double>(), 100 * d["of_copy_bw"].get<double>());
-        if (g) {
-          const auto& p = row["prefill"];
-          std::printf(" %12.0f %10.1f %7.0f%%\n", p["tokens_per_s"].get<double>(),
-                      p["TFLOPs"].get<double>(), 100 * p["of_gemm_rate"].get<double>());
-        } else {
-          std::printf("\n");
+    std::printf("%s, %d SMs: read %.0f GB/s, copy %.0f GB/s (read+write), %s GEMM 8192^3 "
+                "%.0f TFLOP/s\n",
+                prop.name, prop.multiProcessorCount, read, copy, dtype.c_str(), gemm);
+    if (has_section("gemv")) {
+      report["gemv"] = GemvBandwidth(s, t, repeats, copy);
+      std::printf("GEMV 11008x4096 m=1: own %.0f GB/s (%.0f%% of copy), cuBLAS %.0f GB/s (%.0f%%)\n",
+                  report["gemv"]["gemv"]["GBs"].get<double>(),
+                  100 * report["gemv"]["gemv"]["of_copy_bw"].get<double>(),
+                  report["gemv"]["cublas"]["GBs"].get<double>(),
+                  100 * report["gemv"]["cublas"]["of_copy_bw"].get<double>());
+    }
+    if (has_section("decode")) {
+      std::printf("\n%-12s %-7s %10s %9s %9s %8s %8s %12s %10s %8s\n", "shape", "graphs",
+                  "ms/token", "tok/s", "GB/s", "of read", "of copy", "prefill t/s", "TFLOP/s",
+                  "of GEMM");
+      for (const Subject& subject : subjects) {
+        nlohmann::json row = DecodeAndPrefill(subject, t, prompt, decode_tokens, prefill, repeats,
+                                              copy, read, gemm);
+        report["models"].push_back(row);
+        for (const char* mode : {"decode_graphs", "decode_eager"}) {
+          const auto& d = row[mode];
+          const bool g = std::string(mode) == "decode_graphs";
+          std::printf("%-12s %-7s %10.3f %9.1f %9.0f %7.0f%% %7.0f%%", subject.name.c_str(),
+                      g ? "yes" : "no", d["ms_per_token"].get<double>(),
+                      d["tokens_per_s"].get<double>(), d["GBs"].get<double>(),
+                      100 * d["of_read_bw"].get<double>(), 100 * d["of_copy_bw"].get<double>());
+          if (g) {
+            const auto& p = row["prefill"];
+            std::printf(" %12.0f %10.1f %7.0f%%\n", p["tokens_per_s"].get<double>(),
+                        p["TFLOPs"].get<double>(), 100 * p["of_gemm_rate"].get<double>());
+          } else {
+            std::printf("\n");
+          }
         }
       }
     }
-    std::printf("\nprefill of %d tokens, one layer (ms and TFLOP/s):\n", prefill);
-    std::stringstream ss3(shapes);
-    for (std::string name; std::getline(ss3, name, ',');) {
-      nlohmann::json b = PrefillBreakdown(name, t, prefill, repeats);
-      report["prefill_breakdown"].push_back(b);
-      std::printf("%-12s", name.c_str());
-      for (const char* k : {"qkv", "o", "gate_up", "down", "attention"}) {
-        std::printf("  %s %.3f ms %.0f TF/s", k, b[k]["ms"].get<double>(),
-                    b[k]["TFLOPs"].get<double>());
+    if (has_section("breakdown")) {
+      std::printf("\nprefill of %d tokens, one layer (ms and TFLOP/s):\n", prefill);
+      for (const Subject& subject : subjects) {
+        nlohmann::json b = PrefillBreakdown(subject.name, subject.config, t, prefill, repeats);
+        report["prefill_breakdown"].push_back(b);
+        std::printf("%-12s", subject.name.c_str());
+        for (const char* k : {"qkv", "o", "gate_up", "down", "attention"}) {
+          std::printf("  %s %.3f ms %.0f TF/s", k, b[k]["ms"].get<double>(),
+                      b[k]["TFLOPs"].get<double>());
+        }
+        std::printf("\n");
       }
-      std::printf("\n");
     }
-    std::printf("\n%-12s %9s %12s %12s %12s\n", "stage times", "head ms", "1 stage ms",
-                "1/2 model ms", "1/4 model ms");
-    std::stringstream ss2(shapes);
-    for (std::string name; std::getline(ss2, name, ',');) {
-      nlohmann::json st = StageTimes(name, t, repeats);
-      report["stage_times"].push_back(st);
-      std::printf("%-12s %9.3f %12.3f %12.3f %12.3f\n", name.c_str(), st["head_ms"].get<double>(),
-                  st["stage_ms"]["1"].get<double>(), st["stage_ms"]["2"].get<double>(),
-                  st["stage_ms"]["4"].get<double>());
+    if (has_section("stages")) {
+      std::printf("\n%-12s %9s %12s %12s %12s\n", "stage times", "head ms", "1 stage ms",
+                  "1/2 model ms", "1/4 model ms");
+      for (const Subject& subject : subjects) {
+        nlohmann::json st = StageTimes(subject.name, subject.config, t, repeats);
+        report["stage_times"].push_back(st);
+        std::printf("%-12s %9.3f %12.3f %12.3f %12.3f\n", subject.name.c_str(),
+                    st["head_ms"].get<double>(), st["stage_ms"]["1"].get<double>(),
+                    st["stage_ms"]["2"].get<double>(), st["stage_ms"]["4"].get<double>());
+      }
     }
     if (!json_path.empty()) std::ofstream(json_path) << report.dump(2) << "\n";
   } catch (const std::exception& e) {

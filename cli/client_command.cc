@@ -23,6 +23,8 @@ const char kClientUsage[] = R"(usage: specline client --addr HOST:PORT --prompt 
   --token FILE           bearer token file (for a gateway with --auth-token-file)
   --tls-ca FILE          use TLS, trusting this PEM root certificate
   --timeout-ms N         deadline for the whole stream (default: none)
+  --print-token-ids      also print the generated token ids ("token ids: 1,2,3") and the
+                         usage ("usage: prompt P, completion C, cached K") to stderr
 )";
 
 }  // namespace
@@ -31,7 +33,7 @@ int ClientCommand(int argc, char** argv) {
   std::vector<std::string> options = kRequestOptions;
   options.insert(options.end(), {"addr", "prompt", "token", "tls-ca", "timeout-ms"});
   std::vector<std::string> flags = kRequestFlags;
-  flags.push_back("help");
+  flags.insert(flags.end(), {"help", "print-token-ids"});
   Args args(argc, argv, 2, options, flags);
   if (args.Has("help")) {
     std::cout << kClientUsage << kRequestUsage;
@@ -66,6 +68,12 @@ int ClientCommand(int argc, char** argv) {
     return 1;
   }
   std::cerr << FormatStats(r) << "\n";
+  if (args.Has("print-token-ids")) {
+    std::cerr << "token ids: ";
+    for (size_t i = 0; i < r.tokens.size(); ++i) std::cerr << (i ? "," : "") << r.tokens[i];
+    std::cerr << "\nusage: prompt " << r.usage.prompt_tokens() << ", completion "
+              << r.usage.completion_tokens() << ", cached " << r.usage.cached_tokens() << "\n";
+  }
   return 0;
 }
 

@@ -154,6 +154,19 @@ void GgufWriter::Set(const std::string& key, const std::vector<GgufType>& types,
 void GgufWriter::AddTensor(const std::string& name, DType dtype,
                            const std::vector<int64_t>& shape, const void* data,
                            int64_t nbytes) {
+  CheckTensor(name, dtype, shape, nbytes);
+  tensors_.push_back({name, dtype, shape,
+                      std::string(static_cast<const char*>(data), nbytes)});
+}
+
+void GgufWriter::AddTensor(const std::string& name, DType dtype,
+                           const std::vector<int64_t>& shape, std::string bytes) {
+  CheckTensor(name, dtype, shape, static_cast<int64_t>(bytes.size()));
+  tensors_.push_back({name, dtype, shape, std::move(bytes)});
+}
+
+void GgufWriter::CheckTensor(const std::string& name, DType dtype,
+                             const std::vector<int64_t>& shape, int64_t nbytes) {
   if (shape.empty() || shape.size() > 4) {
     throw std::invalid_argument("GGUF tensor " + name + " needs 1 to 4 dimensions");
   }
@@ -164,19 +177,33 @@ void GgufWriter::AddTensor(const std::string& name, DType dtype,
     throw std::invalid_argument("GGUF tensor " + name + ": " + std::to_string(nbytes) +
                                 " bytes do not match its dtype and shape");
   }
-  tensors_.push_back({name, dtype, shape,
-                      std::string(static_cast<const char*>(data), nbytes)});
 }
 
 void GgufWriter::AddTensorFromF32(const std::string& name, DType dtype,
                                   const std::vector<int64_t>& shape, const float* values) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
-  std::vector<uint8_t> bytes = EncodeValues(dtype, values, n);
-  AddTensor(name, dtype, shape, bytes.data(), static_cast<int64_t>(bytes.size()));
+  auto nbytes = RowBytes(dtype, n);
+  if (!nbytes) {
+    throw std::invalid_argument("GGUF tensor " + name + ": " + std::to_string(n) +
+                                " values are not a whole number of " +
+                                std::string(DTypeName(dtype)) + " blocks");
+  }
+  std::string bytes(*nbytes, '\0');
+  EncodeValuesInto(dtype, values, n, reinterpret_cast<uint8_t*>(bytes.data()));
+  AddTensor(name, dtype, shape, std::move(bytes));
 }
 
 std::string GgufWriter::Serialize() const {
+  std::string out = Header();
+  for (const Tensor& t : tensors_) {
+    out += t.bytes;
+    out.append(Padding(t.bytes.size()), '\0');
+  }
+  return out;
+}
+
+std::string GgufWriter::Header() const {
   if (alignment_ == 0 || (alignment_ & (alignment_ - 1)) != 0) {
     throw std::invalid_argument("GGUF alignment must be a power of two");
   }
@@ -196,7 +223,6 @@ std::string GgufWriter::Serialize() const {
     PutString(out, k);
     out += v;
   }
-  auto pad = [&](uint64_t n) { return (alignment_ - n % alignment_) % alignment_; };
   uint64_t offset = 0;
   for (const Tensor& t : tensors_) {
     PutString(out, t.name);
@@ -204,21 +230,22 @@ std::string GgufWriter::Serialize() const {
     for (auto it = t.shape.rbegin(); it != t.shape.rend(); ++it) Put<uint64_t>(out, *it);
     Put<uint32_t>(out, GgmlTypeOf(t.dtype));
     Put<uint64_t>(out, offset);
-    offset += t.bytes.size() + pad(t.bytes.size());
+    offset += t.bytes.size() + Padding(t.bytes.size());
   }
-  out.append(pad(out.size()), '\0');
-  for (const Tensor& t : tensors_) {
-    out += t.bytes;
-    out.append(pad(t.bytes.size()), '\0');
-  }
+  out.append(Padding(out.size()), '\0');
   return out;
 }
 
 void GgufWriter::Write(const std::string& path) const {
-  std::string bytes = Serialize();
+  const std::string header = Header();
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   if (!out) throw std::runtime_error("cannot write " + path);
-  out.write(bytes.data(), bytes.size());
+  out.write(header.data(), header.size());
+  const std::string zeros(alignment_, '\0');
+  for (const Tensor& t : tensors_) {
+    out.write(t.bytes.data(), t.bytes.size());
+    out.write(zeros.data(), Padding(t.bytes.size()));
+  }
   if (!out.flush()) throw std::runtime_error("error writing " + path);
 }
 

@@ -37,6 +37,9 @@ class GgufWriter {
   void AddTensor(const std::string& name, DType dtype,
                  const std::vector<int64_t>& shape, const void* data,
                  int64_t nbytes);
+  // The same, taking the bytes over without a copy.
+  void AddTensor(const std::string& name, DType dtype,
+                 const std::vector<int64_t>& shape, std::string bytes);
   // Adds fp32 values encoded (quantized) as `dtype`.
   void AddTensorFromF32(const std::string& name, DType dtype,
                         const std::vector<int64_t>& shape, const float* values);
@@ -46,12 +49,19 @@ class GgufWriter {
   void set_alignment(uint32_t alignment) { alignment_ = alignment; }
 
   // The whole file as bytes, or written to `path` (throws std::runtime_error
-  // on I/O errors).
+  // on I/O errors). Write streams the tensors: no copy of the whole file is
+  // made in memory.
   std::string Serialize() const;
   void Write(const std::string& path) const;
 
  private:
   void SetEncoded(const std::string& key, GgufType type, std::string bytes);
+  // Throws std::invalid_argument when `nbytes` disagrees with dtype and shape.
+  static void CheckTensor(const std::string& name, DType dtype,
+                          const std::vector<int64_t>& shape, int64_t nbytes);
+  // Metadata and tensor infos, padded to the alignment: what precedes the data.
+  std::string Header() const;
+  uint64_t Padding(uint64_t n) const { return (alignment_ - n % alignment_) % alignment_; }
 
   struct Tensor {
     std::string name;

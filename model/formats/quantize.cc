@@ -566,7 +566,15 @@ std::vector<uint8_t> EncodeValues(DType dtype, const float* src, int64_t n) {
                                 std::string(DTypeName(dtype)) + " blocks");
   }
   std::vector<uint8_t> out(*bytes);
-  uint8_t* o = out.data();
+  EncodeValuesInto(dtype, src, n, out.data());
+  return out;
+}
+
+void EncodeValuesInto(DType dtype, const float* src, int64_t n, uint8_t* o) {
+  if (!RowBytes(dtype, n)) {
+    throw std::invalid_argument(std::to_string(n) + " values are not a whole number of " +
+                                std::string(DTypeName(dtype)) + " blocks");
+  }
   switch (dtype) {
     case DType::kF32:
       std::memcpy(o, src, n * 4);
@@ -608,7 +616,6 @@ std::vector<uint8_t> EncodeValues(DType dtype, const float* src, int64_t n) {
       for (int64_t b = 0; b < n / 256; ++b) EncodeQ6_K(src + 256 * b, o + 210 * b);
       break;
   }
-  return out;
 }
 
 }  // namespace specline

@@ -18,5 +18,8 @@ namespace specline {
 // because rows are a whole number of blocks. Throws std::invalid_argument
 // when n is not.
 std::vector<uint8_t> EncodeValues(DType dtype, const float* src, int64_t n);
+// The same into `out`, which holds RowBytes(dtype, n) bytes. Encoding a
+// matrix in runs of whole rows (e.g. on several threads) gives the same bytes.
+void EncodeValuesInto(DType dtype, const float* src, int64_t n, uint8_t* out);
 
 }  // namespace specline
