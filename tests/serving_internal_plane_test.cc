@@ -90,8 +90,9 @@ bool WriteAndExpectClose(int port, const std::string& bytes) {
 
 // A data-plane connection to 127.0.0.1:port that completed the handshake
 // with the deployment's secret, as a stage upstream holds one: whatever it
-// sends next is read as frames. -1 if the handshake failed.
-int AuthenticatedDataConnection(int port, const std::string& secret) {
+// sends next is read as frames. -1 if the handshake failed. `frame_limit`:
+// the largest frame the receiver said it takes.
+int AuthenticatedDataConnection(int port, const std::string& secret, size_t* frame_limit = nullptr) {
   const int fd = ConnectLoopback(port);
   if (fd < 0) return -1;
   transport::TransportOptions o;
@@ -103,6 +104,7 @@ int AuthenticatedDataConnection(int port, const std::string& secret) {
     close(fd);
     return -1;
   }
+  if (frame_limit) *frame_limit = *limit;
   return fd;
 }
 
@@ -274,10 +276,11 @@ TEST_F(InternalPlane, OversizedFrameHeadersAndGarbageCostTheStageNoMemory) {
 }
 
 // The same past the handshake, where the stage reads frames: a peer with the
-// secret (a compromised or buggy upstream stage) announces a 1 GiB frame, the
-// stage's own limit, and sends 64 KiB of it: the stage grows with the bytes
-// that arrived, not with the header's claim. A frame one byte above the
-// limit, and one with another magic word, close the connection at once.
+// secret (a compromised or buggy upstream stage) announces a frame as large
+// as the stage takes (its limit, from the handshake: 37 MiB here) and
+// sends 64 KiB of it: the stage grows with the bytes that arrived, not with
+// the header's claim. A frame one byte above the limit, and one with another
+// magic word, close the connection at once.
 TEST_F(InternalPlane, OversizedFramesAfterTheHandshakeCostTheStageNoMemory) {
   const nlohmann::json p = stack_->Reload();
   const pid_t stage = p["stages"][1]["pid"].get<pid_t>();
@@ -286,10 +289,15 @@ TEST_F(InternalPlane, OversizedFramesAfterTheHandshakeCostTheStageNoMemory) {
   const long before = RssKb(stage);
   ASSERT_GT(before, 0);
 
-  const int held = AuthenticatedDataConnection(port, secret);
+  size_t limit = 0;
+  const int held = AuthenticatedDataConnection(port, secret, &limit);
   ASSERT_GE(held, 0);
+  // Touching what the header claims would then grow the RSS past the
+  // 16 MiB bound below.
+  ASSERT_GE(limit, size_t{32} << 20) << "a limit this small would not test the claim";
+  ASSERT_LE(limit, transport::kMaxFrameBytes);
   std::mt19937 rng(5);
-  std::string partial = FrameHeader(static_cast<uint32_t>(transport::kMaxFrameBytes));
+  std::string partial = FrameHeader(static_cast<uint32_t>(limit));
   partial.resize(partial.size() + (64 << 10));
   for (size_t i = transport::kFrameHeaderBytes; i < partial.size(); ++i) {
     partial[i] = static_cast<char>(rng());
@@ -309,11 +317,11 @@ TEST_F(InternalPlane, OversizedFramesAfterTheHandshakeCostTheStageNoMemory) {
                         << ")";
   const long during = RssKb(stage);
   EXPECT_LT(during - before, 16 * 1024)
-      << "1 GiB announced, 64 KiB sent: the stage's RSS grew from " << before << " to " << during
-      << " kB";
+      << limit << " bytes announced, 64 KiB sent: the stage's RSS grew from " << before << " to "
+      << during << " kB";
 
   EXPECT_TRUE(WriteOnAndExpectClose(AuthenticatedDataConnection(port, secret),
-                                    FrameHeader(static_cast<uint32_t>(transport::kMaxFrameBytes + 1))))
+                                    FrameHeader(static_cast<uint32_t>(limit + 1))))
       << "a frame above the limit must close the connection";
   EXPECT_TRUE(WriteOnAndExpectClose(AuthenticatedDataConnection(port, secret),
                                     FrameHeader(16, 0x12345678) + std::string(16, 'x')))
