@@ -64,9 +64,10 @@ struct Reference {
 
 // Plain autoregressive decoding in one process: what every request must equal.
 inline Reference Generate1(const ModelSource& model, const scheduler::RequestOptions& spec) {
-  static std::mutex mu;  // one reference pipeline per process, used serially
-  std::lock_guard<std::mutex> lock(mu);
-  static LocalPipeline local(model, {0, model.config().n_layers}, SliceOptions{16, 4096}, 1);
+  // A pipeline of its own each call: one kept across calls would hold the
+  // first model it saw, which a test that builds a second InprocPipeline
+  // has freed (a use-after-free that crashed scheduler_ptp_test).
+  LocalPipeline local(model, {0, model.config().n_layers}, SliceOptions{16, 4096}, 1);
   GenerationOptions o;
   o.sampling = spec.sampling;
   o.max_tokens = spec.max_tokens;
