@@ -25,14 +25,16 @@ SAN_JOBS=${SPECLINE_SANITIZER_JOBS:-$JOBS}
 
 # ctest over DIR with the rest of the arguments as the selection; fails when
 # the selection is empty, a test fails, or one skipped outside the allowlist.
+# (The functions here run as phases, where `set -e` does not apply: every
+# step that can fail says so with `|| return`.)
 run_ctest() {
   local dir=$1
   shift
   local abs
-  abs=$(cd "$dir" && pwd)
+  abs=$(cd "$dir" && pwd) || return
   ctest --test-dir "$dir" --output-on-failure --no-tests=error -j"$JOBS" \
-    --output-junit "$abs/ctest-junit.xml" "$@"
-  ctest --test-dir "$dir" --show-only=json-v1 "$@" > "$abs/ctest-tests.json"
+    --output-junit "$abs/ctest-junit.xml" "$@" || return
+  ctest --test-dir "$dir" --show-only=json-v1 "$@" > "$abs/ctest-tests.json" || return
   if [ "${SPECLINE_ALLOW_SKIPS:-0}" = 1 ]; then
     python3 scripts/lib/check_ctest_run.py "$abs/ctest-junit.xml" "$abs/ctest-tests.json" \
       tests/skip_allowlist.txt || echo "test.sh: skips allowed (SPECLINE_ALLOW_SKIPS=1)"
@@ -51,11 +53,11 @@ sanitizer_build() {
   cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" \
     -DSPECLINE_SANITIZE="$sanitizers" -DSPECLINE_TEST_SUITES="$label" \
-    -DSPECLINE_BUILD_BENCH=OFF -DSPECLINE_ENABLE_CUDA=OFF -DSPECLINE_WERROR="${SPECLINE_WERROR:-OFF}" >/dev/null
+    -DSPECLINE_BUILD_BENCH=OFF -DSPECLINE_ENABLE_CUDA=OFF -DSPECLINE_WERROR="${SPECLINE_WERROR:-OFF}" >/dev/null || return
   nice -n 19 cmake --build "$dir" -j"$SAN_JOBS" --target specline_suites "$@"
 }
 sanitizer_builds() {
-  sanitizer_build "$ASAN_DIR" address,undefined asan specline specline-stage specline-scheduler specline-gateway
+  sanitizer_build "$ASAN_DIR" address,undefined asan specline specline-stage specline-scheduler specline-gateway || return
   sanitizer_build "$TSAN_DIR" thread tsan
 }
 
@@ -80,8 +82,8 @@ phase release-tests run_ctest "$BUILD_DIR" -LE '^asan$'
 # numpy): fails on a mismatch or a missing sample.
 python_checks() {
   local py
-  py=$(bash training/setup.sh | tail -1)
-  SPECLINE_BIN="$BUILD_DIR/specline" "$py" scripts/lib/unittest_strict.py training/tests
+  py=$(bash training/setup.sh | tail -1) || return
+  SPECLINE_BIN="$BUILD_DIR/specline" "$py" scripts/lib/unittest_strict.py training/tests || return
   "$py" scripts/reference/check_writers.py "$WRITER_SAMPLES"
 }
 phase python python_checks
