@@ -28,6 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import chart_checks  # noqa: E402
 import helm_chart  # noqa: E402,F401  (fails at once, with the fix, without helm-python-sdk)
 import k8s_schema  # noqa: E402
+import unittest_exit  # noqa: E402
 import manifests  # noqa: E402
 from manifests import Source, admits  # noqa: E402
 
@@ -447,15 +448,7 @@ def main(argv):
         print(__doc__)
         return 2
     BIN_DIR = argv[1]
-    prog = unittest.main(module=__name__, argv=[argv[0]] + argv[2:], exit=False, verbosity=2)
-    r = prog.result
-    if r.failures or r.errors or r.unexpectedSuccesses:
-        return 1
-    if r.skipped:
-        for test, reason in r.skipped:
-            print(f"SKIPPED: {test}: {reason}")
-        return 77
-    return 0
+    return unittest_exit.run(__name__, [argv[0]] + argv[2:])
 
 
 if __name__ == "__main__":

@@ -112,17 +112,21 @@ def _merge_maps(a, b):
     return out
 
 
+def _read_text(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError as e:
+        raise ChartError(f"failed to read {path}: {e}") from None
+
+
 def user_values(values_files=(), sets=()):
     """The user-supplied values: each values file merged in order, then the
     --set expressions (parsed together by Helm's strvals, so later ones
     build on earlier ones as Helm's repeated --set do)."""
     base = {}
     for path in values_files:
-        try:
-            with open(path) as f:
-                text = f.read()
-        except OSError as e:
-            raise ChartError(f"failed to read {path}: {e}") from None
+        text = _read_text(path)
         try:
             base = _merge_maps(base, helm.values_from_yaml(text))
         except helm.HelmError as e:
@@ -273,11 +277,7 @@ def _cluster(objects):
 def load_objects(path):
     """Objects for lookup from a YAML or JSON file: a list, a List with
     items, or one object."""
-    try:
-        with open(path) as f:
-            text = f.read()
-    except OSError as e:
-        raise ChartError(f"failed to read {path}: {e}") from None
+    text = _read_text(path)
     try:
         data = json.loads(text)
     except ValueError:

@@ -27,6 +27,7 @@ import urllib.request
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import helm_chart  # noqa: E402
 import k8s_schema  # noqa: E402
+import unittest_exit  # noqa: E402
 from helm_chart import ChartError  # noqa: E402
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -409,17 +410,5 @@ class LintTest(TestCase):
         self.assertTrue(any(m[0] == "ERROR" and "/stage/device" in m[2] for m in messages), messages)
 
 
-def main(argv):
-    prog = unittest.main(module=__name__, argv=argv, exit=False, verbosity=2)
-    r = prog.result
-    if r.failures or r.errors or r.unexpectedSuccesses or not r.testsRun:
-        return 1
-    if r.skipped:
-        for test, reason in r.skipped:
-            print(f"SKIPPED: {test}: {reason}")
-        return 77
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(unittest_exit.run(__name__, sys.argv))

@@ -27,6 +27,7 @@ phase_bg() {
   local name=$1
   shift
   echo "==== phase $name (background at $(((SECONDS - PHASE_T0) / 60))m; log $PHASE_DIR/$name.log)"
+  echo $((SECONDS - PHASE_T0)) > "$PHASE_DIR/$name.start"
   ( trap - EXIT; phase "$name" "$@" ) > "$PHASE_DIR/$name.log" 2>&1 &
   echo $! > "$PHASE_DIR/$name.pid"
 }
@@ -41,8 +42,25 @@ phase_wait() {
   return $rc
 }
 
+# Ends a background phase that is still running, with everything it started
+# (a failed foreground phase must not leave a sanitizer build running on).
+_phase_kill_tree() {
+  local child
+  for child in $(ps -o pid= --ppid "$1" 2>/dev/null); do
+    _phase_kill_tree "$child"
+  done
+  kill "$1" 2>/dev/null || true
+}
+
 phase_table() {
-  local now=$((SECONDS - PHASE_T0))
+  local now=$((SECONDS - PHASE_T0)) pidfile
+  for pidfile in "$PHASE_DIR"/*.pid; do
+    [ -f "$pidfile" ] || continue
+    if kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+      _phase_kill_tree "$(cat "$pidfile")"
+      _phase_record "$(basename "$pidfile" .pid)" "$(cat "${pidfile%.pid}.start")" "$now" "stopped (the run failed)"
+    fi
+  done
   [ -n "$PHASE_CURRENT" ] && _phase_record "${PHASE_CURRENT%%|*}" "${PHASE_CURRENT#*|}" "$now" "interrupted"
   echo
   echo "==== phase times (wall; phases marked & overlapped the ones beside them)"
