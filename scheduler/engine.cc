@@ -213,6 +213,8 @@ EngineStats Engine::Stats() const {
   s.stage_up = health_->stage_up_locked();
   s.steps = steps_;
   s.pipeline_up = up_;
+  s.pipeline_failures = pipeline_failures_;
+  s.kv_refusals = kv_refusals_;
   return s;
 }
 
@@ -268,9 +270,10 @@ void Engine::RetireLocked(Sequence& seq) {
   RecordSpecFinishLocked(seq);
   if (was_running) {
     budget_.Return(seq.kv_reserved);
+    // Released on the stages before any eviction its references allow.
+    if (seq.sent_any || seq.prefix.attached) LogReleaseLocked(seq.id);
     ReleasePrefixLocked(seq);
     std::erase_if(running_, [&](const auto& s) { return s.get() == &seq; });
-    if (seq.sent_any || seq.prefix.attached) releases_.push_back(seq.id);
   } else {
     std::erase_if(waiting_, [&](const auto& s) { return s.get() == &seq; });
   }
@@ -348,9 +351,9 @@ void Engine::PipelineDownLocked(const std::string& message, int stage) {
                 running_.size(), waiting_.size());
   metrics_->pipeline_up->Set(0);
   metrics_->pipeline_failures->Increment();
+  ++pipeline_failures_;
   inflight_.clear();
   FailAllLocked(absl::UnavailableError("pipeline failure: " + message), /*restart=*/true);
-  releases_.clear();
   budget_.ResetAll();
   ClearPrefixCacheLocked(budget_.block_size());
   UpdateGaugesLocked();
@@ -384,7 +387,7 @@ bool Engine::PipelineUp(const PipelineLayout& layout,
         FinishLocked(*seq, FinishReason::kError, st);
       }
     }
-    releases_.clear();
+    kv_log_.clear();
     inflight_.clear();
     up_ = true;
     metrics_->pipeline_up->Set(1);

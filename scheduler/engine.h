@@ -86,6 +86,8 @@ struct EngineStats {
   std::vector<bool> stage_up;
   uint64_t steps = 0;  // micro-batches that came back
   bool pipeline_up = false;
+  uint64_t pipeline_failures = 0;  // times the pipeline went down
+  uint64_t kv_refusals = 0;        // requests failed alone by a stage's refusal
 };
 
 class Engine : private PolicyHost, private HealthHost {
@@ -184,8 +186,14 @@ class Engine : private PolicyHost, private HealthHost {
   bool ReserveKvLocked(Sequence& s);
   void PublishFinalBlocksLocked(Sequence& s, int32_t computed_end);
   void ReleasePrefixLocked(Sequence& s);
-  bool PrefixOpsPendingLocked() const;
-  void WritePrefixOpsLocked(internal::MicroBatch& batch);
+  // The KV log (MicroBatch.kv_ops): every decision on the stages' KV, in
+  // the order taken, for the next batch. Evicting returns the blocks to the
+  // budget.
+  void LogReleaseLocked(uint64_t seq_id);
+  void EvictLocked(const std::vector<PrefixCache::Evicted>& evicted);
+  void WriteKvLogLocked(internal::MicroBatch& batch);
+  // A stage refused the sequence (MicroBatch.seq_faults): fail it alone.
+  void RefuseSequenceLocked(uint64_t seq_id, int stage, const std::string& why);
   // The stages were (or will be) reset: they forget every key, so do we.
   void ClearPrefixCacheLocked(int block_size);
   void UpdateGaugesLocked();
@@ -223,14 +231,12 @@ class Engine : private PolicyHost, private HealthHost {
   std::vector<std::shared_ptr<Sequence>> running_;  // admission order
   std::unordered_map<uint64_t, std::shared_ptr<RequestStream>> streams_;
   std::map<uint64_t, InFlight> inflight_;  // by batch id
-  std::vector<uint64_t> releases_;         // to send on the next batch
-  // The scheduler's view of the stages' prefix cache and the lists for the
-  // next batch (MicroBatch.kv_publish / kv_attach / kv_evict).
+  // The scheduler's view of the stages' prefix cache, and the KV log for
+  // the next batch (releases, publications, attachments, evictions).
   PrefixCache prefix_;
-  std::vector<internal::KvPublish> kv_publish_;
-  std::vector<internal::KvAttach> kv_attach_;
-  std::vector<PrefixCache::Evicted> kv_evict_;
+  std::vector<internal::KvOp> kv_log_;
   uint64_t prefix_queries_ = 0, prefix_hits_ = 0;
+  uint64_t pipeline_failures_ = 0, kv_refusals_ = 0;
 
   std::mutex send_mu_;  // the sender is used by the driver and replaced on bring-up
   std::unique_ptr<transport::ActivationSender> sender_;

@@ -16,7 +16,7 @@ double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).coun
 bool Engine::HasWorkLocked() {
   if (!up_ || static_cast<int>(inflight_.size()) >= options_.max_inflight) return false;
   AdmitLocked();
-  if (!releases_.empty() || PrefixOpsPendingLocked()) return true;
+  if (!kv_log_.empty()) return true;
   return std::any_of(running_.begin(), running_.end(), [](const auto& s) {
     return s->pending() > 0 || s->policy->WantsDraftLocked(*s);
   });
@@ -68,7 +68,7 @@ void Engine::DriverLoop() {
 bool Engine::BuildBatchLocked(internal::MicroBatch& batch, uint64_t& generation) {
   if (!up_ || static_cast<int>(inflight_.size()) >= options_.max_inflight) return false;
   std::vector<SlotRun> runs = PlanBatch(running_, options_.batch);
-  if (runs.empty() && releases_.empty() && !PrefixOpsPendingLocked()) return false;
+  if (runs.empty() && kv_log_.empty()) return false;
   const auto now = Clock::now();
   batch.set_batch_id(next_batch_id_++);
   BatchRows rows;
@@ -94,9 +94,7 @@ bool Engine::BuildBatchLocked(internal::MicroBatch& batch, uint64_t& generation)
   }
   rows.WriteTo(batch);
   for (int layer : tap_layers) batch.add_tap_layers(layer);
-  for (uint64_t id : releases_) batch.add_release(id);
-  releases_.clear();
-  WritePrefixOpsLocked(batch);
+  WriteKvLogLocked(batch);
   generation = generation_;
   InFlight& f = inflight_[batch.batch_id()];
   f.generation = generation;
@@ -177,9 +175,7 @@ void Engine::HandleResult(internal::MicroBatch batch) {
       // From before a failure: a stage that was stuck finished it after the
       // Reset, so stages from there on hold KV of sequences that no longer
       // exist. Their ids are never reused; release them.
-      for (uint64_t id : batch.seq_ids()) {
-        if (releases_.empty() || releases_.back() != id) releases_.push_back(id);
-      }
+      for (uint64_t id : batch.seq_ids()) LogReleaseLocked(id);
       if (up_ && batch.seq_ids_size() > 0) cv_.notify_all();
       return;
     }
@@ -206,6 +202,10 @@ void Engine::HandleResult(internal::MicroBatch batch) {
                                       " serves a different model?)"),
                          n_stages() - 1);
       return;
+    }
+    // Sequences a stage refused end here, alone; their slots are gone.
+    for (const internal::SequenceFault& f : batch.seq_faults()) {
+      RefuseSequenceLocked(f.seq_id(), f.stage(), f.error());
     }
     StoreTapsLocked(batch);
     // The blocks this batch completed are on every stage now.

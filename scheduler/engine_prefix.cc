@@ -8,7 +8,9 @@
 // lies in blocks of its own.
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
 #include "scheduler/engine.h"
+#include "spdlog/spdlog.h"
 
 namespace specline::scheduler {
 
@@ -36,14 +38,10 @@ bool Engine::ReserveKvLocked(Sequence& s) {
   const int64_t need = s.kv_blocks - matched;
   const int64_t missing = need - budget_.free_blocks();
   if (missing > prefix_.evictable_blocks()) {
-    prefix_.Unref(shared);
+    EvictLocked(prefix_.Unref(shared));  // nothing: the keys matched, so none is forgotten
     return false;
   }
-  if (missing > 0) {
-    const std::vector<PrefixCache::Evicted> evicted = prefix_.EvictLru(missing);
-    budget_.Return(static_cast<int64_t>(evicted.size()));
-    kv_evict_.insert(kv_evict_.end(), evicted.begin(), evicted.end());
-  }
+  if (missing > 0) EvictLocked(prefix_.EvictLru(missing));
   budget_.TryReserve(need);  // fits: checked above
   s.kv_reserved = need;
   p.held = matched;
@@ -54,7 +52,7 @@ bool Engine::ReserveKvLocked(Sequence& s) {
     metrics_->prefix_cache_hits->Increment(static_cast<double>(matched) * bs);
   }
   if (matched > 0) {
-    internal::KvAttach& a = kv_attach_.emplace_back();
+    internal::KvAttach& a = *kv_log_.emplace_back().mutable_attach();
     a.set_seq_id(s.id);
     a.set_weight_set(p.weight_set);
     a.mutable_keys()->Add(shared.begin(), shared.end());
@@ -100,7 +98,7 @@ void Engine::PublishFinalBlocksLocked(Sequence& s, int32_t computed_end) {
     ++p.held;
   }
   if (p.held == first) return;
-  internal::KvPublish& m = kv_publish_.emplace_back();
+  internal::KvPublish& m = *kv_log_.emplace_back().mutable_publish();
   m.set_seq_id(s.id);
   m.set_weight_set(p.weight_set);
   m.set_first_block(first);
@@ -108,39 +106,63 @@ void Engine::PublishFinalBlocksLocked(Sequence& s, int32_t computed_end) {
 }
 
 void Engine::ReleasePrefixLocked(Sequence& s) {
-  prefix_.Unref(std::span(s.prefix.keys).first(s.prefix.held));
+  EvictLocked(prefix_.Unref(std::span(s.prefix.keys).first(s.prefix.held)));
   s.prefix.held = 0;
 }
 
-bool Engine::PrefixOpsPendingLocked() const {
-  return !kv_publish_.empty() || !kv_attach_.empty() || !kv_evict_.empty();
+void Engine::LogReleaseLocked(uint64_t seq_id) {
+  if (!kv_log_.empty() && kv_log_.back().op_case() == internal::KvOp::kRelease &&
+      kv_log_.back().release() == seq_id) {
+    return;
+  }
+  kv_log_.emplace_back().set_release(seq_id);
 }
 
-void Engine::WritePrefixOpsLocked(internal::MicroBatch& batch) {
-  for (internal::KvPublish& m : kv_publish_) *batch.add_kv_publish() = std::move(m);
-  for (internal::KvAttach& m : kv_attach_) *batch.add_kv_attach() = std::move(m);
-  // One list per weight set, in eviction order.
-  for (const PrefixCache::Evicted& e : kv_evict_) {
-    internal::KvEvict* list = nullptr;
-    for (internal::KvEvict& l : *batch.mutable_kv_evict()) {
-      if (l.weight_set() == e.weight_set) list = &l;
+void Engine::EvictLocked(const std::vector<PrefixCache::Evicted>& evicted) {
+  budget_.Return(static_cast<int64_t>(evicted.size()));
+  for (const PrefixCache::Evicted& e : evicted) {
+    // Consecutive evictions of one weight set share a log entry.
+    internal::KvOp* last = kv_log_.empty() ? nullptr : &kv_log_.back();
+    if (!last || last->op_case() != internal::KvOp::kEvict ||
+        last->evict().weight_set() != e.weight_set) {
+      last = &kv_log_.emplace_back();
+      last->mutable_evict()->set_weight_set(e.weight_set);
     }
-    if (!list) {
-      list = batch.add_kv_evict();
-      list->set_weight_set(e.weight_set);
-    }
-    list->add_keys(e.key);
+    last->mutable_evict()->add_keys(e.key);
   }
-  kv_publish_.clear();
-  kv_attach_.clear();
-  kv_evict_.clear();
+}
+
+// A stage refused a sequence: its cache and our view disagree on that
+// sequence's blocks. Fail it alone, and take every key of its chain out of
+// use on every stage (evicted now, or when their other holders let go), so
+// no later request attaches to a block some stage lacks.
+void Engine::RefuseSequenceLocked(uint64_t seq_id, int stage, const std::string& why) {
+  auto it = std::find_if(running_.begin(), running_.end(),
+                         [&](const auto& s) { return s->id == seq_id; });
+  if (it == running_.end()) return;  // ended meanwhile, or told by an earlier stage
+  const std::shared_ptr<Sequence> s = *it;
+  const std::vector<uint64_t> keys = s->prefix.keys;
+  s->prefix.publishing = false;
+  metrics_->kv_refusals->Increment();
+  ++kv_refusals_;
+  spdlog::error("request {} (seq {}): {} refused it: {}", s->request_id, s->id, StageName(stage),
+                why);
+  FinishLocked(*s, FinishReason::kError,
+               absl::InternalError(absl::StrCat(StageName(stage), " could not apply the KV cache "
+                                                "decision for this request (", why,
+                                                "); other requests are unaffected")),
+               StreamEvent{});
+  EvictLocked(prefix_.Forget(keys));
+}
+
+void Engine::WriteKvLogLocked(internal::MicroBatch& batch) {
+  for (internal::KvOp& op : kv_log_) *batch.add_kv_ops() = std::move(op);
+  kv_log_.clear();
 }
 
 void Engine::ClearPrefixCacheLocked(int block_size) {
   prefix_ = PrefixCache(block_size);
-  kv_publish_.clear();
-  kv_attach_.clear();
-  kv_evict_.clear();
+  kv_log_.clear();
   // Waiting sequences (restarts) make their keys again when admitted, in
   // the new pipeline's block size.
   for (const std::shared_ptr<Sequence>& s : waiting_) s->prefix = Sequence::Prefix{};

@@ -90,6 +90,11 @@ SchedulerMetrics::SchedulerMetrics(std::shared_ptr<prometheus::Registry> reg)
                            .Help("Times the pipeline went down (stage unreachable, batch error or timeout)")
                            .Register(r)
                            .Add({});
+  kv_refusals = &BuildCounter()
+                     .Name("specline_kv_refusals_total")
+                     .Help("Requests failed alone because a stage could not apply their KV cache decision")
+                     .Register(r)
+                     .Add({});
   restarted_requests = &BuildCounter()
                             .Name("specline_restarted_requests_total")
                             .Help("Requests without a token yet that a pipeline failure held to run again after recovery")

@@ -35,6 +35,9 @@ struct SchedulerMetrics {
   prometheus::Gauge* prefix_cache_usage;
   prometheus::Gauge* pipeline_up;
   prometheus::Counter* pipeline_failures;
+  // Requests failed alone because a stage refused their KV log entry (its
+  // cache and the scheduler's view disagreed); should stay 0.
+  prometheus::Counter* kv_refusals;
   // Requests a pipeline failure caught before their first token, queued to
   // run again once the pipeline is back (EngineOptions::retry_window).
   prometheus::Counter* restarted_requests;

@@ -30,7 +30,7 @@ int PrefixCache::Match(std::span<const uint64_t> keys, std::span<const int32_t> 
   const int n = std::min<int>(static_cast<int>(keys.size()), max_blocks);
   for (int i = 0; i < n; ++i) {
     auto it = entries_.find(keys[i]);
-    if (it == entries_.end() || it->second.parent != Parent(keys, i, salt) ||
+    if (it == entries_.end() || it->second.forgotten || it->second.parent != Parent(keys, i, salt) ||
         !std::ranges::equal(it->second.tokens, BlockTokens(tokens, i))) {
       return i;
     }
@@ -45,12 +45,38 @@ void PrefixCache::Ref(std::span<const uint64_t> keys) {
   }
 }
 
-void PrefixCache::Unref(std::span<const uint64_t> keys) {
+std::vector<PrefixCache::Evicted> PrefixCache::Unref(std::span<const uint64_t> keys) {
+  std::vector<Evicted> evicted;
   for (auto key = keys.rbegin(); key != keys.rend(); ++key) {
     auto it = entries_.find(*key);
     if (it == entries_.end()) continue;  // cleared by a reset meanwhile
-    if (--it->second.refs == 0) it->second.lru = lru_.insert(lru_.end(), *key);
+    Entry& e = it->second;
+    if (--e.refs > 0) continue;
+    if (e.forgotten) {
+      evicted.push_back({it->first, e.weight_set});
+      entries_.erase(it);
+    } else {
+      e.lru = lru_.insert(lru_.end(), *key);
+    }
   }
+  return evicted;
+}
+
+std::vector<PrefixCache::Evicted> PrefixCache::Forget(std::span<const uint64_t> keys) {
+  std::vector<Evicted> evicted;
+  for (uint64_t key : keys) {
+    auto it = entries_.find(key);
+    if (it == entries_.end() || it->second.forgotten) continue;
+    Entry& e = it->second;
+    if (e.refs > 0) {
+      e.forgotten = true;
+      continue;
+    }
+    lru_.erase(e.lru);
+    evicted.push_back({key, e.weight_set});
+    entries_.erase(it);
+  }
+  return evicted;
 }
 
 void PrefixCache::Insert(std::span<const uint64_t> keys, int index,

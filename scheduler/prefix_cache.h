@@ -43,21 +43,26 @@ class PrefixCache {
             int max_blocks) const;
   bool Contains(uint64_t key) const { return entries_.count(key) != 0; }
 
+  struct Evicted {
+    uint64_t key = 0;
+    uint32_t weight_set = 0;
+  };
   // A sequence starts to hold / stops holding these cached blocks. Unref
-  // goes backwards, so a chain's deepest block is the first evicted.
+  // goes backwards, so a chain's deepest block is the first evicted; it
+  // returns the forgotten entries (Forget) whose last holder this was.
   void Ref(std::span<const uint64_t> keys);
-  void Unref(std::span<const uint64_t> keys);
+  std::vector<Evicted> Unref(std::span<const uint64_t> keys);
   // Records block `index` of `tokens` as cached under keys[index] in the
   // cache of `weight_set`, held by the sequence that computed it (one
   // reference).
   void Insert(std::span<const uint64_t> keys, int index, std::span<const int32_t> tokens,
               uint64_t salt, uint32_t weight_set);
   // Forgets up to `blocks` unreferenced entries, least recently used first.
-  struct Evicted {
-    uint64_t key = 0;
-    uint32_t weight_set = 0;
-  };
   std::vector<Evicted> EvictLru(int64_t blocks);
+  // Takes `keys` out of use after a stage disagreed on them: unreferenced
+  // ones are evicted now (returned), held ones match nothing any more and
+  // are evicted when their last holder lets go (returned by Unref then).
+  std::vector<Evicted> Forget(std::span<const uint64_t> keys);
   void Clear();
 
   int64_t cached_blocks() const { return static_cast<int64_t>(entries_.size()); }
@@ -69,6 +74,7 @@ class PrefixCache {
     std::vector<int32_t> tokens;
     int refs = 0;
     uint32_t weight_set = 0;
+    bool forgotten = false;  // matches nothing; evicted when refs reach 0
     std::list<uint64_t>::iterator lru;  // valid while refs == 0
   };
   uint64_t Parent(std::span<const uint64_t> keys, int index, uint64_t salt) const {

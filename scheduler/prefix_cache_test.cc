@@ -83,5 +83,29 @@ TEST(PrefixCache, EvictsUnreferencedBlocksDeepestAndOldestFirst) {
   EXPECT_EQ(c.evictable_blocks(), 0);
 }
 
+// After a stage disagreed on a sequence's keys: unreferenced ones are
+// evicted at once, held ones stop matching and are evicted by their last
+// holder's Unref; a forgotten key is not published again until then.
+TEST(PrefixCache, ForgottenKeysMatchNothingAndLeaveWithTheirLastHolder) {
+  PrefixCache c(2);
+  const uint64_t salt = 3;
+  const std::vector<int32_t> a = Tokens(6);
+  const auto ka = c.BlockKeys(a, 3, salt);
+  CacheAll(c, ka, a, salt);
+  c.Ref(std::span(ka).first(1));  // another sequence holds block 0
+  const auto now = c.Forget(ka);
+  ASSERT_EQ(now.size(), 2u);  // blocks 1 and 2: nobody held them
+  EXPECT_EQ(c.cached_blocks(), 1);
+  EXPECT_EQ(c.evictable_blocks(), 0);
+  EXPECT_EQ(c.Match(ka, a, salt, 3), 0);
+  EXPECT_TRUE(c.Contains(ka[0]));  // still there: no one may publish it again yet
+  EXPECT_TRUE(c.Forget(ka).empty());  // forgetting twice changes nothing
+  const auto later = c.Unref(std::span(ka).first(1));
+  ASSERT_EQ(later.size(), 1u);
+  EXPECT_EQ(later[0].key, ka[0]);
+  EXPECT_EQ(c.cached_blocks(), 0);
+  EXPECT_TRUE(c.Unref(std::span(ka).first(1)).empty());
+}
+
 }  // namespace
 }  // namespace specline::scheduler

@@ -14,10 +14,6 @@ double Seconds(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
 }
 
-std::span<const uint64_t> Keys(const google::protobuf::RepeatedField<uint64_t>& keys) {
-  return {keys.data(), static_cast<size_t>(keys.size())};
-}
-
 }  // namespace
 
 StageRunner::StageRunner(SliceBackend& slice, int stage, bool is_last,
@@ -36,6 +32,8 @@ void StageRunner::PublishStatsLocked() {
   s.kv_block_size = kv.shape().block_size;
   s.sequences = kv.num_sequences();
   s.stale_slots = stale_slots_;
+  s.kv_refusals = kv_refusals_;
+  s.kv_evict_mismatches = kv_evict_mismatches_;
   std::lock_guard<std::mutex> lock(stats_mu_);
   stats_ = s;
 }
@@ -117,32 +115,6 @@ absl::StatusOr<PagedKvCache*> StageRunner::CacheOf(uint32_t weight_set) {
   return &weight_sets_[weight_set - 1].slice->mutable_kv_cache();
 }
 
-absl::Status StageRunner::PublishAndAttach(const internal::MicroBatch& batch) {
-  for (const internal::KvPublish& p : batch.kv_publish()) {
-    absl::StatusOr<PagedKvCache*> kv = CacheOf(p.weight_set());
-    if (!kv.ok()) return kv.status();
-    if (absl::Status st = (*kv)->Publish(p.seq_id(), p.first_block(), Keys(p.keys())); !st.ok()) {
-      return st;
-    }
-  }
-  for (const internal::KvAttach& a : batch.kv_attach()) {
-    absl::StatusOr<PagedKvCache*> kv = CacheOf(a.weight_set());
-    if (!kv.ok()) return kv.status();
-    if (absl::Status st = (*kv)->Attach(a.seq_id(), Keys(a.keys())); !st.ok()) return st;
-    sequences_.insert(a.seq_id());
-  }
-  return absl::OkStatus();
-}
-
-absl::Status StageRunner::Evict(const internal::MicroBatch& batch) {
-  for (const internal::KvEvict& e : batch.kv_evict()) {
-    absl::StatusOr<PagedKvCache*> kv = CacheOf(e.weight_set());
-    if (!kv.ok()) return kv.status();
-    if (absl::Status st = (*kv)->Evict(Keys(e.keys())); !st.ok()) return st;
-  }
-  return absl::OkStatus();
-}
-
 StageRunner::~StageRunner() { Stop(); }
 
 bool StageRunner::ProducesTap(int layer) const {
@@ -152,16 +124,21 @@ bool StageRunner::ProducesTap(int layer) const {
 void StageRunner::DropStaleSlots(internal::MicroBatch& batch) {
   const int n = batch.seq_ids_size();
   if (batch.epochs_size() != n || batch.positions_size() != n) return;  // checked below
+  std::unordered_set<uint64_t> refused;
+  for (const internal::SequenceFault& f : batch.seq_faults()) refused.insert(f.seq_id());
   std::vector<int> keep;
   keep.reserve(n);
   for (int i = 0; i < n; ++i) {
+    if (refused.count(batch.seq_ids(i))) continue;
     uint32_t& newest = epochs_[batch.seq_ids(i)];
-    if (batch.epochs(i) < newest) continue;
+    if (batch.epochs(i) < newest) {
+      ++stale_slots_;
+      continue;
+    }
     newest = batch.epochs(i);
     keep.push_back(i);
   }
   if (static_cast<int>(keep.size()) == n) return;
-  stale_slots_ += n - keep.size();
   const size_t row = static_cast<size_t>(slice_.config().dim) * sizeof(float);
   std::vector<int> hidden_row(n, -1);
   int rows = 0;
@@ -240,23 +217,12 @@ bool StageRunner::Process(internal::MicroBatch& batch) {
     batch.set_error_stage(stage_);
     batch.add_stage_seconds(Seconds(t0));
   };
-  // The cache lists and the releases apply even on failed batches: every
-  // stage must keep the keys the scheduler believes it has, and a finished
-  // sequence's KV must come back whatever happened to the slots travelling
-  // with it.
-  absl::Status prefix = PublishAndAttach(batch);
-  for (uint64_t seq : batch.release()) {
-    slice_.Release(seq);
-    for (const WeightSet& w : weight_sets_) w.slice->Release(seq);
-    sequences_.erase(seq);
-    epochs_.erase(seq);
-  }
-  if (prefix.ok()) prefix = Evict(batch);
+  // The KV log applies even on failed batches: every stage must keep the
+  // keys the scheduler believes it has, and a finished sequence's KV must
+  // come back whatever happened to the slots travelling with it. It never
+  // fails the batch: a disagreement refuses one sequence (stage_kv_log.cc).
+  ApplyKvLogLocked(batch);
   if (!batch.error().empty()) return true;
-  if (!prefix.ok()) {
-    fail(absl::StrCat("prefix cache: ", prefix.message()));
-    return true;
-  }
   DropStaleSlots(batch);
 
   const int n = batch.seq_ids_size();
@@ -401,6 +367,7 @@ void StageRunner::Reset(const std::string& report_address) {
   }
   sequences_.clear();
   epochs_.clear();
+  refused_.clear();
   // The scheduler forgets its view of the cached prefixes when it resets
   // the stages (PipelineDownLocked), so the stages forget theirs.
   slice_.mutable_kv_cache().DropCachedBlocks();

@@ -29,6 +29,8 @@ struct StageStats {
   int sequences = 0;
   uint64_t batches = 0;
   uint64_t stale_slots = 0;  // dropped because a flush made them stale
+  uint64_t kv_refusals = 0;  // sequences refused: a KV log entry did not apply
+  uint64_t kv_evict_mismatches = 0;  // evicted keys not cached here or still held
 };
 
 class StageRunner {
@@ -99,13 +101,17 @@ class StageRunner {
  private:
   void Loop();
   bool ProducesTap(int layer) const;
-  // Removes the slots whose epoch is older than their sequence's newest.
+  // Removes the slots whose epoch is older than their sequence's newest,
+  // and those of sequences in batch.seq_faults.
   void DropStaleSlots(internal::MicroBatch& batch);
   void SendTaps(internal::MicroBatch& batch);
-  // The batch's prefix-cache lists (MicroBatch.kv_publish / kv_attach, and
-  // kv_evict after the releases); the cache of weight set `weight_set`.
-  absl::Status PublishAndAttach(const internal::MicroBatch& batch);
-  absl::Status Evict(const internal::MicroBatch& batch);
+  // Applies MicroBatch.kv_ops in order (stage_kv_log.cc). A sequence whose
+  // entry does not apply is refused: freed here, listed in seq_faults, and
+  // its slots dropped (DropStaleSlots) until the scheduler releases it.
+  void ApplyKvLogLocked(internal::MicroBatch& batch);
+  void ReleaseSequenceLocked(uint64_t seq);
+  void RefuseSequenceLocked(internal::MicroBatch& batch, uint64_t seq, const std::string& why);
+  // The cache of weight set `weight_set`.
   absl::StatusOr<PagedKvCache*> CacheOf(uint32_t weight_set);
   // Whether slot i's input is a row of batch.hidden (every slot after stage
   // 0; on stage 0 the slots of a hidden-input weight set).
@@ -140,6 +146,11 @@ class StageRunner {
   std::unordered_map<uint64_t, uint32_t> epochs_;  // newest epoch seen per sequence
   std::unique_ptr<transport::ActivationSender> report_;  // taps to the scheduler
   uint64_t stale_slots_ = 0;
+  // Sequences refused by this stage and not yet released by the scheduler,
+  // with why (repeated on later batches that still carry them).
+  std::unordered_map<uint64_t, std::string> refused_;
+  uint64_t kv_refusals_ = 0;
+  uint64_t kv_evict_mismatches_ = 0;
   std::vector<float> input_;  // aligned copy of batch.hidden
   transport::TransportOptions data_plane_;
 };

@@ -129,15 +129,13 @@ TEST(PagedKvCachePrefix, ReleasedBlocksStayCachedUntilEvicted) {
   kv.Release(1);  // its third block was private: free again
   EXPECT_EQ(kv.free_blocks(), 2);
   EXPECT_EQ(kv.evictable_blocks(), 0);  // sequence 2 still holds both
-  // Eviction of a held block is refused whole.
-  EXPECT_EQ(kv.Evict(keys).code(), absl::StatusCode::kFailedPrecondition);
   kv.Release(2);
   EXPECT_EQ(kv.evictable_blocks(), 2);
   EXPECT_EQ(kv.free_blocks(), 2);
   // A new sequence cannot take cached blocks before they are evicted.
   EXPECT_EQ(kv.Reserve(3, 0, 12).code(), absl::StatusCode::kResourceExhausted);
   const uint64_t first[] = {2};
-  ASSERT_TRUE(kv.Evict(first).ok());
+  EXPECT_EQ(kv.Evict(first), 0);
   EXPECT_EQ(kv.free_blocks(), 3);
   EXPECT_TRUE(kv.HasKey(1));
   EXPECT_FALSE(kv.HasKey(2));
@@ -164,8 +162,36 @@ TEST(PagedKvCachePrefix, DisagreementsAreRefusedAndChangeNothing) {
   EXPECT_FALSE(kv.Attach(3, unknown).ok());
   EXPECT_EQ(kv.Length(3), 0);
   EXPECT_FALSE(kv.Attach(2, one).ok());  // sequence 2 holds positions already
-  EXPECT_FALSE(kv.Evict(unknown).ok());
   EXPECT_TRUE(kv.HasKey(5));
+}
+
+// Eviction never fails (a batch must not fail on cache bookkeeping): an
+// unknown key is skipped, and a block a sequence still holds loses its key
+// at once and returns to the pool when its holders let go. Both count as
+// unexpected, for the caller to report.
+TEST(PagedKvCachePrefix, EvictionIsTotalAndHeldBlocksFreeOnRelease) {
+  PagedKvCache kv(SmallShape(4));
+  ASSERT_TRUE(kv.Reserve(1, 0, 8).ok());
+  const uint64_t keys[] = {1, 2};
+  ASSERT_TRUE(kv.Publish(1, 0, keys).ok());
+  ASSERT_TRUE(kv.Attach(2, keys).ok());
+  const uint64_t held_and_unknown[] = {2, 99};
+  EXPECT_EQ(kv.Evict(held_and_unknown), 2);
+  EXPECT_FALSE(kv.HasKey(2));
+  EXPECT_TRUE(kv.HasKey(1));
+  EXPECT_EQ(kv.free_blocks(), 2);
+  kv.Release(1);
+  EXPECT_EQ(kv.free_blocks(), 2);  // sequence 2 still holds both blocks
+  kv.Release(2);
+  EXPECT_EQ(kv.free_blocks(), 3);  // the unkeyed block is back, the keyed one cached
+  EXPECT_EQ(kv.evictable_blocks(), 1);
+  const uint64_t first[] = {1};
+  EXPECT_EQ(kv.Evict(first), 0);
+  EXPECT_EQ(kv.free_blocks(), 4);
+  EXPECT_EQ(kv.cached_blocks(), 0);
+  // The same key can be published again once evicted.
+  ASSERT_TRUE(kv.Reserve(3, 0, 4).ok());
+  EXPECT_TRUE(kv.Publish(3, 0, first).ok());
 }
 
 }  // namespace

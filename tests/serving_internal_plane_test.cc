@@ -236,7 +236,7 @@ TEST_F(InternalPlane, DataPlaneRefusesInjectedMicroBatches) {
   // A batch that would release every sequence id up to 64 on the stage.
   internal::MicroBatch batch;
   batch.set_batch_id(1);
-  for (uint64_t id = 1; id <= 64; ++id) batch.add_release(id);
+  for (uint64_t id = 1; id <= 64; ++id) batch.add_kv_ops()->set_release(id);
   for (int s = 0; s < 2; ++s) {
     const std::string data = p["stages"][s]["data"].get<std::string>();
     for (const std::string& secret : {std::string(), std::string(48, 'y')}) {

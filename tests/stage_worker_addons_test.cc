@@ -141,8 +141,8 @@ TEST(StageAddOns, MixedBatchRunsEachWeightSetOnItsOwnWeights) {
 
   // A release frees the sequence in every weight set.
   internal::MicroBatch release;
-  release.add_release(2);
-  release.add_release(1);
+  release.add_kv_ops()->set_release(2);
+  release.add_kv_ops()->set_release(1);
   ASSERT_TRUE(runner.Process(release));
   EXPECT_EQ(backbone.Length(2), 0);
   EXPECT_EQ(base.Length(1), 0);

@@ -175,7 +175,7 @@ TEST_F(StageWorkerTest, ReleaseFreesKvEvenInAnEmptyBatch) {
   for (auto& s : slices_) EXPECT_EQ(s->Length(1), 20);
 
   MicroBatch release = MakeBatch(2, {});
-  release.add_release(1);
+  release.add_kv_ops()->set_release(1);
   ProcessAll(release);
   EXPECT_EQ(release.stage_seconds_size(), 2);
   for (auto& s : slices_) {
@@ -266,7 +266,7 @@ TEST_F(StageWorkerTest, ErrorsCarryTheStageAndLeaveCachesAlone) {
 
   // Token out of the vocabulary: stage 0 refuses, the others pass it on.
   MicroBatch bad = MakeBatch(2, {{1, 4, 5}, {1, 5, 999}});
-  bad.add_release(7);  // releases still apply on every stage
+  bad.add_kv_ops()->set_release(7);  // releases still apply on every stage
   ProcessAll(bad);
   EXPECT_EQ(bad.error_stage(), 0);
   EXPECT_NE(bad.error().find("stage 0"), std::string::npos) << bad.error();
@@ -294,11 +294,12 @@ TEST_F(StageWorkerTest, ErrorsCarryTheStageAndLeaveCachesAlone) {
   ExpectMatches(good, Reference(*reference_, next, {}), {});
 }
 
-// Prefix caching's lists (docs/prefix_caching.md): every stage publishes,
-// attaches and evicts as told, before the slots run; a sequence attached
-// to a published prefix computes what the publisher computed; a list a
-// stage cannot apply fails the batch and changes nothing else.
-TEST_F(StageWorkerTest, PrefixListsApplyOnEveryStageAndDisagreementsFailTheBatch) {
+// The KV log (docs/prefix_caching.md): every stage publishes, attaches,
+// releases and evicts as told, in the log's order, before the slots run; a
+// sequence attached to a published prefix computes what the publisher
+// computed; a key evicted and published again in one batch is fine (the
+// order the scheduler decided, issue 26).
+TEST_F(StageWorkerTest, KvLogAppliesInOrderOnEveryStage) {
   Build({0, 2, 5});
   const std::vector<Slot> prompt = Prompt(1, 0, 20);
   MicroBatch first = MakeBatch(1, prompt);
@@ -309,14 +310,15 @@ TEST_F(StageWorkerTest, PrefixListsApplyOnEveryStageAndDisagreementsFailTheBatch
   std::vector<Slot> rest(prompt.begin() + 16, prompt.end());
   for (Slot& slot : rest) slot.seq = 2;
   MicroBatch second = MakeBatch(2, rest);
-  internal::KvPublish* pub = second.add_kv_publish();
+  internal::KvPublish* pub = second.add_kv_ops()->mutable_publish();
   pub->set_seq_id(1);
   pub->add_keys(11);
-  internal::KvAttach* att = second.add_kv_attach();
+  internal::KvAttach* att = second.add_kv_ops()->mutable_attach();
   att->set_seq_id(2);
   att->add_keys(11);
   ProcessAll(second);
   ASSERT_TRUE(second.error().empty()) << second.error();
+  EXPECT_EQ(second.seq_faults_size(), 0);
   const std::vector<float> a = Floats(first.hidden()), b = Floats(second.hidden());
   const size_t dim = SmallConfig().dim;
   ASSERT_EQ(b.size(), 4 * dim);
@@ -326,29 +328,34 @@ TEST_F(StageWorkerTest, PrefixListsApplyOnEveryStageAndDisagreementsFailTheBatch
     EXPECT_EQ(runners_[i]->Stats().kv_cached_tokens, 16);
   }
 
-  // Keys a stage does not have, or blocks still held: the batch fails.
-  MicroBatch unknown = MakeBatch(3, {});
-  internal::KvAttach* bad = unknown.add_kv_attach();
-  bad->set_seq_id(3);
-  bad->add_keys(999);
-  ProcessAll(unknown);
-  EXPECT_EQ(unknown.error_stage(), 0);
-  EXPECT_NE(unknown.error().find("prefix cache"), std::string::npos) << unknown.error();
-  MicroBatch held = MakeBatch(4, {});
-  internal::KvEvict* evict = held.add_kv_evict();
-  evict->add_keys(11);
-  ProcessAll(held);
-  EXPECT_NE(held.error().find("prefix cache"), std::string::npos) << held.error();
-
   // Released by both, the block stays cached until evicted.
-  MicroBatch done = MakeBatch(5, {});
-  done.add_release(1);
-  done.add_release(2);
+  MicroBatch done = MakeBatch(3, {});
+  done.add_kv_ops()->set_release(1);
+  done.add_kv_ops()->set_release(2);
   ProcessAll(done);
   ASSERT_TRUE(done.error().empty()) << done.error();
   for (auto& r : runners_) EXPECT_EQ(r->Stats().kv_cached_tokens, 16);
+
+  // Sequence 3 recomputes the same block: in one batch the scheduler
+  // evicts key 11 and then publishes sequence 3's copy under it.
+  MicroBatch again = MakeBatch(4, Prompt(3, 0, 16));
+  ProcessAll(again);
+  ASSERT_TRUE(again.error().empty()) << again.error();
+  MicroBatch republish = MakeBatch(5, {});
+  republish.add_kv_ops()->mutable_evict()->add_keys(11);
+  pub = republish.add_kv_ops()->mutable_publish();
+  pub->set_seq_id(3);
+  pub->add_keys(11);
+  republish.add_kv_ops()->set_release(3);
+  ProcessAll(republish);
+  ASSERT_TRUE(republish.error().empty()) << republish.error();
+  EXPECT_EQ(republish.seq_faults_size(), 0);
+  for (auto& r : runners_) {
+    EXPECT_EQ(r->Stats().kv_cached_tokens, 16);
+    EXPECT_EQ(r->Stats().kv_refusals, 0u);
+  }
   MicroBatch drop = MakeBatch(6, {});
-  drop.add_kv_evict()->add_keys(11);
+  drop.add_kv_ops()->mutable_evict()->add_keys(11);
   ProcessAll(drop);
   ASSERT_TRUE(drop.error().empty()) << drop.error();
   for (auto& r : runners_) {
@@ -357,10 +364,10 @@ TEST_F(StageWorkerTest, PrefixListsApplyOnEveryStageAndDisagreementsFailTheBatch
   }
 
   // A reset forgets every key.
-  MicroBatch again = MakeBatch(7, prompt);
-  ProcessAll(again);
+  MicroBatch third = MakeBatch(7, prompt);
+  ProcessAll(third);
   MicroBatch publish = MakeBatch(8, {});
-  pub = publish.add_kv_publish();
+  pub = publish.add_kv_ops()->mutable_publish();
   pub->set_seq_id(1);
   pub->add_keys(12);
   ProcessAll(publish);
@@ -370,6 +377,82 @@ TEST_F(StageWorkerTest, PrefixListsApplyOnEveryStageAndDisagreementsFailTheBatch
     EXPECT_EQ(r->Stats().kv_cached_tokens, 0);
     EXPECT_EQ(r->Stats().kv_free_tokens, r->Stats().kv_capacity_tokens);
   }
+}
+
+// An entry a stage cannot apply fails that sequence, not the batch: the
+// stage frees its KV, drops its slots from this batch and later ones until
+// it is released, and names it in seq_faults; the other sequences' slots
+// run and are right; an eviction the stage cannot match fails nothing.
+TEST_F(StageWorkerTest, KvLogDisagreementRefusesOneSequenceNotTheBatch) {
+  Build({0, 2, 5});
+  MicroBatch warm = MakeBatch(1, Prompt(1, 0, 16));
+  ProcessAll(warm);
+  ASSERT_TRUE(warm.error().empty()) << warm.error();
+
+  // Sequence 3 attaches a key no stage has, in a batch with sequence 2.
+  const std::vector<Slot> other = Prompt(2, 0, 5);
+  MicroBatch mixed = MakeBatch(2, Concat(Prompt(3, 16, 2), other));
+  internal::KvAttach* bad = mixed.add_kv_ops()->mutable_attach();
+  bad->set_seq_id(3);
+  bad->add_keys(999);
+  ProcessAll(mixed);
+  ASSERT_TRUE(mixed.error().empty()) << mixed.error();
+  ASSERT_EQ(mixed.seq_faults_size(), 1);
+  EXPECT_EQ(mixed.seq_faults(0).seq_id(), 3u);
+  EXPECT_EQ(mixed.seq_faults(0).stage(), 0);
+  EXPECT_NE(mixed.seq_faults(0).error().find("attach"), std::string::npos)
+      << mixed.seq_faults(0).error();
+  ASSERT_EQ(mixed.seq_ids_size(), 5);  // sequence 2's slots only
+  ExpectMatches(mixed, Reference(*reference_, other, {}), {});
+  for (size_t i = 0; i < slices_.size(); ++i) {
+    EXPECT_EQ(slices_[i]->Length(3), 0) << "stage " << i;
+    EXPECT_EQ(slices_[i]->Length(2), 5) << "stage " << i;
+  }
+  EXPECT_EQ(runners_[0]->Stats().kv_refusals, 1u);
+
+  // A later batch sent before the scheduler heard: sequence 3's slots are
+  // dropped again and the fault repeated; sequence 2 goes on.
+  MicroBatch later = MakeBatch(3, {{3, 18, 4}, {2, 5, 9}});
+  ProcessAll(later);
+  ASSERT_TRUE(later.error().empty()) << later.error();
+  ASSERT_EQ(later.seq_faults_size(), 1);
+  EXPECT_EQ(later.seq_ids_size(), 1);
+  for (auto& s : slices_) EXPECT_EQ(s->Length(2), 6);
+
+  // A publish of blocks the sequence does not hold is refused the same way,
+  // and an eviction of a key still held (or unknown) fails nothing.
+  MicroBatch publish = MakeBatch(4, {});
+  internal::KvPublish* pub = publish.add_kv_ops()->mutable_publish();
+  pub->set_seq_id(2);
+  pub->add_keys(21);  // sequence 2 holds 6 positions: no full block
+  pub = publish.add_kv_ops()->mutable_publish();
+  pub->set_seq_id(1);
+  pub->add_keys(22);
+  publish.add_kv_ops()->mutable_evict()->add_keys(22);  // held by sequence 1
+  publish.add_kv_ops()->mutable_evict()->add_keys(777);
+  ProcessAll(publish);
+  ASSERT_TRUE(publish.error().empty()) << publish.error();
+  ASSERT_EQ(publish.seq_faults_size(), 1);
+  EXPECT_EQ(publish.seq_faults(0).seq_id(), 2u);
+  for (auto& r : runners_) EXPECT_EQ(r->Stats().kv_cached_tokens, 0);
+
+  // The scheduler releases them: every block comes back.
+  MicroBatch done = MakeBatch(5, {});
+  for (uint64_t seq : {1, 2, 3}) done.add_kv_ops()->set_release(seq);
+  ProcessAll(done);
+  ASSERT_TRUE(done.error().empty()) << done.error();
+  EXPECT_EQ(done.seq_faults_size(), 0);
+  for (auto& r : runners_) {
+    EXPECT_EQ(r->Stats().kv_free_tokens, r->Stats().kv_capacity_tokens);
+    EXPECT_EQ(r->Stats().sequences, 0);
+  }
+  // Released, sequence 3 is not refused any more (ids are never reused,
+  // but the stage must not keep what it was told to forget).
+  MicroBatch fresh = MakeBatch(6, Prompt(3, 0, 3));
+  ProcessAll(fresh);
+  ASSERT_TRUE(fresh.error().empty()) << fresh.error();
+  EXPECT_EQ(fresh.seq_faults_size(), 0);
+  EXPECT_EQ(fresh.seq_ids_size(), 3);
 }
 
 TEST_F(StageWorkerTest, RunnersOnInprocTransportsInThreads) {

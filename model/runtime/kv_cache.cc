@@ -163,24 +163,25 @@ absl::Status PagedKvCache::Publish(uint64_t seq, int32_t first_block,
   return absl::OkStatus();
 }
 
-absl::Status PagedKvCache::Evict(std::span<const uint64_t> keys) {
-  for (size_t i = 0; i < keys.size(); ++i) {
-    auto found = by_key_.find(keys[i]);
-    if (found == by_key_.end() || refs_[found->second] != 0 ||
-        std::find(keys.begin(), keys.begin() + i, keys[i]) != keys.begin() + i) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "evict: prefix block ", keys[i], " is not cached here, or a sequence still holds it"));
-    }
-  }
+int PagedKvCache::Evict(std::span<const uint64_t> keys) {
+  int unexpected = 0;
   for (uint64_t key : keys) {
     auto found = by_key_.find(key);
+    if (found == by_key_.end()) {
+      ++unexpected;
+      continue;
+    }
     const int32_t b = found->second;
     by_key_.erase(found);
     keyed_[b] = 0;
-    --evictable_;
-    free_.push_back(b);
+    if (refs_[b] == 0) {
+      --evictable_;
+      free_.push_back(b);
+    } else {
+      ++unexpected;  // its holders free it (Unref: an unkeyed block goes back)
+    }
   }
-  return absl::OkStatus();
+  return unexpected;
 }
 
 void PagedKvCache::DropCachedBlocks() {

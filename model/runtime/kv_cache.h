@@ -69,17 +69,20 @@ class PagedKvCache {
   // Forgets `seq` and returns all its blocks.
   void Release(uint64_t seq);
 
-  // Content-keyed blocks. Each call is all-or-nothing and says why it
-  // refused (the scheduler and this cache disagree: the caller fails the
-  // batch, and the pipeline is reset).
+  // Content-keyed blocks. Attach and Publish are all-or-nothing and say
+  // why they refused (the scheduler and this cache disagree on the
+  // sequence: the caller fails that sequence alone).
   // Starts `seq`, which must hold nothing, from the blocks of `keys` in
   // order: it then holds keys.size() * block_size positions.
   absl::Status Attach(uint64_t seq, std::span<const uint64_t> keys);
   // Publishes blocks [first_block, first_block + keys.size()) of `seq`,
   // which must be full, under `keys` (none may be cached already).
   absl::Status Publish(uint64_t seq, int32_t first_block, std::span<const uint64_t> keys);
-  // Forgets cached blocks that no sequence holds and frees them.
-  absl::Status Evict(std::span<const uint64_t> keys);
+  // Forgets `keys`: a block no sequence holds is free at once, one still
+  // held goes back to the pool when its last holder lets go. Never fails,
+  // so a disagreement cannot fail a batch; returns how many keys were not
+  // cached here or still held (the scheduler expects neither).
+  int Evict(std::span<const uint64_t> keys);
   bool HasKey(uint64_t key) const { return by_key_.count(key) != 0; }
   // Forgets every key (after a reset): blocks no sequence holds are free.
   void DropCachedBlocks();
