@@ -41,7 +41,13 @@ Args::Args(int argc, char** argv, int first, const std::vector<std::string>& opt
       throw std::invalid_argument("unknown option --" + name);
     }
     values_[name] = value;
+    all_[name].push_back(value);
   }
+}
+
+std::vector<std::string> Args::All(const std::string& name) const {
+  auto it = all_.find(name);
+  return it == all_.end() ? std::vector<std::string>() : it->second;
 }
 
 std::string Args::Str(const std::string& name, const std::string& fallback) const {

@@ -9,7 +9,8 @@ namespace specline::cli {
 
 const std::vector<std::string> kRequestOptions = {
     "system", "prompt-ids", "max-tokens", "temperature", "top-k", "top-p", "min-p",
-    "repetition-penalty", "seed", "stop", "stop-token-ids", "request-id", "policy", "pipo-tau"};
+    "repetition-penalty", "seed", "stop", "stop-token-ids", "request-id", "policy", "pipo-tau",
+    "cache-salt"};
 const std::vector<std::string> kRequestFlags = {"chat", "ignore-eos"};
 
 const char kRequestUsage[] = R"(  --chat                 send the prompt as a chat message (model's chat template)
@@ -24,6 +25,7 @@ const char kRequestUsage[] = R"(  --chat                 send the prompt as a ch
   --stop-token-ids 1,2   extra stop token ids
   --ignore-eos           keep going past the model's stop tokens
   --request-id ID        id for logs and Abort (default: the server makes one)
+  --cache-salt S         share prefix-cache blocks only with requests of the same salt
 )";
 
 std::vector<int32_t> ParseIdList(const std::string& option, const std::string& text) {
@@ -75,6 +77,7 @@ v1::GenerateRequest RequestFromArgs(const Args& args, const std::string& prompt_
       req.add_stop_token_ids(id);
   }
   req.set_ignore_eos(args.Has("ignore-eos"));
+  req.set_cache_salt(args.Str("cache-salt"));
   const absl::StatusOr<v1::DecodingPolicy> policy = PolicyFromName(args.Str("policy"));
   if (!policy.ok()) throw std::invalid_argument(std::string(policy.status().message()));
   req.set_policy(*policy);

@@ -46,6 +46,8 @@ const char kServeUsage[] = R"(usage: specline serve [options]
   --auth-token-file PATH   bearer tokens the gateway accepts, one per line
                            ("NAME TOKEN" names the principal that owns its requests)
   --max-streams-per-principal N   open streams one principal may hold
+  --cache-share-group NAME=P1,P2,...   principals that share prefix-cache blocks
+                           (repeatable; default: each principal its own; docs/security.md)
   --served-model-name NAME the model's name in API responses (default: the file's stem)
   --retry-window-ms N      a request a pipeline failure caught before its first
                            token restarts if the pipeline is back within N ms
@@ -93,7 +95,7 @@ int ServeCommand(int argc, char** argv) {
                   "allow-oracle", "device", "dtype", "ptp-head", "ptp-n-aux", "pipo-head",
                   "pipo-tau", "retry-window-ms", "max-attempts", "max-streams-per-principal",
                   "spd-drafter", "recycle-drafts", "prefix-cache",
-                  "served-model-name"});
+                  "served-model-name", "cache-share-group"});
   std::vector<std::string> flags = kRequestFlags;
   flags.push_back("help");
   Args args(argc, argv, 2, options, flags);
@@ -140,6 +142,7 @@ int ServeCommand(int argc, char** argv) {
   g.auth_token_file = args.Str("auth-token-file");
   g.served_model_name = args.Str("served-model-name");
   g.max_streams_per_principal = args.Int("max-streams-per-principal", 0);
+  g.cache_share_groups = args.All("cache-share-group");
   g.tls_cert = args.Str("tls-cert");
   g.tls_key = args.Str("tls-key");
   const bool demo = args.Has("demo-prompt");

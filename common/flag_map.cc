@@ -4,8 +4,9 @@
 
 namespace specline {
 
-absl::StatusOr<std::map<std::string, std::string>> ParseFlagMap(int argc, char** argv) {
-  std::map<std::string, std::string> values;
+absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ParseFlagList(int argc,
+                                                                                char** argv) {
+  std::vector<std::pair<std::string, std::string>> values;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg.rfind("--", 0) != 0) {
@@ -20,8 +21,16 @@ absl::StatusOr<std::map<std::string, std::string>> ParseFlagMap(int argc, char**
     } else {
       return absl::InvalidArgumentError(absl::StrCat("--", name, " needs a value"));
     }
-    values[name] = value;
+    values.emplace_back(std::move(name), std::move(value));
   }
+  return values;
+}
+
+absl::StatusOr<std::map<std::string, std::string>> ParseFlagMap(int argc, char** argv) {
+  auto list = ParseFlagList(argc, argv);
+  if (!list.ok()) return list.status();
+  std::map<std::string, std::string> values;
+  for (auto& [name, value] : *list) values[name] = std::move(value);
   return values;
 }
 

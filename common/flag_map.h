@@ -5,6 +5,8 @@
 #include <charconv>
 #include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -13,8 +15,12 @@
 namespace specline {
 
 // Every argument must be "--name value" or "--name=value"; the caller
-// rejects names it does not know.
+// rejects names it does not know. A repeated flag's last value wins.
 absl::StatusOr<std::map<std::string, std::string>> ParseFlagMap(int argc, char** argv);
+// The same, every flag in command-line order: for binaries with repeatable
+// flags.
+absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ParseFlagList(int argc,
+                                                                                char** argv);
 
 // True when argv holds "--help" or "-h": the binary prints its usage to
 // stdout and exits 0 (what image builds and people expect).

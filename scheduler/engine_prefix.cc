@@ -24,7 +24,7 @@ bool Engine::ReserveKvLocked(Sequence& s) {
     const std::optional<RowModel> rows = s.policy->PromptKvModel(s);
     p.cacheable = options_.prefix_caching && rows.has_value();
     if (p.cacheable) {
-      p.salt = PrefixCache::Salt(model_path(), rows->weight_set, rows->adapter);
+      p.salt = PrefixCache::Salt(model_path(), rows->weight_set, rows->adapter, s.cache_scope);
       p.weight_set = rows->weight_set;
       p.keys = prefix_.BlockKeys(prompt, s.prompt_len / bs, p.salt);
     }

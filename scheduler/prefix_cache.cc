@@ -7,8 +7,11 @@
 
 namespace specline::scheduler {
 
-uint64_t PrefixCache::Salt(std::string_view model, uint32_t weight_set, uint32_t adapter) {
-  return absl::HashOf(std::string_view("specline-prefix"), model, weight_set, adapter);
+uint64_t PrefixCache::Salt(std::string_view model, uint32_t weight_set, uint32_t adapter,
+                          std::string_view scope) {
+  // absl hashes a string with its length, so model and scope cannot trade
+  // bytes across their boundary.
+  return absl::HashOf(std::string_view("specline-prefix"), model, weight_set, adapter, scope);
 }
 
 uint64_t PrefixCache::BlockKey(uint64_t parent, std::span<const int32_t> block) {

@@ -5,7 +5,9 @@
 // A key names a full block of prompt positions by its content, chained as
 // vLLM does: key(i) = H(key(i - 1), tokens of block i), with key(-1) a salt
 // that names the model, the weight set and the adapter the rows run with,
-// so blocks computed with other weights never match. Each entry keeps its
+// so blocks computed with other weights never match, and the request's
+// cache scope, so requests of different principals never share a block
+// (docs/security.md "The prefix cache between principals"). Each entry keeps its
 // parent key and its tokens and a match compares them, so a hash collision
 // can only cost a miss, never wrong KV.
 //
@@ -29,8 +31,11 @@ class PrefixCache {
   explicit PrefixCache(int block_size = 16) : block_size_(block_size) {}
 
   int block_size() const { return block_size_; }
-  // The salt of rows run with `weight_set` and `adapter` of `model`.
-  static uint64_t Salt(std::string_view model, uint32_t weight_set, uint32_t adapter);
+  // The salt of rows run with `weight_set` and `adapter` of `model` for a
+  // request of cache scope `scope` (SubmitRequest.cache_scope: opaque here,
+  // encoded unambiguously by the gateway; "" = the shared namespace).
+  static uint64_t Salt(std::string_view model, uint32_t weight_set, uint32_t adapter,
+                       std::string_view scope);
   // The key of a block after the block keyed `parent` (the salt for the first).
   static uint64_t BlockKey(uint64_t parent, std::span<const int32_t> block);
   // Keys of the first `blocks` full blocks of `tokens`.

@@ -25,7 +25,7 @@ void CacheAll(PrefixCache& c, const std::vector<uint64_t>& keys,
 
 TEST(PrefixCache, KeysChainOverTheWholePrefix) {
   PrefixCache c(4);
-  const uint64_t salt = PrefixCache::Salt("m.gguf", 0, 0);
+  const uint64_t salt = PrefixCache::Salt("m.gguf", 0, 0, "");
   std::vector<int32_t> a = Tokens(12), b = Tokens(12);
   b[5] = 999;  // block 1 differs
   const auto ka = c.BlockKeys(a, 3, salt), kb = c.BlockKeys(b, 3, salt);
@@ -35,9 +35,32 @@ TEST(PrefixCache, KeysChainOverTheWholePrefix) {
   EXPECT_NE(ka[2], kb[2]);  // same tokens in block 2, different history
   EXPECT_EQ(c.BlockKeys(a, 10, salt).size(), 3u);  // only full blocks
   // Another weight set or adapter never shares a key with the base model.
-  EXPECT_NE(c.BlockKeys(a, 1, PrefixCache::Salt("m.gguf", 1, 0))[0], ka[0]);
-  EXPECT_NE(c.BlockKeys(a, 1, PrefixCache::Salt("m.gguf", 0, 1))[0], ka[0]);
-  EXPECT_NE(c.BlockKeys(a, 1, PrefixCache::Salt("other.gguf", 0, 0))[0], ka[0]);
+  EXPECT_NE(c.BlockKeys(a, 1, PrefixCache::Salt("m.gguf", 1, 0, ""))[0], ka[0]);
+  EXPECT_NE(c.BlockKeys(a, 1, PrefixCache::Salt("m.gguf", 0, 1, ""))[0], ka[0]);
+  EXPECT_NE(c.BlockKeys(a, 1, PrefixCache::Salt("other.gguf", 0, 0, ""))[0], ka[0]);
+}
+
+// The cache scope (a principal's namespace and cache_salt, as the gateway
+// encodes them) splits the cache: the same prompt cached under one scope is
+// a miss under any other, a hit under the same one.
+TEST(PrefixCache, ScopesNeverShareBlocks) {
+  PrefixCache c(4);
+  const std::vector<int32_t> prompt = Tokens(12);
+  const uint64_t alice = PrefixCache::Salt("m.gguf", 0, 0, "alice-scope");
+  const uint64_t bob = PrefixCache::Salt("m.gguf", 0, 0, "bob-scope");
+  const uint64_t shared = PrefixCache::Salt("m.gguf", 0, 0, "");
+  EXPECT_EQ(alice, PrefixCache::Salt("m.gguf", 0, 0, "alice-scope"));
+  EXPECT_NE(alice, bob);
+  EXPECT_NE(alice, shared);
+  // The scope is hashed with its length: bytes cannot move between the
+  // model's name and the scope.
+  EXPECT_NE(PrefixCache::Salt("m.gguf", 0, 0, "x"), PrefixCache::Salt("m.ggufx", 0, 0, ""));
+  const auto ka = c.BlockKeys(prompt, 3, alice);
+  CacheAll(c, ka, prompt, alice);
+  EXPECT_EQ(c.Match(ka, prompt, alice, 3), 3);
+  const auto kb = c.BlockKeys(prompt, 3, bob);
+  EXPECT_EQ(c.Match(kb, prompt, bob, 3), 0);
+  EXPECT_EQ(c.Match(c.BlockKeys(prompt, 3, shared), prompt, shared, 3), 0);
 }
 
 TEST(PrefixCache, MatchFindsTheLongestCachedPrefixUpToTheCap) {

@@ -46,6 +46,14 @@ absl::StatusOr<RequestOptions> ToRequestOptions(const internal::SubmitRequest& r
     }
     out.pipo_tau = req.pipo_tau();
   }
+  // The gateway's encoding of a principal name and a 256-byte cache_salt
+  // fits easily; the bound keeps a misbehaving client of the internal API
+  // from making every salt computation hash megabytes.
+  if (req.cache_scope().size() > kMaxCacheScopeBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cache_scope: longer than ", kMaxCacheScopeBytes, " bytes"));
+  }
+  out.cache_scope = req.cache_scope();
   out.request_id = req.request_id();
   out.prompt.assign(req.prompt().begin(), req.prompt().end());
   out.max_tokens = req.max_tokens();

@@ -9,6 +9,9 @@
 
 namespace specline::scheduler {
 
+// The longest SubmitRequest.cache_scope accepted.
+inline constexpr size_t kMaxCacheScopeBytes = 4096;
+
 // INVALID_ARGUMENT naming the field for bad sampling values or an unknown
 // policy value. UNSPECIFIED becomes `default_mode`. Whether this deployment
 // serves the policy, the oracle and the prompt are checked by

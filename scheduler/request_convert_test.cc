@@ -51,5 +51,20 @@ TEST(RequestConvertTest, PolicyAndSamplingErrors) {
   EXPECT_NE(spec.status().message().find("top_p"), std::string::npos);
 }
 
+TEST(RequestConvertTest, CacheScopeIsCarriedAndBounded) {
+  internal::SubmitRequest req;
+  req.add_prompt(5);
+  req.set_max_tokens(3);
+  EXPECT_EQ(ToRequestOptions(req)->cache_scope, "");  // the shared namespace
+  req.set_cache_scope(std::string("p\0alice", 7));
+  auto spec = ToRequestOptions(req);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->cache_scope, std::string("p\0alice", 7));  // bytes as they are
+  req.set_cache_scope(std::string(kMaxCacheScopeBytes + 1, 'x'));
+  spec = ToRequestOptions(req);
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(spec.status().message().find("cache_scope"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace specline::scheduler

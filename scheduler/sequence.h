@@ -51,6 +51,9 @@ struct RequestOptions {
   v1::DecodingPolicy mode = v1::DECODING_POLICY_AUTOREGRESSIVE;
   OracleOptions oracle;  // tests and benchmarks: draft with the oracle instead of a head
   float pipo_tau = -1;  // PIPO's threshold; < 0 = the server's default
+  // Prefix-cache namespace (SubmitRequest.cache_scope): only requests of
+  // equal scopes share cached blocks; "" = the shared one.
+  std::string cache_scope;
 };
 
 // Always held by shared_ptr (the engine's lists, in-flight batches):
@@ -81,6 +84,7 @@ struct Sequence : std::enable_shared_from_this<Sequence> {
   int max_tokens = 0;
   std::vector<int32_t> stop_ids;
   SamplingParams sampling;
+  std::string cache_scope;  // salts its prefix-cache keys (RequestOptions)
   Rng rng;  // one stream per sequence, so results do not depend on batching
 
   int32_t cached = 0;      // chain positions the stages hold (incl. in flight)

@@ -15,7 +15,7 @@ AsyncGeneration::AsyncGeneration(GenerationService& service, std::string princip
       sink_(std::move(sink)),
       stream_(service.model_, service.metrics_.For(Api::kOpenAi), id_, prepared,
               GenerationStream::Clock::now()),
-      submit_(service.StartSubmit(Api::kOpenAi, id_, prepared)) {}
+      submit_(service.StartSubmit(Api::kOpenAi, principal_, id_, prepared)) {}
 
 void AsyncGeneration::Start(GenerationService& service, std::string principal, std::string id,
                             PreparedRequest prepared, std::shared_ptr<grpc::ClientContext> call,

@@ -34,6 +34,10 @@ const char kUsage[] = R"(usage: specline-gateway --model PATH --scheduler HOST:P
   --auth-token-file PATH       require "authorization: Bearer <token>" (health stays open);
                                one token per line, "NAME TOKEN" names its principal
   --max-streams-per-principal N  open streams one principal may hold (default: no cap)
+  --cache-share-group NAME=P1,P2,...  principals whose requests share prefix-cache
+                               blocks (repeatable; each principal in one group at
+                               most). Default: each principal has its own
+                               (docs/security.md)
   --cluster-secret-file PATH   the internal plane's shared secret, sent to the scheduler
   --tls-cert PATH --tls-key PATH   serve TLS with this PEM certificate and key
   --drain-timeout-ms N         on SIGTERM, how long open streams may finish (default 30000)
@@ -46,7 +50,7 @@ bool ParseArgs(int argc, char** argv, specline::GatewayConfig* c) {
     std::cout << kUsage;
     std::exit(0);
   }
-  auto parsed = specline::ParseFlagMap(argc, argv);
+  auto parsed = specline::ParseFlagList(argc, argv);
   if (!parsed.ok()) {
     std::cerr << parsed.status().message() << "\n" << kUsage;
     return false;
@@ -67,6 +71,7 @@ bool ParseArgs(int argc, char** argv, specline::GatewayConfig* c) {
     else if (name == "auth-token-file") c->auth_token_file = v;
     else if (name == "served-model-name") c->served_model_name = v;
     else if (name == "max-streams-per-principal") st = specline::ParseNumber(name, v, &c->max_streams_per_principal);
+    else if (name == "cache-share-group") c->cache_share_groups.push_back(v);
     else if (name == "cluster-secret-file") c->cluster_secret_file = v;
     else if (name == "tls-cert") c->tls_cert = v;
     else if (name == "tls-key") c->tls_key = v;

@@ -78,6 +78,10 @@ Gateway::Gateway(const GatewayConfig& config) : config_(config) {
     if (!principals.ok()) throw std::invalid_argument(std::string(principals.status().message()));
     options.principals = *std::move(principals);
   }
+  absl::StatusOr<CacheScopes> scopes = CacheScopes::Make(
+      options.principals ? &*options.principals : nullptr, config.cache_share_groups);
+  if (!scopes.ok()) throw std::invalid_argument(std::string(scopes.status().message()));
+  options.cache_scopes = *std::move(scopes);
   if (!config.cluster_secret_file.empty()) {
     absl::StatusOr<std::string> secret = ReadClusterSecret(config.cluster_secret_file);
     if (!secret.ok()) throw std::invalid_argument(std::string(secret.status().message()));
@@ -138,7 +142,8 @@ Gateway::Gateway(const GatewayConfig& config) : config_(config) {
                config.scheduler_addr,
                tokenizer_ ? "yes" : "none",
                options.principals ? absl::StrCat(", bearer auth (", options.principals->size(),
-                                                 " principals)")
+                                                 " principals, ", options.cache_scopes.groups(),
+                                                 " cache share groups)")
                                   : std::string(),
                config.tls_cert.empty() ? "" : ", TLS");
   // Last, so that nothing after it can throw with the thread running.

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <thread>
 #include <string>
+#include <vector>
 
 #include <grpcpp/server.h>
 
@@ -34,6 +35,9 @@ struct GatewayConfig {
   std::string served_model_name;  // "" = the model file's stem
   std::string auth_token_file;    // bearer tokens, one principal each (principals.h)
   int max_streams_per_principal = 0;  // 0 = no per-principal cap
+  // --cache-share-group values, "NAME=PRINCIPAL,...": principals sharing a
+  // prefix-cache namespace (services/cache_scopes.h).
+  std::vector<std::string> cache_share_groups;
   std::string cluster_secret_file;    // the internal plane's secret (docs/security.md)
   std::string tls_cert, tls_key;  // PEM files; both or neither
   int drain_timeout_ms = 30000;

@@ -178,10 +178,13 @@ void GenerationService::Release(Api api, const std::string& principal, const std
   metrics_.For(api).running().Decrement();
 }
 
-internal::SubmitRequest GenerationService::StartSubmit(Api api, const std::string& id,
+internal::SubmitRequest GenerationService::StartSubmit(Api api, const std::string& principal,
+                                                       const std::string& id,
                                                        PreparedRequest& prepared) {
   internal::SubmitRequest submit = std::move(prepared.submit);
   submit.set_request_id(id);
+  submit.set_tenant(principal);
+  submit.set_cache_scope(options_.cache_scopes.Scope(principal, prepared.cache_salt));
   metrics_.For(api).prompt_tokens().Increment(submit.prompt_size());
   spdlog::info("req={} start prompt_tokens={} max_tokens={} temperature={} seed={}", id,
                submit.prompt_size(), submit.max_tokens(), submit.sampling().temperature(),
@@ -235,7 +238,7 @@ grpc::Status GenerationService::Stream(grpc::ServerContext* ctx, const std::stri
   } cleanup{this, principal, id};
 
   GenerationStream stream(model_, metrics_.For(Api::kGrpc), id, prepared, t0);
-  const internal::SubmitRequest submit = StartSubmit(Api::kGrpc, id, prepared);
+  const internal::SubmitRequest submit = StartSubmit(Api::kGrpc, principal, id, prepared);
   auto reader = scheduler_->Submit(upstream.get(), submit);
   internal::SubmitEvent event;
   bool client_gone = false;

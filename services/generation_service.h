@@ -21,6 +21,7 @@
 #include <grpcpp/support/sync_stream.h>
 
 #include "services/active_requests.h"
+#include "services/cache_scopes.h"
 #include "services/generation_sink.h"
 #include "services/generation_stream.h"
 #include "services/gateway_metrics.h"
@@ -38,6 +39,9 @@ class GenerationService final : public v1::Generation::Service {
     std::optional<Principals> principals;  // none: no authentication
     int max_concurrent_streams = 256;
     int max_streams_per_principal = 0;  // 0: only the overall cap
+    // Prefix-cache namespaces (--cache-share-group); the default: one
+    // namespace, for a deployment without authentication.
+    CacheScopes cache_scopes;
   };
 
   GenerationService(ServedModel model, std::shared_ptr<grpc::ChannelInterface> scheduler,
@@ -89,8 +93,9 @@ class GenerationService final : public v1::Generation::Service {
   grpc::Status Admit(Api api, const std::string& principal, const std::string& id,
                      grpc::ClientContext* upstream, std::shared_ptr<ActiveRequests::Entry>* entry);
   void Release(Api api, const std::string& principal, const std::string& id);
-  // The scheduler request, counted and logged.
-  internal::SubmitRequest StartSubmit(Api api, const std::string& id, PreparedRequest& prepared);
+  // The scheduler request of `principal`'s request, counted and logged.
+  internal::SubmitRequest StartSubmit(Api api, const std::string& principal, const std::string& id,
+                                      PreparedRequest& prepared);
   // The status a stream ends with once its scheduler call is over; an
   // aborted request gets its final message in `final_message`.
   grpc::Status EndStatus(Api api, GenerationStream& stream, const grpc::Status& scheduler, bool client_gone,

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/cluster_secret.h"
+#include "services/request_parser.h"
 
 namespace specline {
 
@@ -33,6 +34,12 @@ absl::StatusOr<Principals> Principals::Parse(std::string_view text, const std::s
                                                      ": expected 'NAME TOKEN' or 'TOKEN'"));
     }
     Entry e{words.size() == 2 ? std::string(words[0]) : "default", std::string(words.back())};
+    // The name travels in proto string fields (SubmitRequest.tenant and
+    // cache_scope), which must be UTF-8.
+    if (!IsValidUtf8(e.name)) {
+      return absl::InvalidArgumentError(absl::StrCat("--auth-token-file ", source, ":", line_no,
+                                                     ": the principal's name is not valid UTF-8"));
+    }
     for (const Entry& other : p.entries_) {
       if (other.name == e.name || other.token == e.token) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -46,6 +53,13 @@ absl::StatusOr<Principals> Principals::Parse(std::string_view text, const std::s
     return absl::InvalidArgumentError("--auth-token-file " + source + " holds no token");
   }
   return p;
+}
+
+bool Principals::Contains(std::string_view name) const {
+  for (const Entry& e : entries_) {
+    if (e.name == name) return true;
+  }
+  return false;
 }
 
 std::optional<std::string> Principals::Authenticate(std::string_view authorization) const {

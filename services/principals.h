@@ -29,6 +29,7 @@ class Principals {
   std::optional<std::string> Authenticate(std::string_view authorization) const;
 
   size_t size() const { return entries_.size(); }
+  bool Contains(std::string_view name) const;
 
  private:
   struct Entry {

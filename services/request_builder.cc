@@ -114,6 +114,8 @@ absl::StatusOr<PreparedRequest> PrepareRequest(const v1::GenerateRequest& r,
                      absl::StrCat("id ", id, " is outside the vocabulary [0, ", m.vocab_size, ")"));
   }
   if (r.request_id().size() > 256) return Invalid("request_id", "longer than 256 bytes");
+  if (r.cache_salt().size() > kMaxCacheSaltBytes)
+    return Invalid("cache_salt", absl::StrCat("longer than ", kMaxCacheSaltBytes, " bytes"));
 
   auto prompt = TokenizePrompt(r, m);
   if (!prompt.ok()) return prompt.status();
@@ -149,6 +151,7 @@ absl::StatusOr<PreparedRequest> PrepareRequest(const v1::GenerateRequest& r,
   if (r.has_pipo_tau()) s.set_pipo_tau(r.pipo_tau());
   out.stop_strings.assign(r.stop().begin(), r.stop().end());
   out.detok_prev = prompt->back();
+  out.cache_salt = r.cache_salt();
   return out;
 }
 

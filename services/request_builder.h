@@ -30,11 +30,16 @@ struct ServedModel {
 inline constexpr int kMaxStopStrings = 16;
 inline constexpr int kMaxStopStringBytes = 256;
 inline constexpr int kMaxStopTokenIds = 64;
+// cache_salt is hashed into every prompt block's key: bounded like a stop string.
+inline constexpr int kMaxCacheSaltBytes = 256;
 
 struct PreparedRequest {
   internal::SubmitRequest submit;  // request_id left for the caller
   std::vector<std::string> stop_strings;
   int32_t detok_prev = -1;  // the prompt's last token, for the detokenizer
+  // The request's cache_salt: the gateway turns it and the principal into
+  // submit.cache_scope (services/cache_scopes.h).
+  std::string cache_salt;
 };
 
 absl::StatusOr<PreparedRequest> PrepareRequest(const v1::GenerateRequest& request,

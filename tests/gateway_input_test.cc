@@ -122,6 +122,18 @@ TEST(Principals, MalformedFilesAreRefusedNamingTheLine) {
   EXPECT_NE(Principals::Parse("alice x\nbob x\n", "f").status().message().find("f:2"),
             std::string_view::npos);
   EXPECT_EQ(Principals::Parse("# nothing\n", "f").status().code(), absl::StatusCode::kInvalidArgument);
+  // Names travel in proto string fields (SubmitRequest.tenant, cache_scope).
+  EXPECT_NE(Principals::Parse("al\xffice x\n", "f").status().message().find("not valid UTF-8"),
+            std::string_view::npos);
+}
+
+TEST(Principals, ContainsNamesOnly) {
+  auto p = Principals::Parse("alice tok-a\nbob tok-b\n", "f");
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_TRUE(p->Contains("alice"));
+  EXPECT_TRUE(p->Contains("bob"));
+  EXPECT_FALSE(p->Contains("tok-a"));
+  EXPECT_FALSE(p->Contains("carol"));
 }
 
 TEST(ClusterSecret, FilesTooShortOrMissingAreRefusedNamingTheFile) {

@@ -143,11 +143,27 @@ TEST(OpenAiRequest, TypeAndRangeErrorsNameTheField) {
                              "stream_options.x"},
                         Case{R"({"prompt": "x", "seed": 18446744073709551615})", "seed"},
                         Case{R"({"prompt": "x", "policy": "fast"})", "policy"},
-                        Case{R"({"prompt": "x", "stop_token_ids": [-1]})", "stop_token_ids[0]"}}) {
+                        Case{R"({"prompt": "x", "stop_token_ids": [-1]})", "stop_token_ids[0]"},
+                        Case{R"({"prompt": "x", "cache_salt": 7})", "cache_salt"},
+                        Case{R"({"prompt": "x", "cache_salt": ""})", "cache_salt"}}) {
     EXPECT_EQ(ParseFails(Endpoint::kCompletions, c.body).param, c.param) << c.body;
   }
   EXPECT_TRUE(ParseFails(Endpoint::kCompletions, "{not json").param.empty());
   EXPECT_TRUE(ParseFails(Endpoint::kCompletions, "[]").param.empty());
+}
+
+// vLLM's cache_salt, on both endpoints: carried as it is; null = none.
+TEST(OpenAiRequest, CacheSaltIsCarried) {
+  EXPECT_EQ(ParseOk(Endpoint::kCompletions, {{"prompt", "x"}, {"cache_salt", "s-1"}}).request.cache_salt(),
+            "s-1");
+  const json chat = {{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"cache_salt", "s-2"}};
+  EXPECT_EQ(ParseOk(Endpoint::kChatCompletions, chat).request.cache_salt(), "s-2");
+  EXPECT_EQ(ParseOk(Endpoint::kCompletions, {{"prompt", "x"}, {"cache_salt", nullptr}}).request.cache_salt(),
+            "");
+  // Its length is the shared validation's, named in OpenAI's terms.
+  std::string param;
+  ToOpenAiMessage(Endpoint::kCompletions, "cache_salt: longer than 256 bytes", &param);
+  EXPECT_EQ(param, "cache_salt");
 }
 
 TEST(OpenAiRequest, ValidationMessagesUseOpenAiNames) {

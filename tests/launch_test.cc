@@ -147,6 +147,7 @@ TEST(LaunchTopology, FlagsReachTheProcessesThatTakeThem) {
   o.tls_cert = "/c.pem";
   o.tls_key = "/k.pem";
   o.max_streams_per_principal = 5;
+  o.cache_share_groups = {"team=alice,bob", "ops=carol"};
   o.max_concurrent_streams = 64;
   o.default_max_tokens = 99;
   o.drain_timeout_ms = 1234;
@@ -181,6 +182,14 @@ TEST(LaunchTopology, FlagsReachTheProcessesThatTakeThem) {
   EXPECT_EQ(Flag(g, "--tls-cert"), "/c.pem");
   EXPECT_EQ(Flag(g, "--tls-key"), "/k.pem");
   EXPECT_EQ(Flag(g, "--max-streams-per-principal"), "5");
+  // Repeatable: every group, in order.
+  EXPECT_EQ(Count(g, "--cache-share-group"), 2);
+  const auto at = static_cast<size_t>(std::find(g.begin(), g.end(), "--cache-share-group") - g.begin());
+  ASSERT_LT(at + 3, g.size());
+  EXPECT_EQ(g[at + 1], "team=alice,bob");
+  EXPECT_EQ(g[at + 2], "--cache-share-group");
+  EXPECT_EQ(g[at + 3], "ops=carol");
+  EXPECT_EQ(Count(c, "--cache-share-group"), 0);
   EXPECT_EQ(Flag(g, "--max-concurrent-streams"), "64");
   EXPECT_EQ(Flag(g, "--default-max-tokens"), "99");
   EXPECT_EQ(Flag(g, "--drain-timeout-ms"), "1234");
@@ -205,7 +214,8 @@ TEST(LaunchTopology, UnsetOptionsPassNoFlag) {
     for (const char* f : {"--cluster-secret-file", "--log-level", "--kv-capacity-tokens", "--device",
                           "--dtype", "--ptp-head", "--pipo-head", "--adapter", "--weight-set",
                           "--max-waiting", "--tokenizer",
-                          "--tls-cert", "--auth-token-file", "--max-concurrent-streams"}) {
+                          "--tls-cert", "--auth-token-file", "--max-concurrent-streams",
+                          "--cache-share-group"}) {
       EXPECT_EQ(Count(p->argv, f), 0) << p->name << " " << f;
     }
   }

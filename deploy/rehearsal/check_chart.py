@@ -82,6 +82,7 @@ def setUpModule():
         "gpu": render([os.path.join(CHART, "values-gpu.yaml")], api=MONITORING),
         "custom": render(sets=["pipeline.stages=3", "pipeline.partition={0:10,10:20,20:30}",
                                "gateway.authSecret=tok", "gateway.tlsSecret=cert",
+                               "gateway.cacheShareGroups.team={alice,bob}",
                                "modelCache.existingClaim=shared-models", "model.tokenizer=tok/tokenizer.json"]),
         # Probes on the OpenAI API's GET /health, with TLS; and no HTTP port.
         "http-probe": render(sets=["gateway.probe=http", "gateway.tlsSecret=cert"]),
@@ -207,6 +208,10 @@ class PipelineTest(Check):
         self.expect(flag(gw, "auth-token-file") and flag(gw, "tls-cert")
                     and flag(gw, "tokenizer") == "/models/tok/tokenizer.json",
                     "custom: auth, TLS and tokenizer flags")
+        self.expect([a for a in gw["args"] if a.startswith("--cache-share-group=")]
+                    == ["--cache-share-group=team=alice,bob"], "custom: a cache share group")
+        _, plain = container(CASES["defaults"], "Deployment", "-gateway")
+        self.expect(not flag(plain, "cache-share-group"), "defaults: no cache share group")
         self.expect(not c.of_kind("PersistentVolumeClaim"), "custom: no PVC with an existing claim")
 
     def test_openai_http_port(self):
@@ -245,6 +250,11 @@ class PipelineTest(Check):
             (["networkPolicy.metricsFrom[0].podSelectr.x=y"], (), "podSelectr"),
             (["gateway.probe=http", "gateway.httpPort=0"], (), "gateway.probe=http needs gateway.httpPort"),
             (["gateway.probe=tcp"], (), "/gateway/probe"),
+            (["gateway.cacheShareGroups.team={alice,bob}"], (), "gateway.cacheShareGroups needs gateway.authSecret"),
+            (["gateway.authSecret=tok", "gateway.cacheShareGroups.team[0]=b\\,c"], (),
+             "/gateway/cacheShareGroups/team/0"),
+            (["gateway.authSecret=tok", "gateway.cacheShareGroups.team=alice"], (),
+             "/gateway/cacheShareGroups/team"),
         ]:
             with self.subTest(sets=sets):
                 with self.assertRaises(RuntimeError, msg=f"{sets}: rendered, expected an error") as cm:

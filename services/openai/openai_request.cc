@@ -64,7 +64,7 @@ const std::set<std::string>& KnownFields(Endpoint endpoint) {
       "model", "max_tokens", "temperature", "top_p", "stop", "seed", "stream",
       "stream_options", "n", "user", "top_k", "min_p", "repetition_penalty", "ignore_eos",
       "stop_token_ids", "policy", "pipo_tau", "frequency_penalty", "presence_penalty",
-      "logprobs", "top_logprobs", "logit_bias", "response_format"};
+      "logprobs", "top_logprobs", "logit_bias", "response_format", "cache_salt"};
   static const std::set<std::string> completions = [] {
     std::set<std::string> s = common;
     s.insert({"prompt", "echo", "best_of", "suffix"});
@@ -300,6 +300,13 @@ std::optional<ApiError> ParseRequest(Endpoint endpoint, std::string_view body_te
     bool continuous = false;
     if (ReadBool(*it, "continuous_usage_stats", &continuous) || continuous)
       return Bad("stream_options.continuous_usage_stats", "is not supported (false or absent only)");
+  }
+  // vLLM's cache_salt: a non-empty string when given. Its length is the
+  // shared validation's (request_builder.h), as for the gRPC field.
+  if (auto it = body.find("cache_salt"); it != body.end() && !it->is_null()) {
+    if (!it->is_string() || it->get_ref<const std::string&>().empty())
+      return Bad("cache_salt", "must be a non-empty string");
+    r.set_cache_salt(it->get<std::string>());
   }
   if (auto it = body.find("user"); it != body.end() && !it->is_null()) {
     if (!it->is_string()) return Bad("user", "must be a string");

@@ -4,7 +4,8 @@
 // either honoured, or refused with a 400 naming it; none is ignored.
 // Accepted beyond OpenAI's own fields: vLLM's top-level sampling extensions
 // (top_k, min_p, repetition_penalty, ignore_eos, stop_token_ids) and
-// specline's `policy` ("ar", "ppsd", "spd", "pipo", "ptp") and `pipo_tau`.
+// specline's `policy` ("ar", "ppsd", "spd", "pipo", "ptp") and `pipo_tau`,
+// and vLLM's `cache_salt` (the prefix-cache salt; docs/security.md).
 #pragma once
 
 #include <optional>
