@@ -5,6 +5,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -34,6 +35,10 @@ struct GatewayConfig {
   std::string served_model_name;  // "" = the model file's stem
   std::string auth_token_file;    // bearer tokens, one principal each (principals.h)
   int max_streams_per_principal = 0;  // 0 = no per-principal cap
+  // Prompt + completion tokens one principal may use per minute
+  // (services/token_quota.h); 0 = no quota.
+  int64_t max_tokens_per_minute_per_principal = 0;
+  bool metrics_per_principal = false;  // /metrics series labelled by principal
   std::string cluster_secret_file;    // the internal plane's secret (docs/security.md)
   std::string tls_cert, tls_key;  // PEM files; both or neither
   int drain_timeout_ms = 30000;

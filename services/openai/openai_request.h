@@ -7,6 +7,7 @@
 // specline's `policy` ("ar", "ppsd", "spd", "pipo", "ptp") and `pipo_tau`.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -24,6 +25,7 @@ struct ApiError {
   std::string type = "invalid_request_error";
   std::string param;  // "" = null
   std::string code;   // "" = null
+  int64_t retry_after_seconds = 0;  // > 0: sent as the Retry-After header (429s)
 };
 
 struct ParsedRequest {
