@@ -147,6 +147,8 @@ TEST(LaunchTopology, FlagsReachTheProcessesThatTakeThem) {
   o.tls_cert = "/c.pem";
   o.tls_key = "/k.pem";
   o.max_streams_per_principal = 5;
+  o.max_tokens_per_minute_per_principal = 6000;
+  o.metrics_per_principal = true;
   o.max_concurrent_streams = 64;
   o.default_max_tokens = 99;
   o.drain_timeout_ms = 1234;
@@ -181,6 +183,9 @@ TEST(LaunchTopology, FlagsReachTheProcessesThatTakeThem) {
   EXPECT_EQ(Flag(g, "--tls-cert"), "/c.pem");
   EXPECT_EQ(Flag(g, "--tls-key"), "/k.pem");
   EXPECT_EQ(Flag(g, "--max-streams-per-principal"), "5");
+  EXPECT_EQ(Flag(g, "--max-tokens-per-minute-per-principal"), "6000");
+  EXPECT_EQ(Flag(g, "--metrics-per-principal"), "true");
+  EXPECT_EQ(Flag(c, "--max-tokens-per-minute-per-principal"), "<absent>");
   EXPECT_EQ(Flag(g, "--max-concurrent-streams"), "64");
   EXPECT_EQ(Flag(g, "--default-max-tokens"), "99");
   EXPECT_EQ(Flag(g, "--drain-timeout-ms"), "1234");
@@ -205,7 +210,8 @@ TEST(LaunchTopology, UnsetOptionsPassNoFlag) {
     for (const char* f : {"--cluster-secret-file", "--log-level", "--kv-capacity-tokens", "--device",
                           "--dtype", "--ptp-head", "--pipo-head", "--adapter", "--weight-set",
                           "--max-waiting", "--tokenizer",
-                          "--tls-cert", "--auth-token-file", "--max-concurrent-streams"}) {
+                          "--tls-cert", "--auth-token-file", "--max-concurrent-streams",
+                          "--max-tokens-per-minute-per-principal", "--metrics-per-principal"}) {
       EXPECT_EQ(Count(p->argv, f), 0) << p->name << " " << f;
     }
   }
