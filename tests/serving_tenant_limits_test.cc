@@ -7,6 +7,7 @@
 //   - the scheduler's per-tenant KV limit refuses a request too large for
 //     it, and holds a principal at its limit in the queue while the other
 //     is served; the KV comes back to the whole capacity afterwards;
+//   - a full scheduler queue's retry-after reaches the client;
 //   - per-principal series appear on /metrics only with
 //     --metrics-per-principal.
 // Progress is read from the scheduler's stats and the streams, never timed.
@@ -222,6 +223,42 @@ TEST(TenantLimits, KvBlocksPerTenantRefusesTooLargeHoldsAtTheLimitAndComesBack) 
   EXPECT_EQ(MetricValue(m, "specline_request_rejections_total",
                         "{limit=\"max-kv-blocks-per-tenant\"}"),
             2);
+}
+
+// A full scheduler queue is the one scheduler limit a retry can get past
+// (it drains as requests are admitted): its retry-after reaches the client
+// through the gateway, as metadata and as HTTP's Retry-After.
+TEST(TenantLimits, AFullQueuePassesOnTheSchedulersRetryAfter) {
+  auto stack = StartStack(SlowModel(), 1,
+                          {"--auth-token-file", TokenFile(), "--max-kv-blocks-per-tenant", "64",
+                           "--max-waiting", "1"});
+  const ServingStack& s = *stack;
+  Outcome second, refused;
+  HttpResult refused_http;
+  std::thread second_thread;
+  const Outcome held = Generate(s, "tok-alice", Request(4, 1000), [&](grpc::ClientContext& call) {
+    // Alice at her KV limit: her next request takes the one queue place.
+    second_thread = std::thread([&] { second = Generate(s, "tok-alice", Request(4, 20)); });
+    EXPECT_TRUE(Eventually([&] { return SchedulerStats(s).waiting() == 1; }));
+    refused = Generate(s, "tok-bob", Request(4, 20));
+    refused_http = Completion(s, "tok-bob", 4, 8);
+    call.TryCancel();
+  });
+  second_thread.join();
+  EXPECT_EQ(held.status.error_code(), grpc::CANCELLED);
+  EXPECT_TRUE(second.status.ok()) << second.status.error_message();
+  EXPECT_EQ(refused.status.error_code(), grpc::RESOURCE_EXHAUSTED) << refused.status.error_message();
+  EXPECT_NE(refused.status.error_message().find("--max-waiting"), std::string::npos)
+      << refused.status.error_message();
+  EXPECT_EQ(refused.retry_after, "1");
+  EXPECT_EQ(refused_http.status, 429) << refused_http.body;
+  EXPECT_EQ(refused_http.retry_after, "1");
+  std::string m;
+  EXPECT_TRUE(Eventually([&] {
+    m = ScrapeMetrics(s.metrics_port());
+    return MetricValueIfPresent(m, "specline_request_rejections_total",
+                                "{limit=\"max-waiting\"}") == 2.0;
+  })) << m;
 }
 
 }  // namespace
