@@ -48,6 +48,15 @@ const char kServeUsage[] = R"(usage: specline serve [options]
   --max-streams-per-principal N   open streams one principal may hold
   --cache-share-group NAME=P1,P2,...   principals that share prefix-cache blocks
                            (repeatable; default: each principal its own; docs/security.md)
+  --max-tokens-per-minute-per-principal N   prompt + completion tokens one principal
+                           may use per minute (HTTP 429 / RESOURCE_EXHAUSTED with
+                           Retry-After beyond; default 0: no quota)
+  --metrics-per-principal true   label the gateway's request, token and rejection
+                           counts by principal on /metrics (default false)
+  --admission fair|fifo    the scheduler's waiting queue: round robin across
+                           principals (default) or first come, first served
+  --max-kv-blocks-per-tenant N   KV blocks one principal's running requests may hold
+                           (default 0: no limit)
   --served-model-name NAME the model's name in API responses (default: the file's stem)
   --retry-window-ms N      a request a pipeline failure caught before its first
                            token restarts if the pipeline is back within N ms
@@ -95,7 +104,9 @@ int ServeCommand(int argc, char** argv) {
                   "allow-oracle", "device", "dtype", "ptp-head", "ptp-n-aux", "pipo-head",
                   "pipo-tau", "retry-window-ms", "max-attempts", "max-streams-per-principal",
                   "spd-drafter", "recycle-drafts", "prefix-cache",
-                  "served-model-name", "cache-share-group"});
+                  "served-model-name", "cache-share-group",
+                  "max-tokens-per-minute-per-principal", "metrics-per-principal", "admission",
+                  "max-kv-blocks-per-tenant"});
   std::vector<std::string> flags = kRequestFlags;
   flags.push_back("help");
   Args args(argc, argv, 2, options, flags);
@@ -123,7 +134,8 @@ int ServeCommand(int argc, char** argv) {
   for (const char* name :
        {"ppsd-head", "spd-head", "default-policy", "spec-policy", "spec-max-drafts",
         "allow-oracle", "ptp-n-aux", "pipo-tau", "retry-window-ms", "max-attempts",
-        "spd-drafter", "recycle-drafts", "prefix-cache"}) {
+        "spd-drafter", "recycle-drafts", "prefix-cache", "admission",
+        "max-kv-blocks-per-tenant"}) {
     if (args.Has(name)) {
       t.scheduler_args.insert(t.scheduler_args.end(), {std::string("--") + name, args.Str(name)});
     }
@@ -143,6 +155,9 @@ int ServeCommand(int argc, char** argv) {
   g.served_model_name = args.Str("served-model-name");
   g.max_streams_per_principal = args.Int("max-streams-per-principal", 0);
   g.cache_share_groups = args.All("cache-share-group");
+  g.max_tokens_per_minute_per_principal = args.Int("max-tokens-per-minute-per-principal", 0);
+  const std::string per_principal = args.Str("metrics-per-principal", "false");
+  g.metrics_per_principal = per_principal == "true" || per_principal == "1";
   g.tls_cert = args.Str("tls-cert");
   g.tls_key = args.Str("tls-key");
   const bool demo = args.Has("demo-prompt");

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "scheduler/head_factory.h"
 #include "scheduler/policies/registry.h"
@@ -13,6 +14,12 @@
 
 namespace specline::scheduler {
 namespace {
+
+absl::Status LimitError(const std::string& message, const char* flag) {
+  absl::Status st = absl::ResourceExhaustedError(message);
+  st.SetPayload(kLimitPayload, absl::Cord(flag));
+  return st;
+}
 
 PipelineHealthOptions HealthOptions(const EngineOptions& o, const std::string& inbox_address) {
   PipelineHealthOptions h;
@@ -37,6 +44,7 @@ Engine::Engine(std::shared_ptr<const ModelSource> model,
       metrics_(metrics ? std::move(metrics) : std::make_shared<SchedulerMetrics>()),
       pool_(std::make_shared<kernels::ThreadPool>(std::max(options.threads, 1))),
       head_(MakeLogitsHead(*model_, pool_, options.device)),
+      waiting_(options.admission),
       health_(std::make_unique<PipelineHealth>(static_cast<HealthHost&>(*this), mu_,
                                                model_->config(), std::move(stages),
                                                HealthOptions(options_, inbox_->address()))) {
@@ -149,9 +157,17 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(RequestOptions spe
           "max_tokens: prompt + max_tokens needs ", need * budget_.block_size(),
           " KV positions, more than a stage holds (", budget_.capacity_tokens(), ")"));
     }
+    if (options_.max_kv_blocks_per_tenant > 0 && need > options_.max_kv_blocks_per_tenant) {
+      return LimitError(absl::StrCat("tenant '", spec.tenant, "': prompt + max_tokens needs ", need,
+                                     " KV blocks, more than one tenant may hold "
+                                     "(--max-kv-blocks-per-tenant ",
+                                     options_.max_kv_blocks_per_tenant, ")"),
+                        "max-kv-blocks-per-tenant");
+    }
     if (static_cast<int>(waiting_.size()) >= options_.max_waiting) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "the waiting queue is full (", options_.max_waiting, " requests); retry later"));
+      return LimitError(absl::StrCat("the waiting queue is full (", options_.max_waiting,
+                                     " requests, --max-waiting); retry later"),
+                        "max-waiting");
     }
     if (absl::Status st = policy->AvailableLocked(spec); !st.ok()) return st;
     std::shared_ptr<Sequence> seq = MakeSequenceLocked(
@@ -160,7 +176,7 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(RequestOptions spe
     seq->kv_blocks = need;
     stream = std::make_shared<RequestStream>(seq->stream_id);
     streams_[seq->stream_id] = stream;
-    waiting_.push_back(seq);
+    waiting_.Push(seq);
     AdmitLocked();  // at once when it fits: the queue then holds only what waits
     spdlog::debug("request {} (seq {}): queued, {} prompt tokens, max_tokens {}",
                   seq->request_id, seq->id, seq->prompt_len, seq->max_tokens);
@@ -178,7 +194,8 @@ bool Engine::Cancel(uint64_t id) {
                           [id](const auto& s) { return s->stream_id == id; });
     };
     std::shared_ptr<Sequence> seq;
-    if (auto it = find(waiting_); it != waiting_.end()) seq = *it;
+    const std::vector<std::shared_ptr<Sequence>> waiting = waiting_.All();
+    if (auto it = find(waiting); it != waiting.end()) seq = *it;
     if (auto it = find(running_); it != running_.end()) seq = *it;
     if (!seq) return false;
     spdlog::info("request {} (seq {}): aborted after {} tokens", seq->request_id, seq->id,
@@ -212,6 +229,7 @@ EngineStats Engine::Stats() const {
   s.n_stages = n_stages();
   s.stage_up = health_->stage_up_locked();
   s.steps = steps_;
+  s.admitted = admitted_;
   s.pipeline_up = up_;
   s.pipeline_failures = pipeline_failures_;
   s.kv_refusals = kv_refusals_;
@@ -272,10 +290,14 @@ void Engine::RetireLocked(Sequence& seq) {
     budget_.Return(seq.kv_reserved);
     // Released on the stages before any eviction its references allow.
     if (seq.sent_any || seq.prefix.attached) LogReleaseLocked(seq.id);
+    if (auto t = tenant_kv_blocks_.find(seq.tenant);
+        t != tenant_kv_blocks_.end() && (t->second -= seq.kv_blocks) <= 0) {
+      tenant_kv_blocks_.erase(t);
+    }
     ReleasePrefixLocked(seq);
     std::erase_if(running_, [&](const auto& s) { return s.get() == &seq; });
   } else {
-    std::erase_if(waiting_, [&](const auto& s) { return s.get() == &seq; });
+    waiting_.Remove(seq);
   }
 }
 
@@ -288,8 +310,8 @@ bool Engine::RestartableLocked(const Sequence& seq) const {
 void Engine::FailAllLocked(const absl::Status& error, bool restart) {
   const auto now = Clock::now();
   const auto running = running_;
-  const auto waiting = waiting_;
-  std::deque<std::shared_ptr<Sequence>> restarts;
+  const auto waiting = waiting_.All();
+  std::vector<std::shared_ptr<Sequence>> restarts;
   for (const std::shared_ptr<Sequence>& s : running) {
     if (!restart || !RestartableLocked(*s)) {
       FinishLocked(*s, FinishReason::kError, error);
@@ -321,13 +343,13 @@ void Engine::FailAllLocked(const absl::Status& error, bool restart) {
     metrics_->restarted_requests->Increment(static_cast<double>(held));
   }
   // Restarts were admitted before anything still waiting: they go first.
-  waiting_.insert(waiting_.begin(), restarts.begin(), restarts.end());
+  waiting_.PushRestarts(restarts);
   UpdateGaugesLocked();
 }
 
 void Engine::ExpireRestartsLocked(Clock::time_point now) {
   if (up_) return;
-  const auto waiting = waiting_;
+  const auto waiting = waiting_.All();
   for (const std::shared_ptr<Sequence>& s : waiting) {
     if (s->retry_deadline != Clock::time_point{} && now >= s->retry_deadline) {
       FinishLocked(*s, FinishReason::kError,
@@ -381,7 +403,7 @@ bool Engine::PipelineUp(const PipelineLayout& layout,
     ClearPrefixCacheLocked(layout.kv_block_size);
     for (const auto& p : policies_) p->OnPipelineUpLocked(infos);
     // Restarted requests of a policy this pipeline cannot serve any more.
-    const auto waiting = waiting_;
+    const auto waiting = waiting_.All();
     for (const std::shared_ptr<Sequence>& seq : waiting) {
       if (absl::Status st = seq->policy->AvailableLocked(*seq->origin); !st.ok()) {
         FinishLocked(*seq, FinishReason::kError, st);
@@ -399,16 +421,29 @@ bool Engine::PipelineUp(const PipelineLayout& layout,
   return true;
 }
 
-// First come, first served: the head of the queue waits for capacity rather
-// than being overtaken by smaller requests, so no request starves.
+// In the queue's order (fifo, or round robin across tenants): the candidate
+// waits for capacity rather than being overtaken by smaller requests, so no
+// request starves. Only a tenant at its KV quota is passed over: it waits
+// for its own requests to finish, not for capacity others could use.
 void Engine::AdmitLocked() {
-  while (up_ && !waiting_.empty() && ReserveKvLocked(*waiting_.front())) {
-    std::shared_ptr<Sequence> seq = waiting_.front();
-    waiting_.pop_front();
+  while (up_ && !waiting_.empty()) {
+    std::shared_ptr<Sequence> seq =
+        waiting_.Next([this](const Sequence& s) { return WithinTenantQuotaLocked(s); });
+    if (!seq || !ReserveKvLocked(*seq)) break;
+    waiting_.Pop(*seq);
+    tenant_kv_blocks_[seq->tenant] += seq->kv_blocks;
+    ++admitted_;
     seq->state = SeqState::kPrefill;
     running_.push_back(seq);
   }
   UpdateGaugesLocked();
+}
+
+bool Engine::WithinTenantQuotaLocked(const Sequence& seq) const {
+  if (options_.max_kv_blocks_per_tenant <= 0) return true;
+  const auto it = tenant_kv_blocks_.find(seq.tenant);
+  const int64_t held = it == tenant_kv_blocks_.end() ? 0 : it->second;
+  return held + seq.kv_blocks <= options_.max_kv_blocks_per_tenant;
 }
 
 void Engine::RecordSpecFinishLocked(const Sequence& s) {

@@ -29,6 +29,7 @@
 #include "model/formats/model_source.h"
 #include "model/runtime/device_config.h"
 #include "model/runtime/output_head.h"
+#include "scheduler/admission_queue.h"
 #include "scheduler/batch_builder.h"
 #include "scheduler/decoding_policy.h"
 #include "scheduler/kv_budget.h"
@@ -45,10 +46,23 @@
 
 namespace specline::scheduler {
 
+// The payload Submit's RESOURCE_EXHAUSTED carries: the flag whose limit
+// refused the request ("max-waiting", "max-kv-blocks-per-tenant"), which the
+// Scheduler service hands on as `specline-limit` trailing metadata.
+inline constexpr char kLimitPayload[] = "type.specline.dev/limit";
+
 struct EngineOptions {
   BatchLimits batch;
   int max_inflight = 0;            // micro-batches in the pipeline; 0 = one per stage
   int max_waiting = 1024;          // queued requests beyond this: RESOURCE_EXHAUSTED
+  // The order admission takes waiting requests in: fair across tenants
+  // (round robin) or first come, first served (scheduler/admission_queue.h).
+  AdmissionPolicy admission = AdmissionPolicy::kFair;
+  // KV blocks one tenant's running requests may hold together, counted as
+  // admission counts them (each one's worst case); 0 = no limit. A request
+  // needing more alone is refused (RESOURCE_EXHAUSTED); a tenant at its
+  // limit waits while other tenants are admitted.
+  int64_t max_kv_blocks_per_tenant = 0;
   int64_t kv_capacity_tokens = 0;  // per stage; 0 = the smallest the stages report
   // Block size of the scheduler's own caches (drafters, PIPO's MTP layer).
   // Admission counts in the stages' blocks, which they report (StageInfo).
@@ -85,6 +99,7 @@ struct EngineStats {
   int n_stages = 0;
   std::vector<bool> stage_up;
   uint64_t steps = 0;  // micro-batches that came back
+  uint64_t admitted = 0;  // admissions so far (restarts count again)
   bool pipeline_up = false;
   uint64_t pipeline_failures = 0;  // times the pipeline went down
   uint64_t kv_refusals = 0;        // requests failed alone by a stage's refusal
@@ -178,7 +193,11 @@ class Engine : private PolicyHost, private HealthHost {
   // pipeline failure may restart (restart = true).
   void FailAllLocked(const absl::Status& error, bool restart);
   bool RestartableLocked(const Sequence& seq) const;
+  // Takes waiting sequences in the admission queue's order while their KV
+  // fits (scheduler/admission_queue.h).
   void AdmitLocked();
+  // Whether `seq`'s tenant may hold its KV on top of what it holds now.
+  bool WithinTenantQuotaLocked(const Sequence& seq) const;
   // engine_prefix.cc: admission's KV reservation, with the prefix cache
   // when the sequence can use it (false: it does not fit yet), the
   // publication of the blocks that became final, and the cache lists of the
@@ -227,7 +246,11 @@ class Engine : private PolicyHost, private HealthHost {
   uint64_t next_batch_id_ = 1;
   uint64_t steps_ = 0;
   KvBudget budget_;
-  std::deque<std::shared_ptr<Sequence>> waiting_;
+  AdmissionQueue waiting_;
+  // KV blocks (worst case, as admitted) each tenant's running sequences
+  // hold; a tenant leaves the map at zero.
+  std::unordered_map<std::string, int64_t> tenant_kv_blocks_;
+  uint64_t admitted_ = 0;
   std::vector<std::shared_ptr<Sequence>> running_;  // admission order
   std::unordered_map<uint64_t, std::shared_ptr<RequestStream>> streams_;
   std::map<uint64_t, InFlight> inflight_;  // by batch id

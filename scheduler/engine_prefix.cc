@@ -165,7 +165,7 @@ void Engine::ClearPrefixCacheLocked(int block_size) {
   kv_log_.clear();
   // Waiting sequences (restarts) make their keys again when admitted, in
   // the new pipeline's block size.
-  for (const std::shared_ptr<Sequence>& s : waiting_) s->prefix = Sequence::Prefix{};
+  for (const std::shared_ptr<Sequence>& s : waiting_.All()) s->prefix = Sequence::Prefix{};
 }
 
 }  // namespace specline::scheduler

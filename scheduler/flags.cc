@@ -56,6 +56,15 @@ absl::StatusOr<SchedulerFlags> ParseSchedulerFlags(int argc, char** argv) {
     else if (name == "port-file") f.port_file = value;
     else if (name == "threads") st = ParseNumber(name, value, &e.threads);
     else if (name == "max-waiting") st = ParseNumber(name, value, &e.max_waiting);
+    else if (name == "admission") {
+      if (!ParseAdmissionPolicy(value, &e.admission)) {
+        st = absl::InvalidArgumentError(
+            absl::StrCat("--admission: \"", value, "\" is not fifo or fair"));
+      }
+    }
+    else if (name == "max-kv-blocks-per-tenant") {
+      st = ParseNumber(name, value, &e.max_kv_blocks_per_tenant);
+    }
     else if (name == "max-batch-tokens") st = ParseNumber(name, value, &e.batch.max_batch_tokens);
     else if (name == "prefill-chunk") st = ParseNumber(name, value, &e.batch.prefill_chunk);
     else if (name == "max-inflight") st = ParseNumber(name, value, &e.max_inflight);
@@ -129,6 +138,9 @@ absl::StatusOr<SchedulerFlags> ParseSchedulerFlags(int argc, char** argv) {
     return absl::InvalidArgumentError("--metrics-port must be in [-1, 65535]");
   }
   if (e.max_waiting < 0) return absl::InvalidArgumentError("--max-waiting must be >= 0");
+  if (e.max_kv_blocks_per_tenant < 0) {
+    return absl::InvalidArgumentError("--max-kv-blocks-per-tenant must be >= 0");
+  }
   if (e.batch.max_batch_tokens < 1) return absl::InvalidArgumentError("--max-batch-tokens must be >= 1");
   if (e.batch.prefill_chunk < 1) return absl::InvalidArgumentError("--prefill-chunk must be >= 1");
   if (e.max_inflight < 0) return absl::InvalidArgumentError("--max-inflight must be >= 0");

@@ -55,6 +55,7 @@ absl::StatusOr<RequestOptions> ToRequestOptions(const internal::SubmitRequest& r
   }
   out.cache_scope = req.cache_scope();
   out.request_id = req.request_id();
+  out.tenant = req.tenant();
   out.prompt.assign(req.prompt().begin(), req.prompt().end());
   out.max_tokens = req.max_tokens();
   out.stop_ids.assign(req.stop_token_ids().begin(), req.stop_token_ids().end());

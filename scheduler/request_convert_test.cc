@@ -20,6 +20,18 @@ TEST(RequestConvertTest, ProtoZerosMeanDefaults) {
   EXPECT_EQ(ToRequestOptions(req)->sampling.seed, 77u);
 }
 
+TEST(RequestConvertTest, TheTenantReachesTheSequence) {
+  internal::SubmitRequest req;
+  req.add_prompt(5);
+  req.set_max_tokens(3);
+  EXPECT_EQ(ToRequestOptions(req)->tenant, "") << "no authentication: the one tenant \"\"";
+  req.set_tenant("alice");
+  auto spec = ToRequestOptions(req);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->tenant, "alice");
+  EXPECT_EQ(Sequence(1, *spec).tenant, "alice");
+}
+
 TEST(RequestConvertTest, PolicyAndSamplingErrors) {
   internal::SubmitRequest req;
   req.add_prompt(5);

@@ -1,5 +1,6 @@
 #include "scheduler/scheduler_service.h"
 
+#include "absl/strings/cord.h"
 #include "common/cluster_secret.h"
 #include "spdlog/spdlog.h"
 
@@ -41,6 +42,14 @@ grpc::Status SchedulerService::Submit(grpc::ServerContext* ctx,
   absl::StatusOr<std::shared_ptr<RequestStream>> stream = engine_.Submit(*std::move(spec));
   if (!stream.ok()) {
     spdlog::info("request {}: rejected: {}", rid, stream.status().ToString());
+    // Which limit refused it, for the gateway's rejection counts; a full
+    // queue drains as requests are admitted, so a retry soon may succeed
+    // (a request too large for its tenant's KV quota never will).
+    if (const auto limit = stream.status().GetPayload(kLimitPayload)) {
+      const std::string flag(*limit);
+      ctx->AddTrailingMetadata("specline-limit", flag);
+      if (flag == "max-waiting") ctx->AddTrailingMetadata("retry-after", "1");
+    }
     return ToGrpc(stream.status());
   }
   const uint64_t id = (*stream)->id();

@@ -28,6 +28,7 @@ const char* FinishReasonName(FinishReason r) {
 Sequence::Sequence(uint64_t id_, RequestOptions spec)
     : id(id_),
       request_id(std::move(spec.request_id)),
+      tenant(std::move(spec.tenant)),
       tokens(std::move(spec.prompt)),
       prompt_len(static_cast<int>(tokens.size())),
       max_tokens(spec.max_tokens),

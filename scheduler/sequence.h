@@ -44,6 +44,9 @@ const char* FinishReasonName(FinishReason r);
 // What a caller asks for; validated before it becomes a Sequence.
 struct RequestOptions {
   std::string request_id;  // for logs; the engine's numeric id is separate
+  // The principal that sent it ("" without authentication): fair admission
+  // and the per-tenant KV quota count by it (scheduler/admission_queue.h).
+  std::string tenant;
   std::vector<int32_t> prompt;
   SamplingParams sampling;  // sampling.seed is used as given
   int max_tokens = 16;
@@ -78,6 +81,7 @@ struct Sequence : std::enable_shared_from_this<Sequence> {
   // While waiting for the pipeline to come back: fail when it has not by then.
   std::chrono::steady_clock::time_point retry_deadline{};
   std::string request_id;
+  std::string tenant;  // RequestOptions::tenant
   SeqState state = SeqState::kWaiting;
   std::vector<int32_t> tokens;  // prompt followed by generated tokens
   int prompt_len = 0;

@@ -23,6 +23,9 @@ class ActiveRequests {
 
   struct Entry {
     grpc::ClientContext* upstream = nullptr;  // the scheduler Submit call
+    // Taken from the principal's token quota at admission (prompt +
+    // max_tokens); what it did not generate goes back when it ends.
+    int64_t quota_tokens = 0;
     std::atomic<bool> aborted{false};
   };
 

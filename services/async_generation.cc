@@ -45,10 +45,11 @@ void AsyncGeneration::OnReadDone(bool ok) {
 void AsyncGeneration::OnDone(const grpc::Status& status) {
   std::optional<v1::GenerateResponse> final_message;
   const bool gone = sink_->ClientGone();
+  const int64_t retry_after = service_.SchedulerRejection(principal_, *call_, status);
   grpc::Status end = service_.EndStatus(Api::kOpenAi, stream_, status, gone, entry_->aborted, &final_message);
   if (final_message) sink_->OnMessage(*final_message);
-  service_.Release(Api::kOpenAi, principal_, id_);
-  sink_->OnEnd(end);
+  service_.Release(Api::kOpenAi, principal_, id_, *entry_, stream_);
+  sink_->OnEnd(end, retry_after);
   delete this;
 }
 

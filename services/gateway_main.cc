@@ -38,6 +38,12 @@ const char kUsage[] = R"(usage: specline-gateway --model PATH --scheduler HOST:P
                                blocks (repeatable; each principal in one group at
                                most). Default: each principal has its own
                                (docs/security.md)
+  --max-tokens-per-minute-per-principal N  prompt + completion tokens one principal may
+                               use per minute (a token bucket: a minute's worth at once,
+                               then N a minute); beyond it RESOURCE_EXHAUSTED with
+                               retry-after, HTTP 429 with Retry-After (default 0: none)
+  --metrics-per-principal true|false  count requests, tokens and rejections on /metrics
+                               with a principal label (default false)
   --cluster-secret-file PATH   the internal plane's shared secret, sent to the scheduler
   --tls-cert PATH --tls-key PATH   serve TLS with this PEM certificate and key
   --drain-timeout-ms N         on SIGTERM, how long open streams may finish (default 30000)
@@ -72,6 +78,12 @@ bool ParseArgs(int argc, char** argv, specline::GatewayConfig* c) {
     else if (name == "served-model-name") c->served_model_name = v;
     else if (name == "max-streams-per-principal") st = specline::ParseNumber(name, v, &c->max_streams_per_principal);
     else if (name == "cache-share-group") c->cache_share_groups.push_back(v);
+    else if (name == "max-tokens-per-minute-per-principal") {
+      st = specline::ParseNumber(name, v, &c->max_tokens_per_minute_per_principal);
+      if (st.ok() && c->max_tokens_per_minute_per_principal < 0)
+        st = absl::InvalidArgumentError("--max-tokens-per-minute-per-principal must be >= 0");
+    }
+    else if (name == "metrics-per-principal") st = specline::ParseBool(name, v, &c->metrics_per_principal);
     else if (name == "cluster-secret-file") c->cluster_secret_file = v;
     else if (name == "tls-cert") c->tls_cert = v;
     else if (name == "tls-key") c->tls_key = v;

@@ -26,7 +26,8 @@ const Histogram::BucketBoundaries kQueueBuckets = {
 
 }  // namespace
 
-GatewayMetrics::GatewayMetrics() : registry_(std::make_shared<prometheus::Registry>()) {
+GatewayMetrics::GatewayMetrics(bool per_principal)
+    : registry_(std::make_shared<prometheus::Registry>()) {
   auto& r = *registry_;
   auto histogram = [&](const char* name, const char* help) -> prometheus::Family<Histogram>& {
     return prometheus::BuildHistogram().Name(name).Help(help).Register(r);
@@ -72,6 +73,36 @@ GatewayMetrics::GatewayMetrics() : registry_(std::make_shared<prometheus::Regist
     // The common series up front, so dashboards see zeros, not gaps.
     for (const char* reason : {"stop", "length", "abort"})
       success.Add({{"api", name}, {"finished_reason", reason}});
+  }
+  rejections_ = &counter("specline_request_rejections_total",
+                         "Requests refused by a limit, by the flag that set it (limit).");
+  if (!per_principal) return;
+  principal_requests_ = &counter("specline_principal_requests_total",
+                                 "Requests sent to the scheduler, by principal.");
+  principal_prompt_tokens_ = &counter("specline_principal_prompt_tokens_total",
+                                      "Prompt tokens of requests sent to the scheduler, by principal.");
+  principal_generation_tokens_ = &counter(
+      "specline_principal_generation_tokens_total",
+      "Tokens generated for a principal's requests, counted when each request ends.");
+  principal_rejections_ = &counter("specline_principal_rejections_total",
+                                   "Requests refused by a limit, by principal and limit.");
+}
+
+void GatewayMetrics::CountPrincipalRequest(const std::string& principal, int prompt_tokens) {
+  if (!principal_requests_) return;
+  principal_requests_->Add({{"principal", principal}}).Increment();
+  principal_prompt_tokens_->Add({{"principal", principal}}).Increment(prompt_tokens);
+}
+
+void GatewayMetrics::CountPrincipalGenerated(const std::string& principal, int completion_tokens) {
+  if (!principal_generation_tokens_) return;
+  principal_generation_tokens_->Add({{"principal", principal}}).Increment(completion_tokens);
+}
+
+void GatewayMetrics::CountRejection(const std::string& principal, const std::string& limit) {
+  rejections_->Add({{"limit", limit}}).Increment();
+  if (principal_rejections_) {
+    principal_rejections_->Add({{"principal", principal}, {"limit", limit}}).Increment();
   }
 }
 

@@ -23,7 +23,9 @@ enum class Api { kGrpc, kOpenAi };
 
 class GatewayMetrics {
  public:
-  GatewayMetrics();
+  // per_principal: also count requests, tokens and rejections by principal
+  // (--metrics-per-principal), a label as many-valued as the token file.
+  explicit GatewayMetrics(bool per_principal = false);
 
   // Serves /metrics on host:port (port 0 picks one; see port()).
   void Expose(const std::string& host, int port);
@@ -62,8 +64,24 @@ class GatewayMetrics {
   };
   Series& For(Api api) { return api == Api::kGrpc ? grpc_ : openai_; }
 
+  // Per principal (only with per_principal; no-ops otherwise): a request
+  // the gateway sent to the scheduler and its prompt tokens, and the
+  // tokens it generated, counted when it ends.
+  void CountPrincipalRequest(const std::string& principal, int prompt_tokens);
+  void CountPrincipalGenerated(const std::string& principal, int completion_tokens);
+  // A request refused by a limit; `limit` is the flag that set it
+  // ("max-tokens-per-minute-per-principal", "max-kv-blocks-per-tenant",
+  // ...). Counted by limit always, and by principal with per_principal.
+  void CountRejection(const std::string& principal, const std::string& limit);
+
  private:
   std::shared_ptr<prometheus::Registry> registry_;
+  prometheus::Family<prometheus::Counter>* rejections_;
+  // Null unless per_principal.
+  prometheus::Family<prometheus::Counter>* principal_requests_ = nullptr;
+  prometheus::Family<prometheus::Counter>* principal_prompt_tokens_ = nullptr;
+  prometheus::Family<prometheus::Counter>* principal_generation_tokens_ = nullptr;
+  prometheus::Family<prometheus::Counter>* principal_rejections_ = nullptr;
   std::unique_ptr<MetricsServer> server_;
   int port_ = 0;
   Series grpc_, openai_;

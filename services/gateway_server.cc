@@ -45,7 +45,8 @@ const char kServiceName[] = "specline.v1.Generation";
 
 }  // namespace
 
-Gateway::Gateway(const GatewayConfig& config) : config_(config) {
+Gateway::Gateway(const GatewayConfig& config)
+    : config_(config), metrics_(config.metrics_per_principal) {
   if (config.model_path.empty()) throw std::invalid_argument("--model is required");
   if (config.scheduler_addr.empty()) throw std::invalid_argument("--scheduler is required");
   if (config.tls_cert.empty() != config.tls_key.empty())
@@ -73,6 +74,7 @@ Gateway::Gateway(const GatewayConfig& config) : config_(config) {
   options.model_name = ServedModelName(config);
   options.max_concurrent_streams = config.max_concurrent_streams;
   options.max_streams_per_principal = config.max_streams_per_principal;
+  options.max_tokens_per_minute_per_principal = config.max_tokens_per_minute_per_principal;
   if (!config.auth_token_file.empty()) {
     absl::StatusOr<Principals> principals = Principals::Load(config.auth_token_file);
     if (!principals.ok()) throw std::invalid_argument(std::string(principals.status().message()));

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -38,6 +39,10 @@ struct GatewayConfig {
   // --cache-share-group values, "NAME=PRINCIPAL,...": principals sharing a
   // prefix-cache namespace (services/cache_scopes.h).
   std::vector<std::string> cache_share_groups;
+  // Prompt + completion tokens one principal may use per minute
+  // (services/token_quota.h); 0 = no quota.
+  int64_t max_tokens_per_minute_per_principal = 0;
+  bool metrics_per_principal = false;  // /metrics series labelled by principal
   std::string cluster_secret_file;    // the internal plane's secret (docs/security.md)
   std::string tls_cert, tls_key;  // PEM files; both or neither
   int drain_timeout_ms = 30000;

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "model/tokenizer/tokenizer.h"
 #include "common/cluster_secret.h"
+#include "common/flag_map.h"
 #include "services/async_generation.h"
 #include "services/request_parser.h"
 
@@ -27,7 +28,8 @@ GenerationService::GenerationService(ServedModel model, std::shared_ptr<grpc::Ch
       scheduler_(internal::Scheduler::NewStub(std::move(scheduler))),
       metrics_(metrics),
       options_(std::move(options)),
-      active_(options_.max_concurrent_streams, options_.max_streams_per_principal) {
+      active_(options_.max_concurrent_streams, options_.max_streams_per_principal),
+      quota_(options_.max_tokens_per_minute_per_principal) {
   // Method indices follow specline/v1/generation.proto: Generate, Abort,
   // GetModelInfo. Each takes raw bytes (see the header).
   MarkMethodStreamed(0, new grpc::internal::SplitServerStreamingHandler<grpc::ByteBuffer,
@@ -128,13 +130,18 @@ grpc::Status GenerationService::Prepare(Api api, const v1::GenerateRequest& requ
 grpc::Status GenerationService::StartGenerate(const std::string& principal,
                                               const v1::GenerateRequest& request,
                                               std::shared_ptr<GenerationSink> sink,
-                                              std::shared_ptr<grpc::ClientContext>* call) {
+                                              std::shared_ptr<grpc::ClientContext>* call,
+                                              int64_t* retry_after_seconds) {
   std::string id;
   PreparedRequest prepared;
   if (grpc::Status s = Prepare(Api::kOpenAi, request, &id, &prepared); !s.ok()) return s;
   auto upstream = std::make_shared<grpc::ClientContext>();
   std::shared_ptr<ActiveRequests::Entry> entry;
-  if (grpc::Status s = Admit(Api::kOpenAi, principal, id, upstream.get(), &entry); !s.ok()) return s;
+  if (grpc::Status s = Admit(Api::kOpenAi, principal, id, prepared, upstream.get(), &entry,
+                             retry_after_seconds);
+      !s.ok()) {
+    return s;
+  }
   *call = upstream;
   AsyncGeneration::Start(*this, principal, std::move(id), std::move(prepared), std::move(upstream),
                          std::move(entry), std::move(sink));
@@ -151,31 +158,84 @@ grpc::Status GenerationService::Generate(grpc::ServerContext* ctx, const std::st
 }
 
 grpc::Status GenerationService::Admit(Api api, const std::string& principal, const std::string& id,
-                                      grpc::ClientContext* upstream,
-                                      std::shared_ptr<ActiveRequests::Entry>* entry) {
+                                      const PreparedRequest& prepared, grpc::ClientContext* upstream,
+                                      std::shared_ptr<ActiveRequests::Entry>* entry,
+                                      int64_t* retry_after_seconds) {
+  *retry_after_seconds = 0;
+  // The worst case: the gateway cannot know how many tokens it will
+  // generate (Release gives back the rest).
+  const int64_t charge = int64_t{prepared.submit.prompt_size()} + prepared.submit.max_tokens();
+  const auto now = TokenQuota::Clock::now();
+  if (TokenQuota::Decision d = quota_.Take(principal, charge, now); !d.ok) {
+    metrics_.CountRejection(principal, "max-tokens-per-minute-per-principal");
+    const int64_t limit = quota_.tokens_per_minute();
+    if (d.retry_after_seconds == 0) {
+      return Fail(api, grpc::Status(grpc::RESOURCE_EXHAUSTED, absl::StrCat(
+          "gateway: the request may use ", charge, " tokens (prompt + max_tokens), more than "
+          "principal '", principal, "' may use in a minute (--max-tokens-per-minute-per-principal ",
+          limit, "); lower max_tokens")));
+    }
+    *retry_after_seconds = d.retry_after_seconds;
+    return Fail(api, grpc::Status(grpc::RESOURCE_EXHAUSTED, absl::StrCat(
+        "gateway: principal '", principal, "' is over its quota of ", limit,
+        " tokens per minute (--max-tokens-per-minute-per-principal); this request may use ",
+        charge, " (prompt + max_tokens): retry after ", d.retry_after_seconds, " s")));
+  }
+  auto refuse = [&](const grpc::Status& status, const char* limit) {
+    quota_.Return(principal, charge, now);
+    if (limit) metrics_.CountRejection(principal, limit);
+    return Fail(api, status);
+  };
   switch (active_.Add(principal, id, upstream, entry)) {
     case ActiveRequests::AddResult::kFull:
-      return Fail(api, grpc::Status(grpc::RESOURCE_EXHAUSTED,
-                               absl::StrCat("gateway: ", options_.max_concurrent_streams,
-                                            " streams already open (--max-concurrent-streams)")));
+      return refuse(grpc::Status(grpc::RESOURCE_EXHAUSTED,
+                                 absl::StrCat("gateway: ", options_.max_concurrent_streams,
+                                              " streams already open (--max-concurrent-streams)")),
+                    "max-concurrent-streams");
     case ActiveRequests::AddResult::kPrincipalFull:
-      return Fail(api, grpc::Status(grpc::RESOURCE_EXHAUSTED,
-                               absl::StrCat("gateway: principal '", principal, "' has ",
-                                            options_.max_streams_per_principal,
-                                            " streams open (--max-streams-per-principal)")));
+      return refuse(grpc::Status(grpc::RESOURCE_EXHAUSTED,
+                                 absl::StrCat("gateway: principal '", principal, "' has ",
+                                              options_.max_streams_per_principal,
+                                              " streams open (--max-streams-per-principal)")),
+                    "max-streams-per-principal");
     case ActiveRequests::AddResult::kDuplicate:
-      return Fail(api, grpc::Status(grpc::ALREADY_EXISTS,
-                               absl::StrCat("request_id: '", id, "' is already running")));
+      return refuse(grpc::Status(grpc::ALREADY_EXISTS,
+                                 absl::StrCat("request_id: '", id, "' is already running")),
+                    nullptr);
     case ActiveRequests::AddResult::kOk:
       break;
   }
+  (*entry)->quota_tokens = charge;
   metrics_.For(api).running().Increment();
+  metrics_.CountPrincipalRequest(principal, prepared.submit.prompt_size());
   return grpc::Status::OK;
 }
 
-void GenerationService::Release(Api api, const std::string& principal, const std::string& id) {
+void GenerationService::Release(Api api, const std::string& principal, const std::string& id,
+                                const ActiveRequests::Entry& entry,
+                                const GenerationStream& stream) {
+  const int64_t used = int64_t{stream.prompt_tokens()} + stream.completion_tokens();
+  quota_.Return(principal, entry.quota_tokens - used, TokenQuota::Clock::now());
+  metrics_.CountPrincipalGenerated(principal, stream.completion_tokens());
   active_.Remove(principal, id);
   metrics_.For(api).running().Decrement();
+}
+
+int64_t GenerationService::SchedulerRejection(const std::string& principal,
+                                              const grpc::ClientContext& call,
+                                              const grpc::Status& status) {
+  if (status.error_code() != grpc::RESOURCE_EXHAUSTED) return 0;
+  const auto& trailers = call.GetServerTrailingMetadata();
+  auto value = [&](const char* key) -> std::string {
+    auto it = trailers.find(key);
+    return it == trailers.end() ? std::string() : std::string(it->second.data(), it->second.size());
+  };
+  const std::string limit = value("specline-limit");
+  metrics_.CountRejection(principal, limit.empty() ? "scheduler" : limit);
+  int64_t seconds = 0;
+  const std::string retry = value("retry-after");
+  if (!retry.empty() && !ParseNumber("retry-after", retry, &seconds).ok()) seconds = 0;
+  return seconds;
 }
 
 internal::SubmitRequest GenerationService::StartSubmit(Api api, const std::string& principal,
@@ -184,7 +244,6 @@ internal::SubmitRequest GenerationService::StartSubmit(Api api, const std::strin
   internal::SubmitRequest submit = std::move(prepared.submit);
   submit.set_request_id(id);
   submit.set_tenant(principal);
-  submit.set_cache_scope(options_.cache_scopes.Scope(principal, prepared.cache_salt));
   metrics_.For(api).prompt_tokens().Increment(submit.prompt_size());
   spdlog::info("req={} start prompt_tokens={} max_tokens={} temperature={} seed={}", id,
                submit.prompt_size(), submit.max_tokens(), submit.sampling().temperature(),
@@ -229,15 +288,23 @@ grpc::Status GenerationService::Stream(grpc::ServerContext* ctx, const std::stri
   // scheduler, which frees the request's KV when its call ends.
   std::unique_ptr<grpc::ClientContext> upstream = grpc::ClientContext::FromServerContext(*ctx);
   std::shared_ptr<ActiveRequests::Entry> entry;
-  if (grpc::Status s = Admit(Api::kGrpc, principal, id, upstream.get(), &entry); !s.ok()) return s;
+  GenerationStream stream(model_, metrics_.For(Api::kGrpc), id, prepared, t0);
+  int64_t retry_after = 0;
+  if (grpc::Status s = Admit(Api::kGrpc, principal, id, prepared, upstream.get(), &entry,
+                             &retry_after);
+      !s.ok()) {
+    if (retry_after > 0) ctx->AddTrailingMetadata("retry-after", std::to_string(retry_after));
+    return s;
+  }
   struct Cleanup {
     GenerationService* self;
     const std::string& principal;
     const std::string& id;
-    ~Cleanup() { self->Release(Api::kGrpc, principal, id); }
-  } cleanup{this, principal, id};
+    const ActiveRequests::Entry& entry;
+    const GenerationStream& stream;
+    ~Cleanup() { self->Release(Api::kGrpc, principal, id, entry, stream); }
+  } cleanup{this, principal, id, *entry, stream};
 
-  GenerationStream stream(model_, metrics_.For(Api::kGrpc), id, prepared, t0);
   const internal::SubmitRequest submit = StartSubmit(Api::kGrpc, principal, id, prepared);
   auto reader = scheduler_->Submit(upstream.get(), submit);
   internal::SubmitEvent event;
@@ -259,6 +326,9 @@ grpc::Status GenerationService::Stream(grpc::ServerContext* ctx, const std::stri
   while (stream.finished() && reader->Read(&event)) {
   }
   const grpc::Status status = reader->Finish();
+  if (const int64_t seconds = SchedulerRejection(principal, *upstream, status); seconds > 0) {
+    ctx->AddTrailingMetadata("retry-after", std::to_string(seconds));
+  }
   std::optional<v1::GenerateResponse> final_message;
   grpc::Status end =
       EndStatus(Api::kGrpc, stream, status, client_gone || (!stream.finished() && ctx->IsCancelled()),

@@ -27,6 +27,7 @@
 #include "services/gateway_metrics.h"
 #include "services/principals.h"
 #include "services/request_builder.h"
+#include "services/token_quota.h"
 #include "specline/internal/scheduler.grpc.pb.h"
 #include "specline/v1/generation.grpc.pb.h"
 
@@ -42,6 +43,7 @@ class GenerationService final : public v1::Generation::Service {
     // Prefix-cache namespaces (--cache-share-group); the default: one
     // namespace, for a deployment without authentication.
     CacheScopes cache_scopes;
+    int64_t max_tokens_per_minute_per_principal = 0;  // 0: no token quota
   };
 
   GenerationService(ServedModel model, std::shared_ptr<grpc::ChannelInterface> scheduler,
@@ -58,11 +60,13 @@ class GenerationService final : public v1::Generation::Service {
 
   // The HTTP API's entry: validates and admits `request` like Generate and
   // starts its scheduler call. An error before the stream starts is
-  // returned (nothing was started); on OK the sink gets the messages and
-  // then exactly one OnEnd, and `call` can cancel it (client gone).
+  // returned (nothing was started), with `retry_after_seconds` set when a
+  // quota says when to retry; on OK the sink gets the messages and then
+  // exactly one OnEnd, and `call` can cancel it (client gone).
   grpc::Status StartGenerate(const std::string& principal, const v1::GenerateRequest& request,
                              std::shared_ptr<GenerationSink> sink,
-                             std::shared_ptr<grpc::ClientContext>* call);
+                             std::shared_ptr<grpc::ClientContext>* call,
+                             int64_t* retry_after_seconds);
 
   // Refuse new Generate calls (UNAVAILABLE) from now on.
   void StartDrain() { draining_ = true; }
@@ -89,13 +93,23 @@ class GenerationService final : public v1::Generation::Service {
   // Validation shared by both APIs: draining, the request's fields.
   grpc::Status Prepare(Api api, const v1::GenerateRequest& request, std::string* id,
                        PreparedRequest* prepared);
-  // Admission (the stream caps, duplicate ids) and its release.
+  // Admission (the token quota, the stream caps, duplicate ids) and its
+  // release, which returns the quota tokens the request did not use.
+  // `retry_after_seconds` is set when the token quota refuses it.
   grpc::Status Admit(Api api, const std::string& principal, const std::string& id,
-                     grpc::ClientContext* upstream, std::shared_ptr<ActiveRequests::Entry>* entry);
-  void Release(Api api, const std::string& principal, const std::string& id);
-  // The scheduler request of `principal`'s request, counted and logged.
-  internal::SubmitRequest StartSubmit(Api api, const std::string& principal, const std::string& id,
-                                      PreparedRequest& prepared);
+                     const PreparedRequest& prepared, grpc::ClientContext* upstream,
+                     std::shared_ptr<ActiveRequests::Entry>* entry, int64_t* retry_after_seconds);
+  void Release(Api api, const std::string& principal, const std::string& id,
+               const ActiveRequests::Entry& entry, const GenerationStream& stream);
+  // The scheduler refused the request with RESOURCE_EXHAUSTED (a queue or
+  // KV limit): counts the rejection under the limit its `specline-limit`
+  // trailing metadata names. Returns the `retry-after` seconds the
+  // scheduler gave (0: none).
+  int64_t SchedulerRejection(const std::string& principal, const grpc::ClientContext& call,
+                             const grpc::Status& status);
+  // The scheduler request, counted and logged.
+  internal::SubmitRequest StartSubmit(Api api, const std::string& principal,
+                                      const std::string& id, PreparedRequest& prepared);
   // The status a stream ends with once its scheduler call is over; an
   // aborted request gets its final message in `final_message`.
   grpc::Status EndStatus(Api api, GenerationStream& stream, const grpc::Status& scheduler, bool client_gone,
@@ -115,6 +129,7 @@ class GenerationService final : public v1::Generation::Service {
   GatewayMetrics& metrics_;
   const Options options_;
   ActiveRequests active_;
+  TokenQuota quota_;
   std::atomic<bool> draining_{false};
   std::atomic<bool> pipeline_ready_{false};
 };

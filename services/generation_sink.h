@@ -3,6 +3,8 @@
 // request: any number of OnMessage, then exactly one OnEnd.
 #pragma once
 
+#include <cstdint>
+
 #include <grpcpp/support/status.h>
 
 #include "specline/v1/generation.pb.h"
@@ -13,8 +15,10 @@ class GenerationSink {
  public:
   virtual ~GenerationSink() = default;
   virtual void OnMessage(const v1::GenerateResponse& message) = 0;
-  // OK after the final message (finish reason set); otherwise the error.
-  virtual void OnEnd(const grpc::Status& status) = 0;
+  // OK after the final message (finish reason set); otherwise the error,
+  // with the seconds after which a retry may succeed when a limit said so
+  // (0: it did not).
+  virtual void OnEnd(const grpc::Status& status, int64_t retry_after_seconds) = 0;
   // True once the client has gone; the request then ends CANCELLED.
   virtual bool ClientGone() const = 0;
 };

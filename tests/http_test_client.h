@@ -17,6 +17,7 @@ namespace specline::testing {
 struct HttpResult {
   int status = 0;  // 0: no response (connection failed)
   std::string content_type;
+  std::string retry_after;  // the Retry-After header; "" when absent
   std::string body;  // de-chunked
   bool chunked = false;
   nlohmann::json Json() const { return nlohmann::json::parse(body, nullptr, false); }
@@ -55,6 +56,7 @@ class HttpConnection {
     auto res = parser.release();
     out.status = res.result_int();
     out.content_type = std::string(res[http::field::content_type]);
+    out.retry_after = std::string(res[http::field::retry_after]);
     out.chunked = res.chunked();
     out.body = res.body();
     return out;

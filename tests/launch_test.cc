@@ -148,6 +148,8 @@ TEST(LaunchTopology, FlagsReachTheProcessesThatTakeThem) {
   o.tls_key = "/k.pem";
   o.max_streams_per_principal = 5;
   o.cache_share_groups = {"team=alice,bob", "ops=carol"};
+  o.max_tokens_per_minute_per_principal = 6000;
+  o.metrics_per_principal = true;
   o.max_concurrent_streams = 64;
   o.default_max_tokens = 99;
   o.drain_timeout_ms = 1234;
@@ -190,6 +192,9 @@ TEST(LaunchTopology, FlagsReachTheProcessesThatTakeThem) {
   EXPECT_EQ(g[at + 2], "--cache-share-group");
   EXPECT_EQ(g[at + 3], "ops=carol");
   EXPECT_EQ(Count(c, "--cache-share-group"), 0);
+  EXPECT_EQ(Flag(g, "--max-tokens-per-minute-per-principal"), "6000");
+  EXPECT_EQ(Flag(g, "--metrics-per-principal"), "true");
+  EXPECT_EQ(Flag(c, "--max-tokens-per-minute-per-principal"), "<absent>");
   EXPECT_EQ(Flag(g, "--max-concurrent-streams"), "64");
   EXPECT_EQ(Flag(g, "--default-max-tokens"), "99");
   EXPECT_EQ(Flag(g, "--drain-timeout-ms"), "1234");
@@ -215,7 +220,8 @@ TEST(LaunchTopology, UnsetOptionsPassNoFlag) {
                           "--dtype", "--ptp-head", "--pipo-head", "--adapter", "--weight-set",
                           "--max-waiting", "--tokenizer",
                           "--tls-cert", "--auth-token-file", "--max-concurrent-streams",
-                          "--cache-share-group"}) {
+                          "--cache-share-group", "--max-tokens-per-minute-per-principal",
+                          "--metrics-per-principal"}) {
       EXPECT_EQ(Count(p->argv, f), 0) << p->name << " " << f;
     }
   }

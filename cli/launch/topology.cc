@@ -198,6 +198,9 @@ Plan BuildPlan(const Topology& t, const Binaries& binaries, int n_layers,
     Add(g.argv, "--served-model-name", o.served_model_name);
     AddPositive(g.argv, "--max-streams-per-principal", o.max_streams_per_principal);
     for (const std::string& group : o.cache_share_groups) Add(g.argv, "--cache-share-group", group);
+    AddPositive(g.argv, "--max-tokens-per-minute-per-principal",
+                o.max_tokens_per_minute_per_principal);
+    if (o.metrics_per_principal) Append(g.argv, {"--metrics-per-principal", "true"});
     Add(g.argv, "--tls-cert", o.tls_cert);
     Add(g.argv, "--tls-key", o.tls_key);
     AddPositive(g.argv, "--max-concurrent-streams", o.max_concurrent_streams);

@@ -24,6 +24,8 @@ struct GatewayOptions {
   std::string served_model_name;   // "" = the model file's stem
   int max_streams_per_principal = 0;  // 0 = no per-principal cap
   std::vector<std::string> cache_share_groups;  // --cache-share-group values, in order
+  long max_tokens_per_minute_per_principal = 0;  // 0 = no token quota
+  bool metrics_per_principal = false;  // /metrics series labelled by principal
   std::string tls_cert, tls_key;   // TLS at the gateway ("" = plaintext)
   int max_concurrent_streams = 0;  // 0 = its default
   int default_max_tokens = 0;      // 0 = its default

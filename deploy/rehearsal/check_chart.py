@@ -83,7 +83,9 @@ def setUpModule():
         "custom": render(sets=["pipeline.stages=3", "pipeline.partition={0:10,10:20,20:30}",
                                "gateway.authSecret=tok", "gateway.tlsSecret=cert",
                                "gateway.cacheShareGroups.team={alice,bob}",
-                               "modelCache.existingClaim=shared-models", "model.tokenizer=tok/tokenizer.json"]),
+                               "modelCache.existingClaim=shared-models", "model.tokenizer=tok/tokenizer.json",
+                               "gateway.maxTokensPerMinutePerPrincipal=2000000", "gateway.metricsPerPrincipal=true",
+                               "scheduler.admission=fifo", "scheduler.maxKvBlocksPerTenant=512"]),
         # Probes on the OpenAI API's GET /health, with TLS; and no HTTP port.
         "http-probe": render(sets=["gateway.probe=http", "gateway.tlsSecret=cert"]),
         "no-http": render(sets=["gateway.httpPort=0"]),
@@ -212,6 +214,18 @@ class PipelineTest(Check):
                     == ["--cache-share-group=team=alice,bob"], "custom: a cache share group")
         _, plain = container(CASES["defaults"], "Deployment", "-gateway")
         self.expect(not flag(plain, "cache-share-group"), "defaults: no cache share group")
+        _, sched = container(c, "Deployment", "-scheduler")
+        self.expect(flag(gw, "max-tokens-per-minute-per-principal") == "2000000"
+                    and flag(gw, "metrics-per-principal") == "true"
+                    and flag(sched, "admission") == "fifo" and flag(sched, "max-kv-blocks-per-tenant") == "512",
+                    "custom: the multi-tenant limits (an integer above 1e6 stays an integer)")
+        _, default_gw = container(CASES["defaults"], "Deployment", "-gateway")
+        _, default_sched = container(CASES["defaults"], "Deployment", "-scheduler")
+        self.expect(flag(default_gw, "max-tokens-per-minute-per-principal") is None
+                    and flag(default_gw, "metrics-per-principal") is None
+                    and flag(default_sched, "admission") == "fair"
+                    and flag(default_sched, "max-kv-blocks-per-tenant") == "0",
+                    "defaults: fair admission, no quotas, no principal labels")
         self.expect(not c.of_kind("PersistentVolumeClaim"), "custom: no PVC with an existing claim")
 
     def test_openai_http_port(self):

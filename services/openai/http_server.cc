@@ -73,8 +73,10 @@ class SessionSink final : public GenerationSink {
   void OnMessage(const v1::GenerateResponse& message) override {
     net::post(session_->executor(), [s = session_, message] { s->OnGenerationMessage(message); });
   }
-  void OnEnd(const grpc::Status& status) override {
-    net::post(session_->executor(), [s = session_, status] { s->OnGenerationEnd(status); });
+  void OnEnd(const grpc::Status& status, int64_t retry_after_seconds) override {
+    net::post(session_->executor(), [s = session_, status, retry_after_seconds] {
+      s->OnGenerationEnd(status, retry_after_seconds);
+    });
   }
   bool ClientGone() const override { return gone_; }
   void MarkGone() { gone_ = true; }
@@ -121,7 +123,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     g.sent_first = true;
   }
 
-  void OnGenerationEnd(const grpc::Status& status) {
+  void OnGenerationEnd(const grpc::Status& status, int64_t retry_after_seconds) {
     if (!gen_) return;
     Generation g = std::move(*gen_);
     gen_.reset();
@@ -137,7 +139,11 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       return;
     }
     if (!status.ok()) {
-      return SendError(ErrorFromStatus(g.who.endpoint, status.error_code(), status.error_message()));
+      // Not streamed: the status line is still ours to choose, so a limit
+      // that said when to retry answers 429 with Retry-After.
+      ApiError e = ErrorFromStatus(g.who.endpoint, status.error_code(), status.error_message());
+      e.retry_after_seconds = retry_after_seconds;
+      return SendError(e);
     }
     SendJson(http::status::ok, FullResponse(g.who, g.text, g.finish, g.usage));
   }
@@ -295,11 +301,14 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     ++serial_;
     // The generation may answer on gRPC's threads at once; its messages are
     // posted to this strand, so they run after this handler returns.
-    const grpc::Status started =
-        server_.service.StartGenerate(principal_, parsed.request, gen_->sink, &gen_->call);
+    int64_t retry_after = 0;
+    const grpc::Status started = server_.service.StartGenerate(principal_, parsed.request,
+                                                               gen_->sink, &gen_->call, &retry_after);
     if (!started.ok()) {
       gen_.reset();
-      return SendError(ErrorFromStatus(endpoint, started.error_code(), started.error_message()));
+      ApiError e = ErrorFromStatus(endpoint, started.error_code(), started.error_message());
+      e.retry_after_seconds = retry_after;
+      return SendError(e);
     }
     ++server_.open_responses;
     counted_ = true;
@@ -345,9 +354,10 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     gen_->call->TryCancel();
   }
 
-  void SendJson(http::status status, std::string body) {
+  void SendJson(http::status status, std::string body, int64_t retry_after_seconds = 0) {
     http::response<http::string_body> res{status, request_.version()};
     res.set(http::field::content_type, "application/json");
+    if (retry_after_seconds > 0) res.set(http::field::retry_after, std::to_string(retry_after_seconds));
     res.keep_alive(keep_alive_);
     res.body() = std::move(body);
     res.prepare_payload();
@@ -358,7 +368,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
 
   void SendError(const ApiError& e) {
     if (e.http_status >= 500) spdlog::warn("http {}: {}", e.http_status, e.message);
-    SendJson(static_cast<http::status>(e.http_status), ErrorBody(e));
+    SendJson(static_cast<http::status>(e.http_status), ErrorBody(e), e.retry_after_seconds);
   }
 
   void QueueChunk(std::string data) { Queue(Item{Item::kChunk, std::move(data)}); }

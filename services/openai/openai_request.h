@@ -8,6 +8,7 @@
 // and vLLM's `cache_salt` (the prefix-cache salt; docs/security.md).
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -25,6 +26,7 @@ struct ApiError {
   std::string type = "invalid_request_error";
   std::string param;  // "" = null
   std::string code;   // "" = null
+  int64_t retry_after_seconds = 0;  // > 0: sent as the Retry-After header (429s)
 };
 
 struct ParsedRequest {
