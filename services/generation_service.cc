@@ -244,6 +244,7 @@ internal::SubmitRequest GenerationService::StartSubmit(Api api, const std::strin
   internal::SubmitRequest submit = std::move(prepared.submit);
   submit.set_request_id(id);
   submit.set_tenant(principal);
+  submit.set_cache_scope(options_.cache_scopes.Scope(principal, prepared.cache_salt));
   metrics_.For(api).prompt_tokens().Increment(submit.prompt_size());
   spdlog::info("req={} start prompt_tokens={} max_tokens={} temperature={} seed={}", id,
                submit.prompt_size(), submit.max_tokens(), submit.sampling().temperature(),
