@@ -124,4 +124,16 @@ std::vector<AdmissionQueue::SeqPtr> AdmissionQueue::All() const {
   return all;
 }
 
+AdmissionQueue::SeqPtr AdmissionQueue::GivesWayTo(const std::string& tenant) const {
+  if (policy_ != AdmissionPolicy::kFair) return nullptr;
+  size_t mine = 0;
+  const TenantQueue* longest = nullptr;
+  for (const TenantQueue& q : round_) {
+    if (q.tenant == tenant) mine = q.seqs.size();
+    if (!longest || q.seqs.size() > longest->seqs.size()) longest = &q;
+  }
+  if (!longest || longest->tenant == tenant || longest->seqs.size() <= mine + 1) return nullptr;
+  return longest->seqs.back();
+}
+
 }  // namespace specline::scheduler

@@ -67,6 +67,13 @@ class AdmissionQueue {
   // turn is over and it goes to the back of the round.
   void Pop(const Sequence& seq);
 
+  // The queue is full and `tenant` asks for a place. Under fair, when
+  // another tenant holds more places than `tenant` would with one more, the
+  // newest request of the tenant holding the most is the one to give way
+  // (the caller ends it), so a flood cannot take every place and lock the
+  // others out. Null under fifo, or when `tenant` already holds its share.
+  SeqPtr GivesWayTo(const std::string& tenant) const;
+
   size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
   // Every waiting sequence, restarts first (for the engine's sweeps:

@@ -152,6 +152,28 @@ TEST(AdmissionQueueTest, RemoveTakesARequestOutAndAnEmptyTenantLeavesTheRound) {
   EXPECT_EQ(Drain(q), (std::vector<std::string>{"a3", "c4", "b5"}));
 }
 
+// A full queue: the tenant holding the most places gives up its newest one
+// to a tenant holding fewer, never to itself, and never under fifo.
+TEST(AdmissionQueueTest, AFullQueueGivesWayFromTheTenantHoldingTheMost) {
+  AdmissionQueue fair(AdmissionPolicy::kFair);
+  for (uint64_t i = 1; i <= 5; ++i) fair.Push(Seq(i, "flood"));
+  fair.Push(Seq(6, "b"));
+  SeqPtr gives = fair.GivesWayTo("c");
+  ASSERT_NE(gives, nullptr);
+  EXPECT_EQ(gives->request_id, "flood5");
+  EXPECT_EQ(fair.GivesWayTo("flood"), nullptr);
+  ASSERT_NE(fair.GivesWayTo("b"), nullptr);  // b holds 1, flood 5
+  // Shares that differ by one are even: nobody gives way.
+  AdmissionQueue even(AdmissionPolicy::kFair);
+  even.Push(Seq(1, "a"));
+  even.Push(Seq(2, "a"));
+  even.Push(Seq(3, "b"));
+  EXPECT_EQ(even.GivesWayTo("b"), nullptr);
+  AdmissionQueue fifo(AdmissionPolicy::kFifo);
+  for (uint64_t i = 1; i <= 5; ++i) fifo.Push(Seq(i, "flood"));
+  EXPECT_EQ(fifo.GivesWayTo("c"), nullptr);
+}
+
 TEST(AdmissionQueueTest, ParsesPolicyNames) {
   AdmissionPolicy p = AdmissionPolicy::kFair;
   EXPECT_TRUE(ParseAdmissionPolicy("fifo", &p));

@@ -106,6 +106,47 @@ TEST(FairAdmissionTest, UnderFifoTheInteractiveRequestWaitsForTheWholeFlood) {
   EXPECT_EQ(admitted, 7);
 }
 
+// A flood that fills the whole waiting queue does not lock another tenant
+// out: the flood's newest request gives its place (RESOURCE_EXHAUSTED,
+// naming --max-waiting), the other tenant's request is queued and served.
+// The flood itself is refused once the queue is full.
+TEST(FairAdmissionTest, AFloodFillingTheQueueGivesWayToAnotherTenant) {
+  EngineOptions o = Options(AdmissionPolicy::kFair);
+  o.max_waiting = 8;
+  InprocPipeline p(2, o, kStageKv);
+  p.gate().Close();
+  std::vector<std::shared_ptr<RequestStream>> floods;
+  for (int i = 0; i < 9; ++i) {  // one runs, eight wait
+    auto st = p.engine().Submit(Long("flood", 2000 + i));
+    ASSERT_TRUE(st.ok()) << st.status();
+    floods.push_back(*st);
+  }
+  auto refused = p.engine().Submit(Long("flood", 3000));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  const RequestOptions mine = Request("interactive", 4, 8, 7);
+  auto interactive = p.engine().Submit(mine);
+  ASSERT_TRUE(interactive.ok()) << interactive.status();
+  EXPECT_EQ(p.engine().Stats().waiting, 8);
+  // The flood's newest request ended, with the limit named.
+  const StreamResult gave_way = Collect(*floods.back());
+  EXPECT_EQ(gave_way.last.finish, FinishReason::kError);
+  EXPECT_EQ(gave_way.last.error.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(gave_way.last.error.message().find("--max-waiting"), std::string::npos)
+      << gave_way.last.error;
+  floods.pop_back();
+  for (const auto& s : floods) p.engine().Cancel(s->id());
+  p.gate().Open();
+  const StreamResult got = Collect(**interactive);
+  EXPECT_TRUE(got.last.error.ok()) << got.last.error;
+  EXPECT_EQ(got.tokens, Generate1(p.model(), mine).tokens);
+  for (const auto& s : floods) Collect(*s);
+  EXPECT_TRUE(Eventually([&] { return p.StagesEmpty(); }));
+  const auto after = p.engine().Stats();
+  EXPECT_EQ(after.kv_free_tokens, after.kv_capacity_tokens);
+  EXPECT_EQ(after.waiting, 0);
+}
+
 TEST(FairAdmissionTest, KvQuotaRefusesATooLargeRequestAndHoldsATenantAtItsLimit) {
   EngineOptions o = Options(AdmissionPolicy::kFair);
   o.max_kv_blocks_per_tenant = 4;  // one long request per tenant
