@@ -212,7 +212,7 @@ class Engine : private PolicyHost, private HealthHost {
   void EvictLocked(const std::vector<PrefixCache::Evicted>& evicted);
   void WriteKvLogLocked(internal::MicroBatch& batch);
   // A stage refused the sequence (MicroBatch.seq_faults): fail it alone.
-  void RefuseSequenceLocked(uint64_t seq_id, int stage, const std::string& why);
+  void RefuseSequenceLocked(const internal::SequenceFault& fault);
   // The stages were (or will be) reset: they forget every key, so do we.
   void ClearPrefixCacheLocked(int block_size);
   void UpdateGaugesLocked();

@@ -205,7 +205,7 @@ void Engine::HandleResult(internal::MicroBatch batch) {
     }
     // Sequences a stage refused end here, alone; their slots are gone.
     for (const internal::SequenceFault& f : batch.seq_faults()) {
-      RefuseSequenceLocked(f.seq_id(), f.stage(), f.error());
+      RefuseSequenceLocked(f);
     }
     StoreTapsLocked(batch);
     // The blocks this batch completed are on every stage now.

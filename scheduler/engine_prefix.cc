@@ -133,25 +133,30 @@ void Engine::EvictLocked(const std::vector<PrefixCache::Evicted>& evicted) {
 }
 
 // A stage refused a sequence: its cache and our view disagree on that
-// sequence's blocks. Fail it alone, and take every key of its chain out of
-// use on every stage (evicted now, or when their other holders let go), so
-// no later request attaches to a block some stage lacks.
-void Engine::RefuseSequenceLocked(uint64_t seq_id, int stage, const std::string& why) {
+// sequence's blocks. Fail it alone, and take every key of its chain, and
+// the keys the refused entry named (the sequence may have ended meanwhile),
+// out of use on every stage: evicted now, or when their other holders let
+// go, so no later request attaches to a block some stage lacks.
+void Engine::RefuseSequenceLocked(const internal::SequenceFault& fault) {
+  std::vector<uint64_t> keys(fault.keys().begin(), fault.keys().end());
   auto it = std::find_if(running_.begin(), running_.end(),
-                         [&](const auto& s) { return s->id == seq_id; });
-  if (it == running_.end()) return;  // ended meanwhile, or told by an earlier stage
-  const std::shared_ptr<Sequence> s = *it;
-  const std::vector<uint64_t> keys = s->prefix.keys;
-  s->prefix.publishing = false;
-  metrics_->kv_refusals->Increment();
-  ++kv_refusals_;
-  spdlog::error("request {} (seq {}): {} refused it: {}", s->request_id, s->id, StageName(stage),
-                why);
-  FinishLocked(*s, FinishReason::kError,
-               absl::InternalError(absl::StrCat(StageName(stage), " could not apply the KV cache "
-                                                "decision for this request (", why,
-                                                "); other requests are unaffected")),
-               StreamEvent{});
+                         [&](const auto& s) { return s->id == fault.seq_id(); });
+  // Not running: ended meanwhile, or failed on an earlier stage's report.
+  const std::shared_ptr<Sequence> s = it == running_.end() ? nullptr : *it;
+  if (s) {
+    keys.insert(keys.end(), s->prefix.keys.begin(), s->prefix.keys.end());
+    s->prefix.publishing = false;
+    metrics_->kv_refusals->Increment();
+    ++kv_refusals_;
+    spdlog::error("request {} (seq {}): {} refused it: {}", s->request_id, s->id,
+                  StageName(fault.stage()), fault.error());
+    FinishLocked(*s, FinishReason::kError,
+                 absl::InternalError(absl::StrCat(StageName(fault.stage()),
+                                                  " could not apply the KV cache decision for "
+                                                  "this request (",
+                                                  fault.error(), "); other requests are unaffected")),
+                 StreamEvent{});
+  }
   EvictLocked(prefix_.Forget(keys));
 }
 

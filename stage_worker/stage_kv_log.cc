@@ -29,7 +29,8 @@ void StageRunner::ReleaseSequenceLocked(uint64_t seq) {
 }
 
 void StageRunner::RefuseSequenceLocked(internal::MicroBatch& batch, uint64_t seq,
-                                       const std::string& why) {
+                                       const std::string& why,
+                                       const google::protobuf::RepeatedField<uint64_t>& keys) {
   ReleaseSequenceLocked(seq);
   refused_[seq] = why;
   ++kv_refusals_;
@@ -37,6 +38,7 @@ void StageRunner::RefuseSequenceLocked(internal::MicroBatch& batch, uint64_t seq
   f->set_seq_id(seq);
   f->set_stage(stage_);
   f->set_error(why);
+  *f->mutable_keys() = keys;
   spdlog::warn("stage {}: batch {}: refused sequence {}: {}", stage_, batch.batch_id(), seq, why);
 }
 
@@ -56,13 +58,14 @@ void StageRunner::ApplyKvLogLocked(internal::MicroBatch& batch) {
     refused.insert(seq);
   };
   for (uint64_t seq : batch.seq_ids()) refused_before(seq);
-  auto apply = [&](uint64_t seq, uint32_t weight_set, auto&& op) {
+  auto apply = [&](uint64_t seq, uint32_t weight_set,
+                   const google::protobuf::RepeatedField<uint64_t>& keys, auto&& op) {
     refused_before(seq);
     if (refused.count(seq)) return;
     absl::StatusOr<PagedKvCache*> kv = CacheOf(weight_set);
     absl::Status st = kv.ok() ? op(**kv) : kv.status();
     if (st.ok()) return;
-    RefuseSequenceLocked(batch, seq, absl::StrCat("prefix cache: ", st.message()));
+    RefuseSequenceLocked(batch, seq, absl::StrCat("prefix cache: ", st.message()), keys);
     refused.insert(seq);
   };
   for (const internal::KvOp& op : batch.kv_ops()) {
@@ -73,14 +76,14 @@ void StageRunner::ApplyKvLogLocked(internal::MicroBatch& batch) {
         break;
       case internal::KvOp::kPublish: {
         const internal::KvPublish& p = op.publish();
-        apply(p.seq_id(), p.weight_set(), [&](PagedKvCache& kv) {
+        apply(p.seq_id(), p.weight_set(), p.keys(), [&](PagedKvCache& kv) {
           return kv.Publish(p.seq_id(), p.first_block(), Keys(p.keys()));
         });
         break;
       }
       case internal::KvOp::kAttach: {
         const internal::KvAttach& a = op.attach();
-        apply(a.seq_id(), a.weight_set(), [&](PagedKvCache& kv) {
+        apply(a.seq_id(), a.weight_set(), a.keys(), [&](PagedKvCache& kv) {
           absl::Status st = kv.Attach(a.seq_id(), Keys(a.keys()));
           if (st.ok()) sequences_.insert(a.seq_id());
           return st;

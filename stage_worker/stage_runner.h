@@ -110,7 +110,8 @@ class StageRunner {
   // its slots dropped (DropStaleSlots) until the scheduler releases it.
   void ApplyKvLogLocked(internal::MicroBatch& batch);
   void ReleaseSequenceLocked(uint64_t seq);
-  void RefuseSequenceLocked(internal::MicroBatch& batch, uint64_t seq, const std::string& why);
+  void RefuseSequenceLocked(internal::MicroBatch& batch, uint64_t seq, const std::string& why,
+                            const google::protobuf::RepeatedField<uint64_t>& keys);
   // The cache of weight set `weight_set`.
   absl::StatusOr<PagedKvCache*> CacheOf(uint32_t weight_set);
   // Whether slot i's input is a row of batch.hidden (every slot after stage

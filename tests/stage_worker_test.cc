@@ -402,6 +402,8 @@ TEST_F(StageWorkerTest, KvLogDisagreementRefusesOneSequenceNotTheBatch) {
   EXPECT_EQ(mixed.seq_faults(0).stage(), 0);
   EXPECT_NE(mixed.seq_faults(0).error().find("attach"), std::string::npos)
       << mixed.seq_faults(0).error();
+  ASSERT_EQ(mixed.seq_faults(0).keys_size(), 1);  // for the scheduler to forget
+  EXPECT_EQ(mixed.seq_faults(0).keys(0), 999u);
   ASSERT_EQ(mixed.seq_ids_size(), 5);  // sequence 2's slots only
   ExpectMatches(mixed, Reference(*reference_, other, {}), {});
   for (size_t i = 0; i < slices_.size(); ++i) {
