@@ -167,18 +167,14 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(RequestOptions spe
     if (static_cast<int>(waiting_.size()) >= options_.max_waiting) {
       // A full queue is shared fairly: the newest request of a tenant that
       // holds more places than this one gives way (admission_queue.h).
+      const std::string full =
+          absl::StrCat("the waiting queue is full (", options_.max_waiting, " requests, --max-waiting)");
       const std::shared_ptr<Sequence> gives_way = waiting_.GivesWayTo(spec.tenant);
-      if (!gives_way) {
-        return LimitError(absl::StrCat("the waiting queue is full (", options_.max_waiting,
-                                       " requests, --max-waiting); retry later"),
-                          "max-waiting");
-      }
+      if (!gives_way) return LimitError(full + "; retry later", "max-waiting");
       spdlog::info("request {} (seq {}): gives its place in the full queue to tenant '{}'",
                    gives_way->request_id, gives_way->id, spec.tenant);
       FinishLocked(*gives_way, FinishReason::kError,
-                   LimitError(absl::StrCat("the waiting queue is full (", options_.max_waiting,
-                                           " requests, --max-waiting) and tenant '",
-                                           gives_way->tenant,
+                   LimitError(absl::StrCat(full, " and tenant '", gives_way->tenant,
                                            "' holds more of it than any other: its newest "
                                            "request gave its place to another tenant's; retry "
                                            "later"),
