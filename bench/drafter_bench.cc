@@ -109,7 +109,9 @@ Trace Record(LocalPipeline& model, const Tokenizer& tok, const ChatTemplate* tmp
   std::string text = p.text;
   bool add_bos = tok.add_bos_by_default();
   if (tmpl) {
-    text = tmpl->Apply({{"user", p.text}}, /*add_generation_prompt=*/true);
+    absl::StatusOr<std::string> rendered = tmpl->Apply(std::vector<ChatMessage>{{"user", p.text}});
+    if (!rendered.ok()) throw std::runtime_error(std::string(rendered.status().message()));
+    text = *std::move(rendered);
     add_bos = false;
   }
   t.prompt = tok.Encode(text, add_bos, /*parse_special=*/tmpl != nullptr);
@@ -258,7 +260,9 @@ int main(int argc, char** argv) {
   }
   auto model = OpenModel(o.model);
   auto tok = OpenTokenizerFor(*model);
-  const std::optional<ChatTemplate> tmpl = ChatTemplateFor(*model);
+  absl::StatusOr<std::optional<ChatTemplate>> own_template = ChatTemplateFor(*model, tok.get());
+  if (!own_template.ok()) throw std::runtime_error(std::string(own_template.status().message()));
+  const std::optional<ChatTemplate> tmpl = *std::move(own_template);
   const ModelConfig& c = model->config();
   SliceOptions so;
   so.kv_capacity_tokens = 4096;

@@ -19,6 +19,7 @@ const char kGenerateUsage[] = R"(usage: specline generate [options]
   --tokenizer PATH       tokenizer file (default: the model's own)
   --prompt TEXT          prompt (default: empty, i.e. BOS only)
   --chat                 wrap the prompt in the model's chat template
+  --chat-template FILE   the template for --chat instead of the model's own
   --system TEXT          system message for --chat
   --max-tokens N         tokens to generate (default 256)
   --temperature T        0 = greedy (default 0)
@@ -31,7 +32,7 @@ const char kGenerateUsage[] = R"(usage: specline generate [options]
 
 int GenerateCommand(int argc, char** argv) {
   Args args(argc, argv, 2,
-            {"model", "tokenizer", "prompt", "system", "max-tokens", "temperature", "top-k",
+            {"model", "tokenizer", "chat-template", "prompt", "system", "max-tokens", "temperature", "top-k",
              "top-p", "min-p", "repetition-penalty", "seed", "threads", "slices"},
             {"chat", "ignore-eos", "show-ids", "help"});
   if (args.Has("help")) {
@@ -53,11 +54,25 @@ int GenerateCommand(int argc, char** argv) {
   bool add_bos = tokenizer->add_bos_by_default() || prompt.empty();
   bool chat = false;
   if (args.Has("chat")) {
-    if (auto tmpl = ChatTemplateFor(*model)) {
+    absl::StatusOr<std::optional<ChatTemplate>> tmpl =
+        args.Has("chat-template")
+            ? absl::StatusOr<std::optional<ChatTemplate>>(
+                  ChatTemplateFromFile(args.Str("chat-template"), tokenizer.get()))
+            : ChatTemplateFor(*model, tokenizer.get());
+    if (!tmpl.ok()) {
+      std::cerr << "error: " << tmpl.status().message() << "\n";
+      return 1;
+    }
+    if (*tmpl) {
       std::vector<ChatMessage> messages;
       if (args.Has("system")) messages.push_back({"system", args.Str("system")});
       messages.push_back({"user", prompt});
-      prompt = tmpl->Apply(messages, /*add_generation_prompt=*/true);
+      absl::StatusOr<std::string> rendered = (*tmpl)->Apply(messages);
+      if (!rendered.ok()) {
+        std::cerr << "error: " << rendered.status().message() << "\n";
+        return 1;
+      }
+      prompt = *std::move(rendered);
       add_bos = false;  // templates write their own BOS where the model wants one
       chat = true;
     } else {

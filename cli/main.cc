@@ -13,6 +13,7 @@ commands:
   make-random-model   write a randomly initialised Llama-shaped model
   make-random-head    write a randomly initialised draft head (PPSD / SPD) for a model
   info                print a model's config and tensors
+  chat-template       print the prompt a model's chat template makes of a conversation
   serve               run gateway + scheduler + stage workers on localhost
   client              stream a generation from a running gateway
   health              ask a running process's grpc.health.v1 service (exit 0 = SERVING)
@@ -31,6 +32,7 @@ int main(int argc, char** argv) {
     if (cmd == "generate") return specline::cli::GenerateCommand(argc, argv);
     if (cmd == "make-random-model") return specline::cli::RandomModelCommand(argc, argv);
     if (cmd == "make-random-head") return specline::cli::RandomHeadCommand(argc, argv);
+    if (cmd == "chat-template") return specline::cli::ChatTemplateCommand(argc, argv);
     if (cmd == "info") return specline::cli::InfoCommand(argc, argv);
     if (cmd == "serve") return specline::cli::ServeCommand(argc, argv);
     if (cmd == "client") return specline::cli::ClientCommand(argc, argv);

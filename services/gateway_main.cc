@@ -19,6 +19,9 @@ const char kUsage[] = R"(usage: specline-gateway --model PATH --scheduler HOST:P
   --model PATH                 model served (its config and tokenizer are read)
   --tokenizer PATH             tokenizer file (default: the model's own; none found
                                means token-id prompts only)
+  --chat-template FILE         the chat template (Jinja, or JSON with "chat_template")
+                               used instead of the model's own; --chat-template-file
+                               is the same (llama-server's name)
   --scheduler HOST:PORT        the scheduler's gRPC address
   --host ADDR                  listen address (default 0.0.0.0)
   --port N                     gRPC port (0 = pick; default 0)
@@ -65,6 +68,7 @@ bool ParseArgs(int argc, char** argv, specline::GatewayConfig* c) {
     absl::Status st;
     if (name == "model") c->model_path = v;
     else if (name == "tokenizer") c->tokenizer_path = v;
+    else if (name == "chat-template" || name == "chat-template-file") c->chat_template_path = v;
     else if (name == "scheduler") c->scheduler_addr = v;
     else if (name == "host") c->host = v;
     else if (name == "port") st = specline::ParseNumber(name, v, &c->port);

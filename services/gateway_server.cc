@@ -43,6 +43,33 @@ std::string ServedModelName(const GatewayConfig& config) {
 
 const char kServiceName[] = "specline.v1.Generation";
 
+// The operator's --chat-template wins and must load (start-up fails
+// otherwise). The model's own template that does not parse is logged and
+// left out: the model still serves text and token ids, and a chat request
+// gets a 400 naming the parse error.
+void LoadChatTemplate(const GatewayConfig& config, const ModelSource& model,
+                      const Tokenizer* tokenizer, ServedModel* served) {
+  if (!config.chat_template_path.empty()) {
+    absl::StatusOr<ChatTemplate> t = ChatTemplateFromFile(config.chat_template_path, tokenizer);
+    if (!t.ok()) throw std::invalid_argument(std::string(t.status().message()));
+    served->chat_template = *std::move(t);
+    return;
+  }
+  absl::StatusOr<std::optional<ChatTemplate>> own = ChatTemplateFor(model, tokenizer);
+  if (!own.ok()) {
+    spdlog::warn("chat requests will be refused: {}", std::string(own.status().message()));
+    served->no_chat_template_reason = absl::StrCat(
+        own.status().message(), "; start the gateway with --chat-template FILE to give one");
+    return;
+  }
+  served->chat_template = *std::move(own);
+  if (!served->chat_template) {
+    served->no_chat_template_reason =
+        "the served model carries no chat template (a base model?); send a completion "
+        "(text or token_ids), or start the gateway with --chat-template FILE";
+  }
+}
+
 }  // namespace
 
 Gateway::Gateway(const GatewayConfig& config)
@@ -64,7 +91,7 @@ Gateway::Gateway(const GatewayConfig& config)
                  config.model_path, e.what());
   }
   served.tokenizer = tokenizer_.get();
-  served.chat_template = ChatTemplateFor(*model);
+  LoadChatTemplate(config, *model, tokenizer_.get(), &served);
   served.vocab_size = model->config().vocab_size;
   served.context_length = model->config().max_seq_len;
   served.default_max_tokens = config.default_max_tokens;

@@ -24,6 +24,7 @@ namespace specline {
 struct GatewayConfig {
   std::string model_path;
   std::string tokenizer_path;  // "" = the model's own (none found: token ids only)
+  std::string chat_template_path;  // "" = the model's own template
   std::string scheduler_addr;  // host:port
   std::string host = "0.0.0.0";
   int port = 0;          // 0 = pick

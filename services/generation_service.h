@@ -77,6 +77,7 @@ class GenerationService final : public v1::Generation::Service {
   bool pipeline_ready() const { return pipeline_ready_; }
   void set_pipeline_ready(bool ready);
   const std::string& model_name() const { return options_.model_name; }
+  const ServedModel& served_model() const { return model_; }
   // For failures counted outside the shared path (the HTTP API's own 4xx).
   GatewayMetrics::Series& metrics(Api api) { return metrics_.For(api); }
   const Principals* principals() const {

@@ -58,22 +58,10 @@ absl::StatusOr<std::vector<int32_t>> TokenizePrompt(const v1::GenerateRequest& r
       return std::vector<int32_t>(ids.begin(), ids.end());
     }
     case v1::GenerateRequest::kChat: {
-      const auto& msgs = r.chat().messages();
-      if (msgs.empty()) return Invalid("prompt.chat.messages", "is empty");
-      if (!m.chat_template)
-        return Invalid("prompt.chat", "the served model has no chat template; send text or token_ids");
-      if (!m.tokenizer) return Invalid("prompt.chat", "this deployment has no tokenizer");
-      std::vector<ChatMessage> conv;
-      for (int i = 0; i < msgs.size(); ++i) {
-        const std::string& role = msgs[i].role();
-        if (role != "system" && role != "user" && role != "assistant")
-          return Invalid(absl::StrCat("prompt.chat.messages[", i, "].role"),
-                         absl::StrCat("must be system, user or assistant, got '", role, "'"));
-        conv.push_back({role, msgs[i].content()});
-      }
-      const std::string rendered = m.chat_template->Apply(conv, /*add_generation_prompt=*/true);
+      absl::StatusOr<std::string> rendered = RenderChat(r.chat(), m);
+      if (!rendered.ok()) return rendered.status();
       // The template writes its own BOS where the model wants one.
-      return m.tokenizer->Encode(rendered, /*add_bos=*/false, /*parse_special=*/true);
+      return m.tokenizer->Encode(*rendered, /*add_bos=*/false, /*parse_special=*/true);
     }
     case v1::GenerateRequest::PROMPT_NOT_SET:
       break;
@@ -82,6 +70,36 @@ absl::StatusOr<std::vector<int32_t>> TokenizePrompt(const v1::GenerateRequest& r
 }
 
 }  // namespace
+
+absl::StatusOr<std::string> RenderChat(const v1::ChatMessages& chat, const ServedModel& m) {
+  const auto& msgs = chat.messages();
+  if (msgs.empty()) return Invalid("prompt.chat.messages", "is empty");
+  if (!m.chat_template) {
+    return Invalid("prompt.chat", m.no_chat_template_reason.empty()
+                                      ? "the served model has no chat template; send text or token_ids"
+                                      : m.no_chat_template_reason);
+  }
+  if (!m.tokenizer) return Invalid("prompt.chat", "this deployment has no tokenizer");
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  for (int i = 0; i < msgs.size(); ++i) {
+    if (msgs[i].role().empty())
+      return Invalid(absl::StrCat("prompt.chat.messages[", i, "].role"), "is empty");
+    // Which roles a conversation may hold is the template's to say: it
+    // raises for one it refuses, and that becomes this request's 400.
+    messages.push_back({{"role", msgs[i].role()}, {"content", msgs[i].content()}});
+  }
+  ChatRenderOptions options;
+  options.add_generation_prompt = !chat.no_generation_prompt();
+  if (!chat.template_kwargs_json().empty()) {
+    options.extra = nlohmann::ordered_json::parse(chat.template_kwargs_json(), nullptr,
+                                                  /*allow_exceptions=*/false);
+    if (!options.extra.is_object())
+      return Invalid("prompt.chat.template_kwargs_json", "must be a JSON object");
+  }
+  absl::StatusOr<std::string> text = m.chat_template->Apply(messages, options);
+  if (!text.ok()) return Invalid("prompt.chat", std::string(text.status().message()));
+  return text;
+}
 
 absl::StatusOr<PreparedRequest> PrepareRequest(const v1::GenerateRequest& r,
                                                const ServedModel& m) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "model/tokenizer/chat_template.h"
 #include "model/tokenizer/tokenizer.h"
 #include "specline/internal/scheduler.pb.h"
 #include "specline/v1/generation.pb.h"
@@ -20,6 +21,9 @@ namespace specline {
 struct ServedModel {
   const Tokenizer* tokenizer = nullptr;  // null: token-id prompts only
   std::optional<ChatTemplate> chat_template;
+  // Why there is no template, for the 400 a chat request gets ("the model
+  // carries no chat template; start the gateway with --chat-template FILE").
+  std::string no_chat_template_reason;
   int32_t vocab_size = 0;
   int32_t context_length = 0;
   int32_t default_max_tokens = 256;
@@ -41,6 +45,10 @@ struct PreparedRequest {
   // submit.cache_scope (services/cache_scopes.h).
   std::string cache_salt;
 };
+
+// The prompt text the model's chat template makes of `chat` (what
+// /apply-template answers). INVALID_ARGUMENT naming the template's error.
+absl::StatusOr<std::string> RenderChat(const v1::ChatMessages& chat, const ServedModel& model);
 
 absl::StatusOr<PreparedRequest> PrepareRequest(const v1::GenerateRequest& request,
                                                const ServedModel& model);

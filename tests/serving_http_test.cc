@@ -326,7 +326,7 @@ TEST(ServingHttp, BadRequestsGetOpenAiErrors) {
       {completions, R"({"prompt": [1, 2, 999999]})", "application/json", 400, "prompt"},
       {completions, R"({"prompt": "x", "model": "gpt-4"})", "application/json", 404, "model"},
       {chat, R"({"messages": []})", "application/json", 400, "messages"},
-      {chat, R"({"messages": [{"role": "tool", "content": "x"}]})", "application/json", 400,
+      {chat, R"({"messages": [{"role": "robot", "content": "x"}]})", "application/json", 400,
        "messages[0].role"},
       // stories260K has no chat template.
       {chat, R"({"messages": [{"role": "user", "content": "hi"}]})", "application/json", 400,
@@ -346,6 +346,9 @@ TEST(ServingHttp, BadRequestsGetOpenAiErrors) {
       EXPECT_EQ(e["error"]["param"], c.param) << r.body;
     }
   }
+  // A base model's chat refusal says how to give it a template.
+  const HttpResult base = PostJson(port, chat, {{"messages", {{{"role", "user"}, {"content", "hi"}}}}});
+  EXPECT_NE(base.body.find("--chat-template"), std::string::npos) << base.body;
   // A body over the limit (1 MiB) is refused before it is parsed.
   const std::string huge = "{\"prompt\": \"" + std::string(1100000, 'a') + "\"}";
   EXPECT_EQ(HttpCall(port, "POST", completions, huge).status, 413);

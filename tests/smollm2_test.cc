@@ -68,10 +68,11 @@ TEST_F(SmolLm2Test, ConfigIsSmolLm2) {
 }
 
 TEST_F(SmolLm2Test, ChatTemplateAndTokensMatchTransformers) {
-  auto tmpl = ChatTemplateFor(*model_);
-  ASSERT_TRUE(tmpl.has_value());
+  auto tmpl = ChatTemplateFor(*model_, tokenizer_);
+  ASSERT_TRUE(tmpl.ok()) << tmpl.status();
+  ASSERT_TRUE(tmpl->has_value());
   for (const json& conv : (*golden_)["conversations"]) {
-    const std::string text = tmpl->Apply(Messages(conv), /*add_generation_prompt=*/true);
+    const std::string text = *(*tmpl)->Apply(Messages(conv));
     EXPECT_EQ(text, conv["prompt_text"].get<std::string>()) << conv["name"];
     EXPECT_EQ(tokenizer_->Encode(text, /*add_bos=*/false, /*parse_special=*/true),
               conv["prompt_ids"].get<std::vector<int32_t>>())

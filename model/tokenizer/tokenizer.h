@@ -79,33 +79,4 @@ class IncrementalDetokenizer {
   std::string pending_;
 };
 
-// One chat turn.
-struct ChatMessage {
-  std::string role;  // "system", "user", "assistant"
-  std::string content;
-};
-
-// Renders a conversation the way the model was trained on it. The template
-// comes from the model (GGUF "tokenizer.chat_template", tokenizer_config.json)
-// and is recognised by its markers (ChatML, Llama 2, Llama 3, Zephyr, Mistral,
-// Gemma, Phi-3); defaults it embeds (SmolLM2's system prompt) are honoured.
-class ChatTemplate {
- public:
-  // Throws std::runtime_error when the template is not recognised.
-  static ChatTemplate FromJinja(const std::string& jinja_source);
-  static ChatTemplate ByName(const std::string& name);  // "chatml", "llama2", ...
-
-  std::string Apply(const std::vector<ChatMessage>& messages,
-                    bool add_generation_prompt) const;
-  const std::string& name() const { return name_; }
-  // True when Apply() writes the BOS text itself ("<s>", "<|begin_of_text|>",
-  // "<bos>"): encode its output with add_bos = false and parse_special.
-  bool renders_bos() const;
-  const std::string& default_system() const { return default_system_; }
-
- private:
-  std::string name_;
-  std::string default_system_;  // inserted when the conversation has none
-};
-
 }  // namespace specline

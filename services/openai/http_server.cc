@@ -224,6 +224,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     }
     if (path == "/v1/completions") return Generate(Endpoint::kCompletions);
     if (path == "/v1/chat/completions") return Generate(Endpoint::kChatCompletions);
+    if (path == "/apply-template") return ApplyTemplate();
     ApiError e;
     e.http_status = 404;
     e.type = "not_found_error";
@@ -262,22 +263,51 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     return true;
   }
 
-  void Generate(Endpoint endpoint) {
-    if (request_.method() != http::verb::post) return MethodNotAllowed("POST");
-    if (!Authenticate()) return;
+  // A POST of a JSON request body, authenticated and parsed as `endpoint`'s;
+  // false after answering the error.
+  bool ReadJsonPost(Endpoint endpoint, ParsedRequest* parsed) {
+    if (request_.method() != http::verb::post) {
+      MethodNotAllowed("POST");
+      return false;
+    }
+    if (!Authenticate()) return false;
     const auto type_field = request_[http::field::content_type];
     const std::string type(type_field.data(), type_field.size());
     if (type.rfind("application/json", 0) != 0) {
       ApiError e;
       e.http_status = 415;
       e.message = "Content-Type must be application/json, got '" + type + "'";
-      return SendError(e);
+      SendError(e);
+      return false;
     }
-    ParsedRequest parsed;
-    if (auto e = ParseRequest(endpoint, request_.body(), &parsed)) {
+    if (auto e = ParseRequest(endpoint, request_.body(), parsed)) {
       server_.service.metrics(Api::kOpenAi).CountFailure("INVALID_ARGUMENT");
-      return SendError(*e);
+      SendError(*e);
+      return false;
     }
+    return true;
+  }
+
+  // llama-server's POST /apply-template: a chat request's body in, the
+  // prompt the model's template makes of it out, {"prompt": "..."}; nothing
+  // is generated.
+  void ApplyTemplate() {
+    ParsedRequest parsed;
+    if (!ReadJsonPost(Endpoint::kChatCompletions, &parsed)) return;
+    absl::StatusOr<std::string> prompt =
+        RenderChat(parsed.request.chat(), server_.service.served_model());
+    if (!prompt.ok()) {
+      server_.service.metrics(Api::kOpenAi).CountFailure("INVALID_ARGUMENT");
+      return SendError(ErrorFromStatus(Endpoint::kChatCompletions,
+                                       static_cast<int>(prompt.status().code()),
+                                       std::string(prompt.status().message())));
+    }
+    SendJson(http::status::ok, nlohmann::json{{"prompt", *prompt}}.dump());
+  }
+
+  void Generate(Endpoint endpoint) {
+    ParsedRequest parsed;
+    if (!ReadJsonPost(endpoint, &parsed)) return;
     const std::string& served = server_.service.model_name();
     if (!parsed.model.empty() && parsed.model != served) {
       ApiError e;

@@ -73,7 +73,7 @@ const std::set<std::string>& KnownFields(Endpoint endpoint) {
   static const std::set<std::string> chat = [] {
     std::set<std::string> s = common;
     s.insert({"messages", "max_completion_tokens", "tools", "tool_choice", "parallel_tool_calls",
-              "functions", "function_call"});
+              "functions", "function_call", "chat_template_kwargs", "add_generation_prompt"});
     return s;
   }();
   return endpoint == Endpoint::kChatCompletions ? chat : completions;
@@ -152,11 +152,12 @@ std::optional<ApiError> ReadMessages(const json& body, v1::GenerateRequest* r) {
     auto role = m.find("role");
     if (role == m.end() || !role->is_string()) return Bad(at + ".role", "must be a string");
     const std::string role_name = role->get<std::string>();
-    // The chat template knows these; tool turns need tool support.
+    // OpenAI's roles; whether the conversation suits the model is its chat
+    // template's to say (a template that refuses one answers 400 naming it).
     if (role_name != "system" && role_name != "user" && role_name != "assistant" &&
-        role_name != "developer")
+        role_name != "developer" && role_name != "tool")
       return Bad(at + ".role", absl::StrCat("'", role_name,
-                                            "' is not supported (system, developer, user, assistant)"));
+                                            "' is not supported (system, developer, user, assistant, tool)"));
     std::string text;
     auto content = m.find("content");
     if (content == m.end() || content->is_null()) {
@@ -180,10 +181,21 @@ std::optional<ApiError> ReadMessages(const json& body, v1::GenerateRequest* r) {
     if (m.contains("tool_calls") && !m["tool_calls"].is_null())
       return Bad(at + ".tool_calls", "tool calls are not supported by this server");
     auto* msg = chat->add_messages();
-    // The chat templates this server renders know "system"; OpenAI's newer
-    // "developer" role is its synonym.
+    // OpenAI's newer "developer" role is its "system": chat templates,
+    // written before it, know only "system".
     msg->set_role(role_name == "developer" ? "system" : role_name);
     msg->set_content(std::move(text));
+  }
+  // vLLM's and llama-server's extensions: extra template variables
+  // ({"enable_thinking": false} for Qwen3), and a prompt without the
+  // assistant's opening.
+  if (auto kw = body.find("chat_template_kwargs"); kw != body.end() && !kw->is_null()) {
+    if (!kw->is_object()) return Bad("chat_template_kwargs", "must be an object");
+    chat->set_template_kwargs_json(kw->dump());
+  }
+  if (auto gen = body.find("add_generation_prompt"); gen != body.end() && !gen->is_null()) {
+    if (!gen->is_boolean()) return Bad("add_generation_prompt", "must be true or false");
+    chat->set_no_generation_prompt(!gen->get<bool>());
   }
   return std::nullopt;
 }
@@ -327,6 +339,8 @@ std::string ToOpenAiMessage(Endpoint endpoint, const std::string& grpc_message,
   auto starts = [&](const char* p) { return field.rfind(p, 0) == 0; };
   if (starts("sampling.")) {
     field = field.substr(9);
+  } else if (starts("prompt.chat.template_kwargs_json")) {
+    field = "chat_template_kwargs";
   } else if (starts("prompt.chat.messages")) {
     field = "messages" + field.substr(20);
   } else if (starts("prompt")) {
