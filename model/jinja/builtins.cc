@@ -226,6 +226,8 @@ std::string Replace(const std::string& s, const std::string& old, const std::str
   return out;
 }
 
+}  // namespace
+
 std::string HtmlEscape(const std::string& s) {
   std::string out;
   for (char c : s) {
@@ -240,6 +242,8 @@ std::string HtmlEscape(const std::string& s) {
   }
   return out;
 }
+
+namespace {
 
 // str.splitlines(): \n \r \r\n \v \f \x1c-\x1e \x85 \u2028 \u2029.
 std::vector<std::string> SplitLines(const std::string& s) {
@@ -295,6 +299,8 @@ std::string PrintfFormat(const std::string& fmt, const List& args);
 
 // select/reject/selectattr/rejectattr.
 Value SelectOrReject(const Value& input, const CallArgs& args, bool select, bool attr) {
+  // jinja2 checks `if value:` first: None or an empty input selects nothing.
+  if (!input.Truthy()) return Value::Generator({});
   size_t first = 0;
   std::string path;
   if (attr) {
@@ -421,8 +427,7 @@ Value ApplyFilter(std::string_view name, const Value& in, const CallArgs& args) 
     // transformers' tojson: json.dumps(x, ensure_ascii=False, indent=...,
     // separators=..., sort_keys=...).
     JsonOptions o;
-    const Value* ensure_ascii = args.Get(0, "ensure_ascii");
-    if (ensure_ascii && ensure_ascii->Truthy()) Fail("tojson: ensure_ascii=True is not supported");
+    o.ensure_ascii = BoolArg(args.Get(0, "ensure_ascii"), false);
     const Value* indent = args.Get(1, "indent");
     if (indent && !indent->is_none()) {
       o.has_indent = true;
@@ -470,8 +475,9 @@ Value ApplyFilter(std::string_view name, const Value& in, const CallArgs& args) 
   }
   if (name == "list") return Value::MakeList(Iterate(in));
   if (name == "string") return Value::String(str_in());
-  if (name == "safe" || name == "forceescape") return Value::String(name == "safe" ? str_in() : HtmlEscape(str_in()));
-  if (name == "e" || name == "escape") return Value::String(HtmlEscape(str_in()));
+  if (name == "safe") return in.is_markup() ? in : Value::Markup(str_in());
+  if (name == "forceescape") return Value::Markup(HtmlEscape(str_in()));
+  if (name == "e" || name == "escape") return in.is_markup() ? in : Value::Markup(HtmlEscape(str_in()));
   if (name == "int") {
     const Value* d = args.Get(0, "default");
     Value def = d ? *d : Value::Int(0);
@@ -525,6 +531,7 @@ Value ApplyFilter(std::string_view name, const Value& in, const CallArgs& args) 
   if (name == "rejectattr") return SelectOrReject(in, args, false, true);
   if (name == "map") {
     List out;
+    if (!in.Truthy()) return Value::Generator({});  // `if value:` as jinja2
     const Value* attribute = nullptr;
     for (const auto& [k, v] : args.keyword) {
       if (k == "attribute") attribute = &v;
