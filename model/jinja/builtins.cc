@@ -164,9 +164,7 @@ List Split(const std::string& s, const Value* sep_v, int64_t maxsplit, bool from
       while (i < n && sp(i)) ++i;
       if (i >= n) break;
       if (maxsplit >= 0 && static_cast<int64_t>(words.size()) == maxsplit) {
-        size_t e = n;
-        while (e > i && sp(e - 1)) --e;
-        words.emplace_back(i, e);
+        words.emplace_back(i, n);  // the rest keeps its trailing whitespace
         break;
       }
       size_t j = i;
@@ -181,9 +179,7 @@ List Split(const std::string& s, const Value* sep_v, int64_t maxsplit, bool from
       while (i > 0 && sp(i - 1)) --i;
       if (i == 0) break;
       if (maxsplit >= 0 && static_cast<int64_t>(rev.size()) == maxsplit) {
-        size_t b = 0;
-        while (b < i && sp(b)) ++b;
-        rev.emplace_back(b, i);
+        rev.emplace_back(0, i);  // the rest keeps its leading whitespace
         break;
       }
       size_t j = i;

@@ -13,7 +13,9 @@ context's keys (messages, tools, add_generation_prompt, bos_token, ...).
 
 Cases: every template in tests/data/jinja/templates/ (real chat templates,
 README.md there says where each comes from) over the conversations below,
-plus hand-written edge-case templates (EDGE_CASES). A case records either
+plus hand-written edge-case templates (EDGE_CASES). A template case names its
+conversation in "context" (a key of "contexts"); an edge case carries its
+own context object. A case records either
 "output" or "error" (the exception's type and message; the C++ test only
 checks that it fails too). strftime_now returns a marker
 "<<strftime_now:FMT>>" here, which the test replaces with its own clock.
@@ -314,14 +316,17 @@ def main():
     paths = sorted(glob.glob(os.path.join(TEMPLATES, "*.jinja")))
     if not paths:
         sys.exit(f"no templates under {TEMPLATES}")
+    # Conversations are stored once; template cases name theirs.
+    contexts = {}
+    for name, ctx in conversations():
+        contexts[name] = dict(BASE_CONTEXT)
+        contexts[name].update(ctx)
     for path in paths:
         with open(path, encoding="utf-8") as f:
             source = f.read()
         rel = os.path.relpath(path, DATA)
-        for name, ctx in conversations():
-            context = dict(BASE_CONTEXT)
-            context.update(ctx)
-            case = {"name": f"{os.path.basename(path)}:{name}", "template": rel, "context": context}
+        for name, context in contexts.items():
+            case = {"name": f"{os.path.basename(path)}:{name}", "template": rel, "context": name}
             case.update(render_reference(env, source, context))
             cases.append(case)
     for name, source, ctx in EDGE_CASES:
@@ -331,6 +336,7 @@ def main():
     out = {
         "generator": "scripts/reference/jinja_golden.py",
         "versions": {"python": sys.version.split()[0], "jinja2": jinja2.__version__},
+        "contexts": contexts,
         "cases": cases,
     }
     with open(os.path.join(DATA, "goldens.json"), "w", encoding="utf-8") as f:
