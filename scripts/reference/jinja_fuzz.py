@@ -13,7 +13,7 @@ side raises and the other does not.
 
 Run from the repository root (scripts/test.sh's `python` phase runs it):
   python3 scripts/reference/jinja_fuzz.py --bin build/model/jinja/jinja_conformance
-      [--seed 27] [--per-template 300] [--templates DIR] [--show 5]
+      [--seed 27] [--per-template 200] [--templates DIR] [--show 5]
 """
 import argparse
 import copy
@@ -131,7 +131,7 @@ def main():
     ap.add_argument("--bin", default=os.path.join(ROOT, "build", "model", "jinja", "jinja_conformance"))
     ap.add_argument("--templates", default=os.path.join(ROOT, "tests", "data", "jinja", "templates"))
     ap.add_argument("--seed", type=int, default=27)
-    ap.add_argument("--per-template", type=int, default=300)
+    ap.add_argument("--per-template", type=int, default=200)
     ap.add_argument("--show", type=int, default=5, help="mismatches to print in full")
     args = ap.parse_args()
 
