@@ -39,6 +39,9 @@ bool ApplyTest(std::string_view name, const Value& input, const CallArgs& args);
 bool HasMethod(const Value& self, std::string_view name);
 Value CallMethod(const Value& self, std::string_view name, const CallArgs& args);
 
+// Python's `fmt % args` for %s %r %d %i %%.
+std::string PrintfFormat(const std::string& fmt, const List& args);
+
 // markupsafe.escape of a str (& < > " ').
 std::string HtmlEscape(const std::string& s);
 

@@ -287,8 +287,10 @@ Value BinaryOp(std::string_view op, const Value& a, const Value& b, int64_t max_
     if (b_seq && (a.is_int() || a.is_bool())) return Repeat(b, a.as_int(), max_string);
     Unsupported(op, a, b);
   }
+  if (op == "%" && a.is_string()) {
+    return Value::String(PrintfFormat(a.str(), b.is_tuple() ? b.list() : List{b}));
+  }
   if (!nums) {
-    if (op == "%" && a.is_string()) Fail("printf-style string formatting is not supported");
     Unsupported(op, a, b);
   }
   if (op == "/") {

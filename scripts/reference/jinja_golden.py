@@ -248,6 +248,14 @@ EDGE_CASES = [
     ("macro_too_many_args", "{% macro f(a) %}{{ a }}{% endmacro %}{{ f(1, 2) }}", {}),
     ("macro_caller", "{% macro wrap(tag) %}<{{ tag }}>{{ caller() }}</{{ tag }}>{% endmacro %}{% call wrap('b') %}bold{% endcall %}", {}),
     ("macro_recursive", "{% macro fact(n) %}{% if n <= 1 %}1{% else %}{{ n * fact(n - 1)|int }}{% endif %}{% endmacro %}{{ fact(6) }}", {}),
+    ("macro_closure_in_loop", "{% for x in [1, 2] %}{% macro m() %}<{{ x }}>{% endmacro %}{{ m() }}{% endfor %}", {}),
+    ("caller_sees_loop_var", "{% macro wrap() %}[{{ caller() }}]{% endmacro %}{% for m in ['a', 'b'] %}{% call wrap() %}{{ m }}"
+     "{% endcall %}{% endfor %}", {}),
+    ("caller_args", "{% macro each(l) %}{% for i in l %}{{ caller(i) }}{% endfor %}{% endmacro %}{% call(v) each([1, 2]) %}"
+     "<{{ v * 10 }}>{% endcall %}", {}),
+    ("macro_sees_later_global", "{% macro m() %}{{ g }}{% endmacro %}{% set g = 'late' %}{{ m() }}", {}),
+    ("macro_set_does_not_leak", "{% set x = 1 %}{% macro m() %}{% set x = 2 %}{{ x }}{% endmacro %}{{ m() }}{{ x }}", {}),
+    ("printf_percent", "{{ '%s and %d' % ('a', 3) }}|{{ '%s' % 'x' }}|{{ '100%%' % () }}|{{ '%r' % 'q' }}", {}),
     ("filter_block", "{% filter upper %}hello {{ 'x' }}{% endfilter %}", {}),
     ("with_block", "{% with a = 1, b = 2 %}{{ a + b }}{% endwith %}[{{ a }}]", {}),
     ("generation_tag", "{% for m in messages %}{% generation %}{{ m.content }}{% endgeneration %}{% endfor %}",
@@ -259,7 +267,16 @@ EDGE_CASES = [
      "|{{ 'abc'.endswith(('x', 'c')) }}|{{ 'aXa'.replace('a', 'b') }}|{{ 'hello world'.title() }}|{{ 'hELLO'.capitalize() }}"
      "|{{ 'abc'.upper() }}{{ 'ABC'.lower() }}|{{ 'héllo'.find('l') }}|{{ 'aaa'.count('a') }}|{{ '-'.join(['a', 'b']) }}"
      "|{{ '{} and {}'.format(1, 'two') }}|{{ 'a\\nb'.splitlines() }}", {}),
-    ("str_split_ws", "{{ '  a  b  '.split(none, 1) }}{{ '\\ta\\n b'.split() }}{{ ''.split() }}{{ ''.split(',') }}", {}),
+    ("str_split_ws", "{{ '  a  b  '.split(none, 1) }}{{ '\\ta\\n b'.split() }}{{ ''.split() }}{{ ''.split(',') }}"
+     "{{ '  a  b  '.rsplit(none, 1) }}{{ 'a b c'.rsplit() }}{{ 'a,b,c'.rsplit(',') }}", {}),
+    ("str_misc", "{{ 'abc'.index('c') }}{{ 'a-b'.rfind('-') }}{{ 'x'.zfill is defined }}{{ '42'.isdigit() }}{{ 'ab'.isalpha() }}"
+     "{{ 'Ab'.isupper() }}{{ 'ab'.islower() }}{{ ' '.isspace() }}{{ 'pre_x'.removeprefix('pre_') }}"
+     "{{ '7'.zfill(3) }}{{ '-7'.zfill(3) }}{{ 'a'.ljust(3, '.') }}{{ 'a'.rjust(3) }}{{ 'ab'.center(5, '*') }}"
+     "{{ 'a=b=c'.partition('=') }}{{ 'a=b=c'.rpartition('=') }}{{ 'aB'.swapcase() }}", {}),
+    ("unicode_case", "{{ 'ÉCOLE ÀÖ'|lower }} {{ 'straße éà'|upper }} {{ 'ñandú'|capitalize }} {{ 'élan vital'|title }} {{ 'ΑΒΓ'|lower }} {{ 'привет'|upper }}", {}),
+    ("int_float_edges", "{{ 10 ** 18 }} {{ 2 ** 62 }} {{ 1e308 * 10 }} {{ -0.0 }} {{ 1/3 }} {{ 123456789.123456789 }} {{ 5e-324 }} {{ 1.5e300 }}", {}),
+    ("dict_literal_order", "{{ {'b': 1, 'a': 2, 'b': 3} }} {{ {1: 'x', 'k': none} }} {{ {1: 'x'}|tojson }}", {}),
+    ("in_and_compare_mixed", "{{ 1 in [1.0] }} {{ none in [none] }} {{ 'a' in ['a'] }} {{ [1] < [1, 0] }} {{ (1, 2) < (1, 3) }}", {}),
     ("dict_methods", "{{ d.keys()|list }} {{ d.values()|list }} {{ d.items()|list }} {{ d.get('a') }} {{ d.get('z') }} {{ d.get('z', 0) }}",
      {"d": {"a": 1, "b": [2]}}),
     ("dict_key_named_like_method", "{{ d['items'] }} {{ d.items is defined }}", {"d": {"items": 5}}),
