@@ -1,8 +1,9 @@
 // The interpreter. Scoping follows jinja2: the template's top level is one
 // scope; each for-loop iteration, macro call, `with` and call block opens a
 // new one whose `set`s vanish when it ends (hence namespace() in chat
-// templates); `if` opens none. A macro sees the top-level scope, not its
-// caller's.
+// templates); `if` opens none. A macro (and a call block's `caller`) sees
+// the scope it was defined in while that scope lives, then the top level;
+// never its caller's.
 #include "model/jinja/render.h"
 
 #include <ctime>
