@@ -7,7 +7,8 @@
 #                  tests run): ASan+UBSan (-O0) and TSan (-O1) builds of the
 #                  suites labelled asan / tsan, nothing else
 #   release tests  ctest over the Release build (all but the asan suites)
-#   python         the training recipes' tests and the model-writer check
+#   python         the training recipes' tests, the model-writer check and
+#                  the chat template engine's conformance check against jinja2
 #   asan / tsan tests   ctest -L asan / -L tsan on those builds
 # No check may pass by not running: an empty ctest selection fails
 # (--no-tests=error), and so does a skipped test outside
@@ -82,7 +83,10 @@ python_checks() {
   local py
   py=$(bash training/setup.sh | tail -1) || return
   SPECLINE_BIN="$BUILD_DIR/specline" "$py" scripts/lib/unittest_strict.py training/tests || return
-  "$py" scripts/reference/check_writers.py "$WRITER_SAMPLES"
+  "$py" scripts/reference/check_writers.py "$WRITER_SAMPLES" || return
+  # The chat template engine against jinja2 on random conversations over
+  # every template in tests/data/jinja/templates (fixed seed, about 20 s).
+  "$py" scripts/reference/jinja_fuzz.py --bin "$BUILD_DIR/model/jinja/jinja_conformance"
 }
 phase python python_checks
 

@@ -164,9 +164,7 @@ List Split(const std::string& s, const Value* sep_v, int64_t maxsplit, bool from
       while (i < n && sp(i)) ++i;
       if (i >= n) break;
       if (maxsplit >= 0 && static_cast<int64_t>(words.size()) == maxsplit) {
-        size_t e = n;
-        while (e > i && sp(e - 1)) --e;
-        words.emplace_back(i, e);
+        words.emplace_back(i, n);  // the rest keeps its trailing whitespace
         break;
       }
       size_t j = i;
@@ -181,9 +179,7 @@ List Split(const std::string& s, const Value* sep_v, int64_t maxsplit, bool from
       while (i > 0 && sp(i - 1)) --i;
       if (i == 0) break;
       if (maxsplit >= 0 && static_cast<int64_t>(rev.size()) == maxsplit) {
-        size_t b = 0;
-        while (b < i && sp(b)) ++b;
-        rev.emplace_back(b, i);
+        rev.emplace_back(0, i);  // the rest keeps its leading whitespace
         break;
       }
       size_t j = i;
@@ -226,6 +222,8 @@ std::string Replace(const std::string& s, const std::string& old, const std::str
   return out;
 }
 
+}  // namespace
+
 std::string HtmlEscape(const std::string& s) {
   std::string out;
   for (char c : s) {
@@ -240,6 +238,8 @@ std::string HtmlEscape(const std::string& s) {
   }
   return out;
 }
+
+namespace {
 
 // str.splitlines(): \n \r \r\n \v \f \x1c-\x1e \x85 \u2028 \u2029.
 std::vector<std::string> SplitLines(const std::string& s) {
@@ -291,10 +291,11 @@ Value LowerIfString(const Value& v, bool case_sensitive) {
 }
 
 std::string PyFormat(const std::string& fmt, const CallArgs& args);
-std::string PrintfFormat(const std::string& fmt, const List& args);
 
 // select/reject/selectattr/rejectattr.
 Value SelectOrReject(const Value& input, const CallArgs& args, bool select, bool attr) {
+  // jinja2 checks `if value:` first: None or an empty input selects nothing.
+  if (!input.Truthy()) return Value::Generator({});
   size_t first = 0;
   std::string path;
   if (attr) {
@@ -421,8 +422,7 @@ Value ApplyFilter(std::string_view name, const Value& in, const CallArgs& args) 
     // transformers' tojson: json.dumps(x, ensure_ascii=False, indent=...,
     // separators=..., sort_keys=...).
     JsonOptions o;
-    const Value* ensure_ascii = args.Get(0, "ensure_ascii");
-    if (ensure_ascii && ensure_ascii->Truthy()) Fail("tojson: ensure_ascii=True is not supported");
+    o.ensure_ascii = BoolArg(args.Get(0, "ensure_ascii"), false);
     const Value* indent = args.Get(1, "indent");
     if (indent && !indent->is_none()) {
       o.has_indent = true;
@@ -470,8 +470,9 @@ Value ApplyFilter(std::string_view name, const Value& in, const CallArgs& args) 
   }
   if (name == "list") return Value::MakeList(Iterate(in));
   if (name == "string") return Value::String(str_in());
-  if (name == "safe" || name == "forceescape") return Value::String(name == "safe" ? str_in() : HtmlEscape(str_in()));
-  if (name == "e" || name == "escape") return Value::String(HtmlEscape(str_in()));
+  if (name == "safe") return in.is_markup() ? in : Value::Markup(str_in());
+  if (name == "forceescape") return Value::Markup(HtmlEscape(str_in()));
+  if (name == "e" || name == "escape") return in.is_markup() ? in : Value::Markup(HtmlEscape(str_in()));
   if (name == "int") {
     const Value* d = args.Get(0, "default");
     Value def = d ? *d : Value::Int(0);
@@ -525,6 +526,7 @@ Value ApplyFilter(std::string_view name, const Value& in, const CallArgs& args) 
   if (name == "rejectattr") return SelectOrReject(in, args, false, true);
   if (name == "map") {
     List out;
+    if (!in.Truthy()) return Value::Generator({});  // `if value:` as jinja2
     const Value* attribute = nullptr;
     for (const auto& [k, v] : args.keyword) {
       if (k == "attribute") attribute = &v;
@@ -776,7 +778,8 @@ bool HasMethod(const Value& self, std::string_view name) {
       "strip", "lstrip", "rstrip", "split", "rsplit", "startswith", "endswith", "replace",
       "upper", "lower", "title", "capitalize", "find", "rfind", "index", "count", "join",
       "format", "splitlines", "isdigit", "isalpha", "isalnum", "isspace", "isupper", "islower",
-      "removeprefix", "removesuffix"};
+      "removeprefix", "removesuffix", "zfill", "ljust", "rjust", "center", "partition",
+      "rpartition", "swapcase", "casefold", "isnumeric", "isdecimal"};
   // Mutating methods are absent: the immutable sandbox treats them as
   // unsafe attributes (undefined; calling one fails).
   static const std::set<std::string_view> dict_methods = {"items", "keys", "values", "get", "copy"};
@@ -899,6 +902,50 @@ Value CallMethod(const Value& self, std::string_view name, const CallArgs& args)
       return Value::String(x.size() <= s.size() && s.compare(s.size() - x.size(), x.size(), x) == 0
                                ? s.substr(0, s.size() - x.size()) : s);
     }
+    if (name == "zfill" || name == "ljust" || name == "rjust" || name == "center") {
+      int64_t width = IntArg(args.Get(0, "width"), 0, "width");
+      const Value* fill_v = args.Get(1, "fillchar");
+      std::string fill = fill_v ? StrArg(fill_v, "fillchar") : " ";
+      if (CodePointCount(fill) != 1) Fail("The fill character must be exactly one character long");
+      int64_t n = static_cast<int64_t>(CodePointCount(s));
+      if (width <= n) return Value::String(s);
+      int64_t pad = width - n, left = 0;
+      if (name == "zfill") {
+        bool sign = !s.empty() && (s[0] == '+' || s[0] == '-');
+        std::string out = sign ? s.substr(0, 1) : "";
+        out += std::string(pad, '0');
+        out += sign ? s.substr(1) : s;
+        return Value::String(std::move(out));
+      }
+      if (name == "rjust") left = pad;
+      if (name == "center") left = pad / 2 + (pad & width & 1);
+      std::string out;
+      for (int64_t i = 0; i < left; ++i) out += fill;
+      out += s;
+      for (int64_t i = left; i < pad; ++i) out += fill;
+      return Value::String(std::move(out));
+    }
+    if (name == "partition" || name == "rpartition") {
+      const std::string& sep = StrArg(args.Get(0, "sep"), "separator");
+      if (sep.empty()) Fail("empty separator");
+      size_t f = name == "partition" ? s.find(sep) : s.rfind(sep);
+      if (f == std::string::npos) {
+        return name == "partition" ? Value::MakeList({Value::String(s), Value::String(""), Value::String("")}, true)
+                                   : Value::MakeList({Value::String(""), Value::String(""), Value::String(s)}, true);
+      }
+      return Value::MakeList({Value::String(s.substr(0, f)), Value::String(sep), Value::String(s.substr(f + sep.size()))},
+                             true);
+    }
+    if (name == "swapcase") {
+      return Value::String(MapCps(s, [](std::string* out, char32_t c) {
+        AppendUtf8(out, ToUpperCp(c) != c ? ToUpperCp(c) : ToLowerCp(c));
+      }));
+    }
+    if (name == "casefold") return Value::String(Lower(s));
+    if (name == "isnumeric" || name == "isdecimal") {
+      if (s.empty()) return Value::Bool(false);
+      return Value::Bool(std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; }));
+    }
     if (name.substr(0, 2) == "is") {
       if (s.empty()) return Value::Bool(false);
       bool all = true, any_cased = false;
@@ -969,7 +1016,9 @@ std::string PyFormat(const std::string& fmt, const CallArgs& args) {
   return out;
 }
 
-// printf-style formatting for the `format` filter: %s %r %d %i %%.
+}  // namespace
+
+// printf-style formatting for the `format` filter and `%`: %s %r %d %i %%.
 std::string PrintfFormat(const std::string& fmt, const List& args) {
   std::string out;
   size_t next = 0;
@@ -998,7 +1047,5 @@ std::string PrintfFormat(const std::string& fmt, const List& args) {
   if (next < args.size()) Fail("not all arguments converted during string formatting");
   return out;
 }
-
-}  // namespace
 
 }  // namespace specline::jinja

@@ -39,6 +39,12 @@ bool ApplyTest(std::string_view name, const Value& input, const CallArgs& args);
 bool HasMethod(const Value& self, std::string_view name);
 Value CallMethod(const Value& self, std::string_view name, const CallArgs& args);
 
+// Python's `fmt % args` for %s %r %d %i %%.
+std::string PrintfFormat(const std::string& fmt, const List& args);
+
+// markupsafe.escape of a str (& < > " ').
+std::string HtmlEscape(const std::string& s);
+
 // Fails with jinja2's message when `v` is Undefined ("'x' is undefined").
 void RequireDefined(const Value& v);
 [[noreturn]] void FailUndefined(const Value& v);

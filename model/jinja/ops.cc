@@ -215,11 +215,6 @@ namespace {
                     b.TypeName(), "'"));
 }
 
-int64_t CheckedInt(bool overflow, int64_t v) {
-  if (overflow) Fail("integer overflow");
-  return v;
-}
-
 Value Repeat(const Value& seq, int64_t times, int64_t max_string) {
   if (times < 0) times = 0;
   if (seq.is_string()) {
@@ -250,10 +245,17 @@ Value BinaryOp(std::string_view op, const Value& a, const Value& b, int64_t max_
   if (op == "+") {
     if (ints) {
       int64_t r = 0;
-      return Value::Int(CheckedInt(__builtin_add_overflow(a.as_int(), b.as_int(), &r), r));
+      if (__builtin_add_overflow(a.as_int(), b.as_int(), &r)) Fail("integer overflow");
+      return Value::Int(r);
     }
     if (nums) return Value::Float(a.as_number() + b.as_number());
-    if (a.is_string() && b.is_string()) return Value::String(a.str() + b.str());
+    if (a.is_string() && b.is_string()) {
+      // Markup + str escapes the str (either side); the result is Markup.
+      if (a.is_markup() != b.is_markup()) {
+        return Value::Markup(a.is_markup() ? a.str() + HtmlEscape(b.str()) : HtmlEscape(a.str()) + b.str());
+      }
+      return a.is_markup() ? Value::Markup(a.str() + b.str()) : Value::String(a.str() + b.str());
+    }
     if (a.is_list() && b.is_list() && !a.is_generator() && !b.is_generator() &&
         a.is_tuple() == b.is_tuple()) {
       List out = a.list();
@@ -266,7 +268,8 @@ Value BinaryOp(std::string_view op, const Value& a, const Value& b, int64_t max_
   if (op == "-") {
     if (ints) {
       int64_t r = 0;
-      return Value::Int(CheckedInt(__builtin_sub_overflow(a.as_int(), b.as_int(), &r), r));
+      if (__builtin_sub_overflow(a.as_int(), b.as_int(), &r)) Fail("integer overflow");
+      return Value::Int(r);
     }
     if (nums) return Value::Float(a.as_number() - b.as_number());
     Unsupported(op, a, b);
@@ -274,7 +277,8 @@ Value BinaryOp(std::string_view op, const Value& a, const Value& b, int64_t max_
   if (op == "*") {
     if (ints) {
       int64_t r = 0;
-      return Value::Int(CheckedInt(__builtin_mul_overflow(a.as_int(), b.as_int(), &r), r));
+      if (__builtin_mul_overflow(a.as_int(), b.as_int(), &r)) Fail("integer overflow");
+      return Value::Int(r);
     }
     if (nums) return Value::Float(a.as_number() * b.as_number());
     bool a_seq = a.is_string() || (a.is_list() && !a.is_generator());
@@ -283,8 +287,10 @@ Value BinaryOp(std::string_view op, const Value& a, const Value& b, int64_t max_
     if (b_seq && (a.is_int() || a.is_bool())) return Repeat(b, a.as_int(), max_string);
     Unsupported(op, a, b);
   }
+  if (op == "%" && a.is_string()) {
+    return Value::String(PrintfFormat(a.str(), b.is_tuple() ? b.list() : List{b}));
+  }
   if (!nums) {
-    if (op == "%" && a.is_string()) Fail("printf-style string formatting is not supported");
     Unsupported(op, a, b);
   }
   if (op == "/") {

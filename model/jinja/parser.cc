@@ -113,7 +113,7 @@ class Parser {
       } else if (t.type == TokenType::kVarBegin) {
         Advance();
         auto n = NewNode(NodeKind::kPrint);
-        n->expr = ParseTuple(true);
+        n->expr = Check(ParseTuple(true));
         if (Cur().type != TokenType::kVarEnd) {
           Error(absl::StrCat("expected end of print statement, got '", Describe(Cur()), "'"));
         }
@@ -149,6 +149,7 @@ class Parser {
     std::string end;
     if (tag == "if") {
       n = NewNode(NodeKind::kIf);
+      SoftScope soft(this, true);
       while (true) {
         ExprPtr cond = ParseTuple(false);
         ExpectBlockEnd();
@@ -165,8 +166,9 @@ class Parser {
       n = NewNode(NodeKind::kFor);
       ParseTargets(n.get(), "in");
       if (!SkipName("in")) Error("expected 'in'");
-      n->expr = ParseTuple(false, true);
-      if (SkipName("if")) n->cond = ParseExpression();
+      n->expr = Check(ParseTuple(false, true));
+      SoftScope hard(this, false);
+      if (SkipName("if")) n->cond = Check(ParseExpression());
       if (IsName("recursive")) Error("recursive loops are not supported");
       ExpectBlockEnd();
       ++loop_depth_;
@@ -186,16 +188,20 @@ class Parser {
         ParseTargets(n.get(), "=");
       }
       if (SkipOp("=")) {
-        n->expr = ParseTuple(true);
+        n->expr = Check(ParseTuple(true));
       } else {
+        bool saved_soft = soft_;
+        SoftScope hard(this, false);
         if (n->unpack || !n->text.empty()) Error("block set needs a single name");
         n->kind = NodeKind::kSetBlock;
         ParseFilterChain(n.get(), false);
+        for (const auto& f : n->filters) CheckKnown(*f, saved_soft);
         ExpectBlockEnd();
         n->body = ParseBody({"endset"}, &end);
       }
     } else if (tag == "macro") {
       n = NewNode(NodeKind::kMacro);
+      SoftScope hard(this, false);
       n->text = ExpectName();
       ParseParams(n.get());
       ExpectBlockEnd();
@@ -207,13 +213,16 @@ class Parser {
     } else if (tag == "call") {
       n = NewNode(NodeKind::kCallBlock);
       if (IsOp("(")) ParseParams(n.get());
-      n->expr = ParseExpression();
+      n->expr = Check(ParseExpression());
+      SoftScope hard(this, false);
       if (n->expr->kind != ExprKind::kCall) ErrorAt(line, "expected call");
       ExpectBlockEnd();
       n->body = ParseBody({"endcall"}, &end);
     } else if (tag == "filter") {
       n = NewNode(NodeKind::kFilterBlock);
       ParseFilterChain(n.get(), true);
+      for (const auto& f : n->filters) CheckKnown(*f, soft_);
+      SoftScope hard(this, false);
       ExpectBlockEnd();
       n->body = ParseBody({"endfilter"}, &end);
     } else if (tag == "with") {
@@ -222,14 +231,16 @@ class Parser {
         if (!n->assigns.empty()) ExpectOp(",");
         std::string name = ExpectName();
         ExpectOp("=");
-        n->assigns.emplace_back(name, ParseExpression());
+        n->assigns.emplace_back(name, Check(ParseExpression()));
       }
+      SoftScope hard(this, false);
       ExpectBlockEnd();
       n->body = ParseBody({"endwith"}, &end);
     } else if (tag == "generation") {
       // transformers' AssistantTracker: marks assistant text for masks;
       // renders its body unchanged.
       n = NewNode(NodeKind::kBody);
+      SoftScope hard(this, false);
       ExpectBlockEnd();
       n->body = ParseBody({"endgeneration"}, &end);
     } else if (tag == "break" || tag == "continue") {
@@ -265,7 +276,7 @@ class Parser {
       if (IsOp(")")) break;
       Param p;
       p.name = ExpectName();
-      if (SkipOp("=")) p.default_value = ParseExpression();
+      if (SkipOp("=")) p.default_value = Check(ParseExpression());
       else if (!n->params.empty() && n->params.back().default_value) Error("non-default argument follows default argument");
       n->params.push_back(std::move(p));
     }
@@ -594,7 +605,6 @@ class Parser {
       name += '.';
       name += ExpectName();
     }
-    if (!IsKnownFilter(name)) ErrorAt(line, absl::StrCat("No filter named '", std::string(name), "'."));
     auto e = NewExpr(ExprKind::kFilter, line);
     e->name = name;
     e->object = std::move(input);
@@ -617,7 +627,6 @@ class Parser {
           t->name += '.';
           t->name += ExpectName();
         }
-        if (!IsKnownTest(t->name)) ErrorAt(line, absl::StrCat("No test named '", t->name, "'."));
         t->object = std::move(e);
         const Token& c = Cur();
         if (IsOp("(")) {
@@ -639,7 +648,37 @@ class Parser {
     }
   }
 
+  // jinja2 reports an unknown filter or test when it compiles the
+  // template, except inside an `if` (test or body, not crossing a loop,
+  // macro or block) or a conditional expression, where it fails only if
+  // evaluated. `soft_` says whether the statement being parsed is in such
+  // an `if`; Check walks a finished expression for the rest.
+  ExprPtr Check(ExprPtr e) {
+    if (!soft_) CheckKnown(*e, false);
+    return e;
+  }
+  void CheckKnown(const Expr& e, bool soft) {
+    if (e.kind == ExprKind::kCond) soft = true;
+    if (!soft && e.kind == ExprKind::kFilter && !IsKnownFilter(e.name)) {
+      ErrorAt(e.line, absl::StrCat("No filter named '", e.name, "'."));
+    }
+    if (!soft && e.kind == ExprKind::kTest && !IsKnownTest(e.name)) {
+      ErrorAt(e.line, absl::StrCat("No test named '", e.name, "'."));
+    }
+    if (e.object) CheckKnown(*e.object, soft);
+    for (const auto& a : e.args) {
+      if (a) CheckKnown(*a, soft);
+    }
+  }
+  struct SoftScope {
+    SoftScope(Parser* p, bool soft) : p(p), saved(p->soft_) { p->soft_ = soft; }
+    ~SoftScope() { p->soft_ = saved; }
+    Parser* p;
+    bool saved;
+  };
+
   std::vector<Token> toks_;
+  bool soft_ = false;
   size_t pos_ = 0;
   int depth_ = 0;
   int loop_depth_ = 0;

@@ -1,8 +1,9 @@
 // The interpreter. Scoping follows jinja2: the template's top level is one
 // scope; each for-loop iteration, macro call, `with` and call block opens a
 // new one whose `set`s vanish when it ends (hence namespace() in chat
-// templates); `if` opens none. A macro sees the top-level scope, not its
-// caller's.
+// templates); `if` opens none. A macro (and a call block's `caller`) sees
+// the scope it was defined in while that scope lives, then the top level;
+// never its caller's.
 #include "model/jinja/render.h"
 
 #include <ctime>
@@ -95,7 +96,7 @@ const Value* Global(const std::string& name) {
 std::string Renderer::Run(const Program& program, const nlohmann::ordered_json& context) {
   if (!context.is_object() && !context.is_null()) Fail("the context must be a JSON object");
   frames_.clear();
-  frames_.push_back(Frame{{}, -1});
+  frames_.push_back(Frame{{}, -1, next_frame_id_++});
   cur_ = 0;
   if (context.is_object()) {
     for (auto it = context.begin(); it != context.end(); ++it) {
@@ -129,7 +130,7 @@ void Renderer::Assign(const std::string& name, Value v) {
 
 int Renderer::PushFrame(int parent) {
   int previous = cur_;
-  frames_.push_back(Frame{{}, parent});
+  frames_.push_back(Frame{{}, parent, next_frame_id_++});
   cur_ = static_cast<int>(frames_.size()) - 1;
   return previous;
 }
@@ -211,10 +212,10 @@ Renderer::Flow Renderer::ExecNode(const Node& n) {
       Assign(n.targets[0], std::move(v));
       return Flow::kNormal;
     }
-    case NodeKind::kMacro: Assign(n.text, MakeMacro(n, Value())); return Flow::kNormal;
+    case NodeKind::kMacro: Assign(n.text, MakeMacro(n)); return Flow::kNormal;
     case NodeKind::kCallBlock: {
       // The body becomes `caller`, a macro over the block's parameters.
-      Value caller = MakeMacro(n, Value());
+      Value caller = MakeMacro(n);
       const Expr& call = *n.expr;
       Value callee = Eval(*call.object);
       CallArgs args = EvalArgs(call);
@@ -306,21 +307,26 @@ void Renderer::ExecFor(const Node& n, Flow* flow) {
   PopFrame(prev);
 }
 
-Value Renderer::MakeMacro(const Node& n, Value caller) {
+Value Renderer::MakeMacro(const Node& n) {
   auto c = std::make_shared<Callable>();
   c->name = n.kind == NodeKind::kMacro ? n.text : "caller";
   const Node* node = &n;
-  c->fn = [node, caller](Renderer& r, CallArgs& args) { return r.CallMacro(*node, caller, args); };
+  int scope = cur_;
+  uint64_t scope_id = frames_[cur_].id;
+  c->fn = [node, scope, scope_id](Renderer& r, CallArgs& args) {
+    return r.CallMacro(*node, scope, scope_id, args);
+  };
   return Value::MakeCallable(std::move(c));
 }
 
-Value Renderer::CallMacro(const Node& n, const Value& caller, CallArgs& args) {
+Value Renderer::CallMacro(const Node& n, int scope, uint64_t scope_id, CallArgs& args) {
   if (++depth_ > limits_.max_recursion_depth) {
     --depth_;
     FailLimit(absl::StrCat("chat template exceeds max_recursion_depth (", limits_.max_recursion_depth, ")"));
   }
   std::string name = n.kind == NodeKind::kMacro ? n.text : "caller";
-  int prev = PushFrame(0);
+  bool scope_alive = scope < static_cast<int>(frames_.size()) && frames_[scope].id == scope_id;
+  int prev = PushFrame(scope_alive ? scope : 0);
   std::string result;
   try {
     size_t np = n.params.size();
@@ -333,7 +339,7 @@ Value Renderer::CallMacro(const Node& n, const Value& caller, CallArgs& args) {
       set[i] = true;
     }
     Dict extra_kwargs;
-    Value caller_value = caller;
+    Value caller_value;
     for (auto& [k, v] : args.keyword) {
       bool found = false;
       for (size_t i = 0; i < np; ++i) {

@@ -29,6 +29,7 @@ class Renderer {
   struct Frame {
     std::vector<std::pair<std::string, Value>> vars;
     int parent;
+    uint64_t id;  // tells a live frame from a later one at the same index
   };
 
   Flow Exec(const Body& body);
@@ -44,8 +45,10 @@ class Renderer {
   void PopFrame(int previous);
   void Write(std::string_view s);
   std::string Capture(const Body& body);
-  Value MakeMacro(const Node& n, Value caller);
-  Value CallMacro(const Node& n, const Value& caller, CallArgs& args);
+  Value MakeMacro(const Node& n);
+  // `scope`/`scope_id`: the frame the macro was defined in, its closure
+  // while that frame lives (jinja2 macros see their defining scope).
+  Value CallMacro(const Node& n, int scope, uint64_t scope_id, CallArgs& args);
 
   Limits limits_;
   std::vector<Frame> frames_;
@@ -53,6 +56,7 @@ class Renderer {
   std::string* out_ = nullptr;
   int64_t iterations_ = 0;
   int depth_ = 0;
+  uint64_t next_frame_id_ = 0;
 };
 
 }  // namespace specline::jinja

@@ -356,10 +356,30 @@ void AppendRepr(std::string* out, const Value& v, int depth) {
   }
 }
 
-void AppendJsonString(std::string* out, const std::string& s) {
+void AppendJsonString(std::string* out, const std::string& s, bool ensure_ascii) {
   *out += '"';
-  for (char c : s) {
+  for (size_t i = 0; i < s.size(); ++i) {
+    char c = s[i];
     unsigned char u = static_cast<unsigned char>(c);
+    if (ensure_ascii && u == 0x7f) {
+      *out += "\\u007f";
+      continue;
+    }
+    if (ensure_ascii && u >= 0x80) {
+      size_t pos = i;
+      char32_t cp = DecodeUtf8(s, &pos);
+      i = pos - 1;
+      char buf[16];
+      if (cp >= 0x10000) {
+        cp -= 0x10000;
+        std::snprintf(buf, sizeof(buf), "\\u%04x\\u%04x", static_cast<unsigned>(0xd800 + (cp >> 10)),
+                      static_cast<unsigned>(0xdc00 + (cp & 0x3ff)));
+      } else {
+        std::snprintf(buf, sizeof(buf), "\\u%04x", static_cast<unsigned>(cp));
+      }
+      *out += buf;
+      continue;
+    }
     switch (c) {
       case '"': *out += "\\\""; break;
       case '\\': *out += "\\\\"; break;
@@ -413,7 +433,7 @@ void AppendJson(std::string* out, const Value& v, const JsonOptions& o, int leve
       else *out += FloatRepr(d);
       return;
     }
-    case K::kString: AppendJsonString(out, v.str()); return;
+    case K::kString: AppendJsonString(out, v.str(), o.ensure_ascii); return;
     case K::kList: {
       if (v.is_generator()) break;
       const List& l = v.list();
@@ -451,7 +471,7 @@ void AppendJson(std::string* out, const Value& v, const JsonOptions& o, int leve
       for (size_t i = 0; i < entries.size(); ++i) {
         if (i) *out += o.item_sep;
         if (o.has_indent) newline(level + 1);
-        AppendJsonString(out, entries[i].first);
+        AppendJsonString(out, entries[i].first, o.ensure_ascii);
         *out += o.key_sep;
         AppendJson(out, *entries[i].second, o, level + 1);
       }

@@ -56,6 +56,9 @@ class Value {
   static Value Int(int64_t i) { Value v(Kind::kInt); v.int_ = i; return v; }
   static Value Float(double f) { Value v(Kind::kFloat); v.float_ = f; return v; }
   static Value String(std::string s) { Value v(Kind::kString); v.str_ = std::move(s); return v; }
+  // markupsafe.Markup (from `safe` and `escape`): a str that escapes what
+  // is added to it with `+`, which templates rely on without knowing.
+  static Value Markup(std::string s) { Value v = String(std::move(s)); v.flag_ = kMarkup; return v; }
   static Value MakeList(List items, bool tuple = false);
   // A generator (select, map, reverse...): iterable once in Python, so it
   // has no len(), cannot be indexed and is always true; printing it shows
@@ -76,6 +79,7 @@ class Value {
   // Python's numbers.Number: bool is an int.
   bool is_number() const { return kind_ == Kind::kInt || kind_ == Kind::kFloat || kind_ == Kind::kBool; }
   bool is_string() const { return kind_ == Kind::kString; }
+  bool is_markup() const { return kind_ == Kind::kString && flag_ == kMarkup; }
   bool is_list() const { return kind_ == Kind::kList; }
   bool is_tuple() const { return kind_ == Kind::kList && flag_ == kTuple; }
   bool is_generator() const { return kind_ == Kind::kList && flag_ == kGenerator; }
@@ -102,7 +106,7 @@ class Value {
   bool SameAs(const Value& other) const;
 
  private:
-  enum Flag : uint8_t { kPlain, kTuple, kGenerator };
+  enum Flag : uint8_t { kPlain, kTuple, kGenerator, kMarkup };
   explicit Value(Kind k) : kind_(k) {}
   Kind kind_ = Kind::kUndefined;
   uint8_t flag_ = kPlain;
@@ -175,6 +179,7 @@ struct JsonOptions {
   std::string item_sep = ", ";
   std::string key_sep = ": ";
   bool sort_keys = false;
+  bool ensure_ascii = false;  // \uXXXX for everything past ASCII
 };
 std::string ToJson(const Value& v, const JsonOptions& options);
 
