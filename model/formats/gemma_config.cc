@@ -162,6 +162,35 @@ void ReadGemmaHfConfig(const nlohmann::json& j, const std::string& path, ModelCo
   c.final_softcap = static_cast<float>(number("final_logit_softcapping").value_or(0.0));
   c.query_pre_attn_scalar =
       static_cast<float>(number("query_pre_attn_scalar").value_or(c.head_dim));
+  // transformers >= 5: "rope_parameters" per layer type, each with its own
+  // rope_theta and rope_type.
+  auto rp = j.find("rope_parameters");
+  if (rp != j.end() && rp->is_object() && rp->contains("full_attention")) {
+    auto theta = [&](const char* kind) -> std::optional<double> {
+      auto k = rp->find(kind);
+      if (k == rp->end() || !k->is_object()) return std::nullopt;
+      auto t = k->find("rope_theta");
+      if (t == k->end() || !t->is_number()) {
+        Fail(path, std::string("\"rope_parameters\".") + kind + " needs a numeric rope_theta");
+      }
+      return t->get<double>();
+    };
+    if (auto t = theta("full_attention")) c.rope_theta = static_cast<float>(*t);
+    if (auto t = theta("sliding_attention")) c.rope_theta_local = static_cast<float>(*t);
+    for (const char* kind : {"full_attention", "sliding_attention"}) {
+      auto k = rp->find(kind);
+      if (k == rp->end() || !k->is_object()) continue;
+      auto type = k->find("rope_type");
+      const std::string rtype = type != k->end() && type->is_string() ? type->get<std::string>() : "";
+      if (rtype == "linear" && std::string(kind) == "full_attention") {
+        auto f = k->find("factor");
+        if (f == k->end() || !f->is_number()) Fail(path, "linear rope_parameters need a factor");
+        c.rope_linear_factor = f->get<float>();
+      } else if (!rtype.empty() && rtype != "default") {
+        Fail(path, "unsupported rope_type '" + rtype + "' for " + kind + " layers of " + c.arch);
+      }
+    }
+  }
   auto rs = j.find("rope_scaling");
   if (rs != j.end() && rs->is_object()) {
     std::string type;
