@@ -136,6 +136,12 @@ int InfoCommand(int argc, char** argv) {
             << c.max_seq_len << ", rope_theta " << c.rope_theta
             << (c.tied_embeddings ? ", tied embeddings" : "") << (c.qkv_bias ? ", qkv bias" : "")
             << (c.qk_norm ? ", q/k norm" : "") << "\n";
+  if (IsGemmaArch(c.arch)) {
+    std::cout << "gemma: sliding window " << c.sliding_window << " (pattern " << c.swa_pattern
+              << "), local rope_theta " << c.rope_theta_local << ", attention scale "
+              << c.AttentionScale() << ", soft caps " << c.attn_softcap << " / "
+              << c.final_softcap << "\n";
+  }
   if (args.Has("tensors")) {
     for (const TensorInfo* t : model->Tensors()) {
       std::cout << t->name << " " << DTypeName(t->dtype) << " [";

@@ -80,6 +80,22 @@ TEST_F(Gemma3Test, TokensMatchTheReference) {
   }
 }
 
+// llama.cpp's own tokenization (llama-server /tokenize, add_special, no
+// special parsing) of the golden prompts and of text with runs of spaces and
+// newlines, a tab, HTML, and user-defined / control piece spellings
+// (tests/data/golden/gemma3_270m_llamacpp_tokens.json).
+TEST_F(Gemma3Test, TokensMatchLlamaCpp) {
+  const json peer = json::parse(testing::ReadFile(
+      testing::SourcePath("tests/data/golden/gemma3_270m_llamacpp_tokens.json")));
+  ASSERT_GE(peer.size(), 8u);
+  for (const json& p : peer) {
+    const std::string text = p["text"];
+    EXPECT_EQ(tokenizer_->Encode(text, /*add_bos=*/true, /*parse_special=*/false),
+              p["ids"].get<std::vector<int32_t>>())
+        << text;
+  }
+}
+
 TEST_F(Gemma3Test, GreedyContinuationsMatchTheReference) {
   LocalPipeline p(*model_, {0, model_->config().n_layers}, {.kv_capacity_tokens = 512}, 2);
   GenerationOptions opt;

@@ -134,6 +134,15 @@ void ReadGemmaHfConfig(const nlohmann::json& j, const std::string& path, ModelCo
   };
   const bool gemma2 = c.arch == "gemma2";
   ApplyGemmaArch(c);
+  // The runtime's GeGLU is the tanh approximation every Gemma uses.
+  for (const char* key : {"hidden_activation", "hidden_act"}) {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) continue;
+    if (!it->is_string() || (it->get<std::string>() != "gelu_pytorch_tanh" &&
+                             it->get<std::string>() != "gelu_tanh")) {
+      Fail(path, std::string("\"") + key + "\" must be gelu_pytorch_tanh for " + c.arch);
+    }
+  }
   c.sliding_window = static_cast<int>(number("sliding_window").value_or(gemma2 ? 4096 : 0));
   c.swa_pattern = gemma2 ? 2 : 6;
   if (auto p = number("sliding_window_pattern")) c.swa_pattern = static_cast<int>(*p);
