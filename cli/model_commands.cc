@@ -106,7 +106,17 @@ int RandomModelCommand(int argc, char** argv) {
   c.tied_embeddings = args.Has("tied");
   c.qkv_bias = c.arch == "qwen2";
   c.qk_norm = c.arch == "qwen3";
-  if (IsGemmaArch(c.arch)) ConfigureRandomGemma(args, c);
+  if (IsGemmaArch(c.arch)) {
+    ConfigureRandomGemma(args, c);
+  } else {
+    for (const char* flag : {"sliding-window", "swa-pattern", "rope-theta-local", "attn-softcap",
+                             "final-softcap"}) {
+      if (args.Has(flag)) {
+        std::cerr << "--" << flag << " is for --arch gemma2 / gemma3, not " << c.arch << "\n";
+        return 2;
+      }
+    }
+  }
   const ModelFormat format = ParseFormat(args.Str("format", "gguf"));
   c.rope_style = (format == ModelFormat::kHuggingFace || c.arch != "llama") ? RopeStyle::kHalf
                                                                            : RopeStyle::kInterleaved;
