@@ -19,7 +19,14 @@ const char kRandomUsage[] = R"(usage: specline make-random-model --out PATH [opt
   --dim N --hidden-dim N --layers N --heads N --kv-heads N --head-dim N
   --vocab N --seq-len N --rope-theta F --seed N
   --tied                     share the embedding with the LM head
-  --arch llama|qwen2|qwen3   qwen2 adds qkv bias, qwen3 q/k norm
+  --arch llama|qwen2|qwen3|gemma2|gemma3
+                             qwen2 adds qkv bias, qwen3 q/k norm; gemma2/3 the
+                             Gemma block (scaled tied embeddings, GeGLU,
+                             post-norms; gemma3 q/k norm) with sliding windows:
+  --sliding-window N         (gemma; default 128) window of the local layers
+  --swa-pattern N            (gemma; 2 / 6) layer l local iff l % N < N - 1
+  --rope-theta-local F       (gemma3; 10000) RoPE base of the local layers
+  --attn-softcap F --final-softcap F   (gemma2: 50 / 30; 0 = none)
   --vocab-from PATH.gguf     copy the tokenizer.* metadata of a GGUF vocabulary
                              (e.g. ggml-vocab-llama-spm.gguf) so llama.cpp can
                              load the model; --vocab defaults to its size
@@ -45,12 +52,31 @@ ModelFormat ParseFormat(const std::string& s) {
   throw std::invalid_argument("--format: expected llama2c, gguf or hf, got " + s);
 }
 
+// Gemma's fixed traits plus its per-model numbers from the flags: by
+// default a window short enough for tests to cross (128), Gemma 3's 5 local
+// : 1 global layers with local base 10000 (global base --rope-theta), Gemma
+// 2's alternation with soft caps 50 / 30.
+void ConfigureRandomGemma(const Args& args, ModelConfig& c) {
+  const bool gemma2 = c.arch == "gemma2";
+  ApplyGemmaArch(c);
+  c.tied_embeddings = true;
+  c.sliding_window = args.Int("sliding-window", 128);
+  c.swa_pattern = args.Int("swa-pattern", gemma2 ? 2 : 6);
+  c.rope_theta = static_cast<float>(args.Float("rope-theta", gemma2 ? 10000.0 : 1000000.0));
+  c.rope_theta_local =
+      static_cast<float>(args.Float("rope-theta-local", gemma2 ? c.rope_theta : 10000.0));
+  c.attn_softcap = static_cast<float>(args.Float("attn-softcap", gemma2 ? 50.0 : 0.0));
+  c.final_softcap = static_cast<float>(args.Float("final-softcap", gemma2 ? 30.0 : 0.0));
+}
+
 }  // namespace
 
 int RandomModelCommand(int argc, char** argv) {
   Args args(argc, argv, 2,
             {"out", "format", "dtype", "dim", "hidden-dim", "layers", "heads", "kv-heads",
-             "head-dim", "vocab", "seq-len", "rope-theta", "seed", "arch", "vocab-from"},
+             "head-dim", "vocab", "seq-len", "rope-theta", "seed", "arch", "vocab-from",
+             "sliding-window", "swa-pattern", "rope-theta-local", "attn-softcap",
+             "final-softcap"},
             {"tied", "help"});
   if (args.Has("help") || !args.Has("out")) {
     std::cout << kRandomUsage;
@@ -80,6 +106,17 @@ int RandomModelCommand(int argc, char** argv) {
   c.tied_embeddings = args.Has("tied");
   c.qkv_bias = c.arch == "qwen2";
   c.qk_norm = c.arch == "qwen3";
+  if (IsGemmaArch(c.arch)) {
+    ConfigureRandomGemma(args, c);
+  } else {
+    for (const char* flag : {"sliding-window", "swa-pattern", "rope-theta-local", "attn-softcap",
+                             "final-softcap"}) {
+      if (args.Has(flag)) {
+        std::cerr << "--" << flag << " is for --arch gemma2 / gemma3, not " << c.arch << "\n";
+        return 2;
+      }
+    }
+  }
   const ModelFormat format = ParseFormat(args.Str("format", "gguf"));
   c.rope_style = (format == ModelFormat::kHuggingFace || c.arch != "llama") ? RopeStyle::kHalf
                                                                            : RopeStyle::kInterleaved;
@@ -109,6 +146,12 @@ int InfoCommand(int argc, char** argv) {
             << c.max_seq_len << ", rope_theta " << c.rope_theta
             << (c.tied_embeddings ? ", tied embeddings" : "") << (c.qkv_bias ? ", qkv bias" : "")
             << (c.qk_norm ? ", q/k norm" : "") << "\n";
+  if (IsGemmaArch(c.arch)) {
+    std::cout << "gemma: sliding window " << c.sliding_window << " (pattern " << c.swa_pattern
+              << "), local rope_theta " << c.rope_theta_local << ", attention scale "
+              << c.AttentionScale() << ", soft caps " << c.attn_softcap << " / "
+              << c.final_softcap << "\n";
+  }
   if (args.Has("tensors")) {
     for (const TensorInfo* t : model->Tensors()) {
       std::cout << t->name << " " << DTypeName(t->dtype) << " [";

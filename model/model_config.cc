@@ -53,7 +53,7 @@ std::string ModelConfig::Validate() const {
       return "llama3 rope scaling original_max_position must be positive";
     }
   }
-  return "";
+  return ValidateGemmaFields();
 }
 
 ModelConfig LlamaShape(int dim, int hidden_dim, int n_layers, int n_heads, int n_kv_heads,
@@ -68,6 +68,43 @@ ModelConfig LlamaShape(int dim, int hidden_dim, int n_layers, int n_heads, int n
   c.vocab_size = vocab_size;
   c.max_seq_len = max_seq_len;
   return c;
+}
+
+float ModelConfig::AttentionScale() const {
+  const float s = query_pre_attn_scalar > 0.0f ? query_pre_attn_scalar
+                                               : static_cast<float>(head_dim);
+  return 1.0f / std::sqrt(s);
+}
+
+std::string ModelConfig::ValidateGemmaFields() const {
+  for (auto [name, v] : {std::pair{"attn_softcap", attn_softcap},
+                         {"final_softcap", final_softcap},
+                         {"query_pre_attn_scalar", query_pre_attn_scalar},
+                         {"rope_theta_local", rope_theta_local}}) {
+    if (!(std::isfinite(v) && v >= 0.0f)) {
+      return std::string(name) + " must be finite and >= 0, got " + std::to_string(v);
+    }
+  }
+  if (rope_theta_local != 0.0f && rope_theta_local <= 1.0f) {
+    return "rope_theta_local must be 0 (unset) or greater than 1";
+  }
+  if (!(std::isfinite(rope_linear_factor) && rope_linear_factor > 0.0f)) {
+    return "rope_linear_factor must be positive";
+  }
+  if (sliding_window < 0 || swa_pattern < 0) {
+    return "sliding_window and swa_pattern must be >= 0";
+  }
+  return "";
+}
+
+void ApplyGemmaArch(ModelConfig& c) {
+  if (!IsGemmaArch(c.arch)) return;
+  c.rope_style = RopeStyle::kHalf;  // llama.cpp runs every Gemma with NeoX RoPE
+  c.qkv_bias = false;
+  c.qk_norm = c.arch == "gemma3";
+  c.scale_embeddings = true;
+  c.gelu_mlp = true;
+  c.post_norms = true;
 }
 
 }  // namespace specline

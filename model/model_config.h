@@ -27,7 +27,7 @@ struct Llama3RopeScaling {
 };
 
 struct ModelConfig {
-  std::string arch = "llama";  // "llama", "qwen2", "qwen3", "mistral"
+  std::string arch = "llama";  // "llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3"
   int dim = 0;                 // hidden size
   int hidden_dim = 0;          // MLP intermediate size
   int n_layers = 0;
@@ -44,9 +44,42 @@ struct ModelConfig {
   bool qkv_bias = false;         // Qwen2
   bool qk_norm = false;          // Qwen3: RMSNorm over each q and k head
 
+  // Gemma 2 / 3 (docs/models.md). Every field below is off (0 / false / 1)
+  // for the other architectures.
+  bool scale_embeddings = false;  // token embeddings times sqrt(dim)
+  bool gelu_mlp = false;          // GeGLU (gelu-tanh gate) instead of SwiGLU
+  // RMSNorms of the attention output and of the MLP output, before each
+  // residual add (Gemma's post_attention_norm / post_ffw_norm).
+  bool post_norms = false;
+  float attn_softcap = 0.0f;   // scores -> c * tanh(scores / c) when > 0
+  float final_softcap = 0.0f;  // logits -> c * tanh(logits / c) when > 0
+  // Attention scale 1/sqrt(query_pre_attn_scalar); 0 means head_dim.
+  float query_pre_attn_scalar = 0.0f;
+  // Sliding-window layers: a query at p sees keys (p - sliding_window, p].
+  // Layer l slides when sliding_window > 0 and, with swa_pattern = n > 0,
+  // l % n < n - 1 (llama.cpp's set_swa_pattern: Gemma 3 has 5 local layers
+  // then 1 global, Gemma 2 alternates local and global).
+  int sliding_window = 0;
+  int swa_pattern = 0;
+  // RoPE base of the sliding layers (0: rope_theta); Gemma 3's local layers
+  // use 10000 while its global ones use rope_theta (1e6).
+  float rope_theta_local = 0.0f;
+  // Linear RoPE scaling ("rope_type": "linear") of the global layers only:
+  // positions are divided by it (Gemma 3 4B+: 8).
+  float rope_linear_factor = 1.0f;
+
+  bool IsSlidingLayer(int layer) const {
+    return sliding_window > 0 && swa_pattern > 0 && layer % swa_pattern < swa_pattern - 1;
+  }
+  // The window a layer's queries see (0: the whole causal prefix).
+  int LayerWindow(int layer) const { return IsSlidingLayer(layer) ? sliding_window : 0; }
+  float AttentionScale() const;
+
   // Checks the numbers are consistent (positive, heads divide, ...). Returns
   // an empty string when valid, else what is wrong.
   std::string Validate() const;
+  // The part of Validate for the Gemma fields.
+  std::string ValidateGemmaFields() const;
 };
 
 // A Llama shape from its main numbers (head_dim = dim / n_heads; other
@@ -57,5 +90,13 @@ ModelConfig LlamaShape(int dim, int hidden_dim, int n_layers, int n_heads, int n
 // Karpathy's stories110M (dim 768, 12 layers, 12 heads, vocab 32000): the
 // reference shape of the CPU decode benchmarks.
 inline ModelConfig Stories110MShape() { return LlamaShape(768, 2048, 12, 12, 12, 32000, 1024); }
+
+// Sets the Gemma-specific fields of a config whose arch is "gemma2" or
+// "gemma3" to the values those architectures always have (scaled
+// embeddings, GeGLU, post-norms, NeoX RoPE, no qkv bias, q/k norm for
+// gemma3), leaving the sizes and the per-model numbers (window, soft caps,
+// RoPE bases) alone. A no-op for other archs.
+void ApplyGemmaArch(ModelConfig& c);
+inline bool IsGemmaArch(const std::string& arch) { return arch == "gemma2" || arch == "gemma3"; }
 
 }  // namespace specline

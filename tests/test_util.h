@@ -16,6 +16,8 @@ std::string SharedModelPath(const std::string& relative);
 
 // The SmolLM2 GGUF fetched by scripts/setup.sh into the model cache, or "".
 std::string SmolLm2Path();
+// Gemma 3 270M (Q4_K_M GGUF) in the same cache, or "" (scripts/setup.sh fetches it).
+std::string Gemma3Path();
 
 // A fresh temporary directory, removed at process exit.
 std::string TempDir();

@@ -224,8 +224,12 @@ inline void Accumulate(float* o, const float* p, const float* const* v, int n, i
 
 // Folds keys [0, n_valid) of a chunk (rows k[], v[]) into the state (m, l, o)
 // of one row-head; `first` when the state is empty (start of a segment).
+// Keys [0, n_skip) are outside the row's sliding window: masked like the
+// keys past n_valid (score -inf, weight exactly 0, so 0 * v adds nothing).
+// softcap > 0 caps the scaled scores with libm's tanh (the same bits on both
+// paths, whatever the thread).
 void FoldChunk(const float* q, const float* const* k, const float* const* v, int n_valid, int hd,
-               float scale, bool first, float& m, float& l, float* o) {
+               float scale, float softcap, int n_skip, bool first, float& m, float& l, float* o) {
   constexpr int kGroups = kChunk / kLanes;
   const int groups = (n_valid + kLanes - 1) / kLanes;
   const Vec vscale = VSet1(scale);
@@ -234,8 +238,20 @@ void FoldChunk(const float* q, const float* const* k, const float* const* v, int
   for (int g = 0; g < groups; ++g) {
     s[g] = VMul(Scores8(q, k + g * kLanes, hd), vscale);
   }
+  if (softcap > 0.0f) {
+    alignas(32) float raw[kChunk];
+    const float inv = 1.0f / softcap;
+    for (int g = 0; g < groups; ++g) VStore(raw + g * kLanes, s[g]);
+    for (int j = 0; j < groups * kLanes; ++j) raw[j] = softcap * std::tanh(raw[j] * inv);
+    for (int g = 0; g < groups; ++g) s[g] = VLoad(raw + g * kLanes);
+  }
   const int last = n_valid - (groups - 1) * kLanes;  // valid lanes of the last group
   s[groups - 1] = VSelectFirst(last, s[groups - 1], neg_inf);
+  // Leading lanes masked by the window: group g loses its first skip_in(g).
+  auto skip_in = [n_skip](int g) { return std::clamp(n_skip - g * kLanes, 0, kLanes); };
+  for (int g = 0; g < groups && skip_in(g) > 0; ++g) {
+    s[g] = VSelectFirst(skip_in(g), neg_inf, s[g]);
+  }
   Vec vmax = s[0];
   for (int g = 1; g < groups; ++g) vmax = VMax(vmax, s[g]);
   const float cmax = HMax(vmax);
@@ -246,6 +262,7 @@ void FoldChunk(const float* q, const float* const* k, const float* const* v, int
   for (int g = 0; g < groups; ++g) {
     Vec pg = VExp(VSub(s[g], vm));
     if (g == groups - 1) pg = VSelectFirst(last, pg, VZero());
+    if (skip_in(g) > 0) pg = VSelectFirst(skip_in(g), VZero(), pg);
     VStore(p + g * kLanes, pg);
     psum = g == 0 ? pg : VAdd(psum, pg);
   }
@@ -301,8 +318,21 @@ struct Tile {
   int32_t row_begin = 0, row_end = 0;
   const int32_t* table = nullptr;
   int32_t limit = 0;  // 1 + the largest position of its rows
-  int segments() const { return (limit - 1) / kSegment + 1; }
+  int32_t low = 0;    // the smallest window start of its rows (0 without a window)
+  int first_segment() const { return low / kSegment; }
+  int end_segment() const { return (limit - 1) / kSegment + 1; }
+  int segments() const { return end_segment() - first_segment(); }
 };
+
+// The first position a row at `pos` attends to.
+inline int32_t WindowStart(const AttentionShape& shape, int32_t pos) {
+  return shape.window > 0 ? std::max<int32_t>(0, pos - shape.window + 1) : 0;
+}
+
+// Whether segment s holds any key of the row at pos.
+inline bool RowInSegment(const AttentionShape& shape, int32_t pos, int s) {
+  return pos >= s * kSegment && WindowStart(shape, pos) < (s + 1) * kSegment;
+}
 
 struct Ctx {
   AttentionShape shape;
@@ -372,11 +402,17 @@ void RunSegment(const Ctx& c, const Tile& tile, const HeadRange& hr, int seg, Se
       for (int32_t r = tile.row_begin; r < tile.row_end; ++r) {
         const int32_t pos = c.rows[r].pos;
         if (pos < c0) continue;  // causal: this chunk and the rest are past the row
+        const int32_t lo = WindowStart(c.shape, pos);
+        if (lo >= c0 + kChunk) continue;  // the whole chunk is before the window
         const int n_valid = std::min(kChunk, pos + 1 - c0);
+        const int n_skip = std::max(0, lo - c0);
+        // The row's first chunk of this segment starts its state.
+        const bool row_first = first || c0 == (lo / kChunk) * kChunk;
         for (int h = kvh * c.group; h < (kvh + 1) * c.group; ++h) {
           const int rh = (r - tile.row_begin) * hr.heads() + (h - hr.first_head());
-          FoldChunk(c.q + r * c.stride + int64_t{h} * hd, k, v, n_valid, hd, c.shape.scale, first,
-                    st.m[rh], st.l[rh], st.o.data() + int64_t{rh} * hd);
+          FoldChunk(c.q + r * c.stride + int64_t{h} * hd, k, v, n_valid, hd, c.shape.scale,
+                    c.shape.softcap, n_skip, row_first, st.m[rh], st.l[rh],
+                    st.o.data() + int64_t{rh} * hd);
         }
       }
     }
@@ -390,14 +426,16 @@ void RunTile(const Ctx& c, const Tile& tile, const HeadRange& hr) {
   const int row_heads = (tile.row_end - tile.row_begin) * hr.heads();
   seg.Resize(row_heads, hd);
   total.Resize(row_heads, hd);
-  for (int s = 0; s < tile.segments(); ++s) {
+  for (int s = tile.first_segment(); s < tile.end_segment(); ++s) {
     RunSegment(c, tile, hr, s, seg);
     for (int32_t r = tile.row_begin; r < tile.row_end; ++r) {
-      if (c.rows[r].pos < s * kSegment) continue;
+      const int32_t pos = c.rows[r].pos;
+      if (!RowInSegment(c.shape, pos, s)) continue;
+      const bool first = s == WindowStart(c.shape, pos) / kSegment;
       for (int j = 0; j < hr.heads(); ++j) {
         const int rh = (r - tile.row_begin) * hr.heads() + j;
         MergeInto(total.m[rh], total.l[rh], total.o.data() + int64_t{rh} * hd, seg.m[rh],
-                  seg.l[rh], seg.o.data() + int64_t{rh} * hd, hd, s == 0);
+                  seg.l[rh], seg.o.data() + int64_t{rh} * hd, hd, first);
       }
     }
   }
@@ -430,7 +468,8 @@ void PagedAttention(const AttentionShape& shape, const PagedKvView& kv,
                     ThreadPool& pool, AttentionPlan plan) {
   if (rows.empty()) return;
   if (shape.n_heads <= 0 || shape.n_kv_heads <= 0 || shape.head_dim <= 0 ||
-      shape.n_heads % shape.n_kv_heads != 0 || kv.block_size <= 0) {
+      shape.n_heads % shape.n_kv_heads != 0 || kv.block_size <= 0 || shape.window < 0 ||
+      !(shape.softcap >= 0.0f)) {
     throw std::invalid_argument("PagedAttention: bad shape");
   }
   const Ctx c{shape, kv, rows.data(), q, out, shape.n_heads / shape.n_kv_heads,
@@ -443,14 +482,15 @@ void PagedAttention(const AttentionShape& shape, const PagedKvView& kv,
     if (rows[r].pos < 0) throw std::invalid_argument("PagedAttention: negative position");
     if (tiles.empty() || tiles.back().table != rows[r].block_table ||
         tiles.back().row_end - tiles.back().row_begin == kTileRows) {
-      tiles.push_back(Tile{r, r, rows[r].block_table, 0});
+      tiles.push_back(Tile{r, r, rows[r].block_table, 0, WindowStart(shape, rows[r].pos)});
     }
     Tile& t = tiles.back();
     t.row_end = r + 1;
     t.limit = std::max(t.limit, rows[r].pos + 1);
+    t.low = std::min(t.low, WindowStart(shape, rows[r].pos));
   }
   int max_segments = 1;
-  for (const Tile& t : tiles) max_segments = std::max(max_segments, t.segments());
+  for (const Tile& t : tiles) max_segments = std::max(max_segments, t.end_segment());
   const int64_t n_kv = shape.n_kv_heads;
   const int64_t tile_tasks = static_cast<int64_t>(tiles.size()) * n_kv;
   const int64_t partial_floats =
@@ -507,12 +547,12 @@ void PagedAttention(const AttentionShape& shape, const PagedKvView& kv,
     const int64_t local = i - task_start[t];
     const int kvh = static_cast<int>(local % kv_groups) * kv_per_task;
     const HeadRange hr{kvh, kvh + kv_per_task, c.group};
-    const int s = static_cast<int>(local / kv_groups);
+    const int s = tile.first_segment() + static_cast<int>(local / kv_groups);
     thread_local SegmentState st;
     st.Resize((tile.row_end - tile.row_begin) * hr.heads(), hd);
     RunSegment(c, tile, hr, s, st);
     for (int32_t r = tile.row_begin; r < tile.row_end; ++r) {
-      if (rows[r].pos < s * kSegment) continue;
+      if (!RowInSegment(shape, rows[r].pos, s)) continue;
       for (int j = 0; j < hr.heads(); ++j) {
         const int rh = (r - tile.row_begin) * hr.heads() + j;
         float* dst = at(r, hr.first_head() + j, s);
@@ -524,12 +564,13 @@ void PagedAttention(const AttentionShape& shape, const PagedKvView& kv,
   });
   std::vector<float> total(hd);
   for (int64_t r = 0; r < static_cast<int64_t>(rows.size()); ++r) {
+    const int first_segment = WindowStart(shape, rows[r].pos) / kSegment;
     const int segments = rows[r].pos / kSegment + 1;
     for (int h = 0; h < shape.n_heads; ++h) {
       float M = 0, L = 0;
-      for (int s = 0; s < segments; ++s) {
+      for (int s = first_segment; s < segments; ++s) {
         const float* p = at(r, h, s);
-        MergeInto(M, L, total.data(), p[0], p[1], p + 2, hd, s == 0);
+        MergeInto(M, L, total.data(), p[0], p[1], p + 2, hd, s == first_segment);
       }
       Finalize(total.data(), L, out + r * c.stride + int64_t{h} * hd, hd);
     }

@@ -59,6 +59,12 @@ struct AttentionShape {
   int n_kv_heads = 0;  // divides n_heads (grouped-query attention)
   int head_dim = 0;
   float scale = 1.0f;  // multiplies q.k
+  // Sliding window (Gemma's local layers): a row at pos attends to
+  // [max(0, pos - window + 1), pos]; 0 means the whole causal prefix.
+  int window = 0;
+  // Soft-capping of the scaled scores, cap * tanh(score / cap) (Gemma 2);
+  // 0 means none.
+  float softcap = 0.0f;
 };
 
 // How the work is split; every plan gives the same bits (tested).
@@ -69,6 +75,8 @@ enum class AttentionPlan {
 };
 
 // out[r][h][:] = softmax_t(scale * q[r][h].K[t]) . V[t] over t in [0, pos_r]
+// (t in the window when shape.window > 0; scores soft-capped when
+// shape.softcap > 0)
 // with K/V of KV head h / (n_heads / n_kv_heads). q and out are dense
 // [rows][n_heads][head_dim] fp32 and must not overlap.
 void PagedAttention(const AttentionShape& shape, const PagedKvView& kv,

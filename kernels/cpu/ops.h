@@ -48,6 +48,15 @@ void AddInPlace(float* x, const float* y, int64_t n);
 // gate[i] = silu(gate[i]) * up[i]
 void SwiGlu(float* gate, const float* up, int64_t n);
 
+// gate[i] = gelu_tanh(gate[i]) * up[i] (Gemma's GeGLU)
+void GeGluTanh(float* gate, const float* up, int64_t n);
+
+// x[i] = cap * tanh(x[i] / cap) (Gemma 2's soft-capping); nothing when cap <= 0.
+void SoftCap(float* x, int64_t n, float cap);
+
+// x[i] *= s
+void Scale(float* x, int64_t n, float s);
+
 // Numerically stable in-place softmax over n elements.
 void Softmax(float* x, int64_t n);
 

@@ -69,6 +69,27 @@ void SwiGlu(float* gate, const float* up, int64_t n) {
   }
 }
 
+void GeGluTanh(float* gate, const float* up, int64_t n) {
+  // gelu with the tanh approximation (PyTorch's gelu(approximate="tanh"),
+  // Gemma's "gelu_pytorch_tanh"), in float like the reference.
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    const float inner = kSqrt2OverPi * (g + 0.044715f * g * g * g);
+    gate[i] = 0.5f * g * (1.0f + std::tanh(inner)) * up[i];
+  }
+}
+
+void SoftCap(float* x, int64_t n, float cap) {
+  if (cap <= 0.0f) return;
+  const float inv = 1.0f / cap;
+  for (int64_t i = 0; i < n; ++i) x[i] = cap * std::tanh(x[i] * inv);
+}
+
+void Scale(float* x, int64_t n, float s) {
+  for (int64_t i = 0; i < n; ++i) x[i] *= s;
+}
+
 void Softmax(float* x, int64_t n) {
   if (n <= 0) return;
   float max = -std::numeric_limits<float>::infinity();

@@ -144,7 +144,20 @@ struct PagedArgs {
   int block_size;
   int group;  // n_heads / n_kv_heads
   float scale;
+  int window;     // 0: every key up to the row's position
+  float softcap;  // 0: none
 };
+
+// The score of a q.k dot product: scaled, then soft-capped (Gemma 2).
+__device__ __forceinline__ float ScoreOf(float dot, const PagedArgs& a) {
+  const float s = dot * a.scale;
+  return a.softcap > 0.0f ? a.softcap * tanhf(s / a.softcap) : s;
+}
+
+// The first key a row of `len` keys attends to (its sliding window's start).
+__device__ __forceinline__ int WindowStart(const PagedArgs& a, int len) {
+  return a.window > 0 ? max(0, len - a.window) : 0;
+}
 
 void FillPagedArgs(const PagedAttentionParams& p, PagedArgs& a) {
   a.q = static_cast<const uint16_t*>(p.q);
@@ -162,6 +175,8 @@ void FillPagedArgs(const PagedAttentionParams& p, PagedArgs& a) {
   a.block_size = p.block_size;
   a.group = p.n_heads / p.n_kv_heads;
   a.scale = p.scale;
+  a.window = p.window;
+  a.softcap = p.softcap;
 }
 
 struct DecodeArgs : PagedArgs {
@@ -226,6 +241,10 @@ __global__ void __launch_bounds__(kThreads) DecodeSplitKernel(const DecodeArgs a
   const int s0 = split * a.split_len;
   if (split > 0 && s0 >= len) return;  // no keys here (block-uniform)
   const int cnt = max(0, min(len - s0, a.split_len));
+  const int lo = WindowStart(a, len);
+  // Splits wholly before the window hold no visible key; the combine skips
+  // them too (block-uniform).
+  if (a.num_splits > 1 && s0 + a.split_len <= lo) return;
   const int32_t* bt = a.block_tables + static_cast<int64_t>(a.row_seq[row]) * a.max_blocks;
 
   // Queries of heads h0 .. h0 + gb (contiguous in the row) as fp32.
@@ -301,7 +320,7 @@ __global__ void __launch_bounds__(kThreads) DecodeSplitKernel(const DecodeArgs a
       if (tl == 0 && k < cnt) {
 #pragma unroll
         for (int g = 0; g < G; ++g) {
-          if (g < gb) s_sc[g * kMaxSplitLen + k] = part[g] * a.scale;
+          if (g < gb) s_sc[g * kMaxSplitLen + k] = s0 + k >= lo ? ScoreOf(part[g], a) : NegInf();
         }
       }
     }
@@ -314,9 +333,11 @@ __global__ void __launch_bounds__(kThreads) DecodeSplitKernel(const DecodeArgs a
     float m = NegInf();
     for (int k = lane; k < cnt; k += 32) m = fmaxf(m, sc[k]);
     m = WarpMax(m);
+    // Keys before the window are -inf: weight 0 (m is finite: a split that
+    // runs holds a visible key).
     float l = 0.0f;
     for (int k = lane; k < cnt; k += 32) {
-      const float p = __expf(sc[k] - m);
+      const float p = sc[k] == NegInf() ? 0.0f : __expf(sc[k] - m);
       sc[k] = p;
       l += p;
     }
@@ -436,12 +457,13 @@ __global__ void __launch_bounds__(kCombineThreads) DecodeCombineKernel(const Dec
   const int warp = tid >> 5;
   const int len = min(a.row_len[row], a.max_len);
   const int ns = len > 0 ? min((len + a.split_len - 1) / a.split_len, a.num_splits) : 0;
+  const int s_first = WindowStart(a, len) / a.split_len;  // splits before it did not run
   const int64_t base = (static_cast<int64_t>(row) * a.n_heads + h) * a.num_splits;
   const float2* ml = reinterpret_cast<const float2*>(a.ws_ml + 2 * base);  // (max, sum)
   const float* o = a.ws_o + base * D;
 
   float m = NegInf();
-  for (int s = tid; s < ns; s += kCombineThreads) m = fmaxf(m, ml[s].x);
+  for (int s = s_first + tid; s < ns; s += kCombineThreads) m = fmaxf(m, ml[s].x);
   m = WarpMax(m);
   if (lane == 0) s_max[warp] = m;
   __syncthreads();
@@ -457,7 +479,7 @@ __global__ void __launch_bounds__(kCombineThreads) DecodeCombineKernel(const Dec
 #pragma unroll
   for (int j = 0; j < kPairs; ++j) acc[j] = make_float2(0.0f, 0.0f);
 #pragma unroll 2
-  for (int s = warp; s < ns; s += kCombineWarps) {
+  for (int s = s_first + warp; s < ns; s += kCombineWarps) {
     const float2 st = ml[s];
     const float w = __expf(st.x - m_use);
     l = fmaf(st.y, w, l);
@@ -655,12 +677,13 @@ __global__ void __launch_bounds__(kThreads) PrefillWmmaKernel(const PrefillArgs 
     // Online softmax for row my_row over this tile's keys.
     const float* srow = s_s + my_row * L::kLds;
     T* prow = s_p + my_row * L::kLdp;
-    const int lim = my_len - kt0;  // keys [0, lim) of the tile are visible
+    const int lim = my_len - kt0;  // keys [first, lim) of the tile are visible
+    const int first_key = WindowStart(a, my_len) - kt0;
     float mx = NegInf();
 #pragma unroll
     for (int c = 0; c < kKt / 2; ++c) {
       const int key = 2 * c + hf;
-      if (key < lim) mx = fmaxf(mx, srow[key] * a.scale);
+      if (key < lim && key >= first_key) mx = fmaxf(mx, ScoreOf(srow[key], a));
     }
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     const float m_new = fmaxf(m_i, mx);
@@ -670,7 +693,7 @@ __global__ void __launch_bounds__(kThreads) PrefillWmmaKernel(const PrefillArgs 
 #pragma unroll
     for (int c = 0; c < kKt / 2; ++c) {
       const int key = 2 * c + hf;
-      const float p = key < lim ? __expf(srow[key] * a.scale - m_use) : 0.0f;
+      const float p = key < lim && key >= first_key ? __expf(ScoreOf(srow[key], a) - m_use) : 0.0f;
       sum += p;
       reinterpret_cast<uint16_t*>(prow)[key] = FloatToBits<T>(p);
     }
@@ -790,12 +813,12 @@ __global__ void __launch_bounds__(kThreads) PrefillGenericKernel(const PrefillAr
         const int r = i / kGenKeys;
         const int kk = i - r * kGenKeys;
         float s = NegInf();
-        if (kt0 + kk < s_len[r]) {
+        if (kt0 + kk < s_len[r] && kt0 + kk >= WindowStart(a, s_len[r])) {
           float dot = 0.0f;
           for (int d = 0; d < D; ++d) {
             dot = fmaf(BitsToFloat<T>(s_q[r * D + d]), BitsToFloat<T>(s_k[kk * D + d]), dot);
           }
-          s = dot * a.scale;
+          s = ScoreOf(dot, a);
         }
         s_p[i] = s;
       }
@@ -856,6 +879,9 @@ void CheckShape(const PagedAttentionParams& p) {
     throw std::invalid_argument("paged attention: head_dim must be even and in [2, 256]");
   }
   if (p.block_size <= 0) throw std::invalid_argument("paged attention: block_size must be positive");
+  if (p.window < 0 || !(p.softcap >= 0.0f)) {
+    throw std::invalid_argument("paged attention: window and softcap must be >= 0");
+  }
   if (p.max_blocks < 0 || p.q_stride < 0) {
     throw std::invalid_argument("paged attention: negative max_blocks or q_stride");
   }

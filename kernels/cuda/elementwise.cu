@@ -261,6 +261,47 @@ __global__ void SwiGluKernel(const T* __restrict__ gate_up, int n, int h, T* __r
   }
 }
 
+// ------------------------------------------------------------------ GeGLU
+
+// gelu with the tanh approximation (Gemma's gelu_pytorch_tanh).
+__device__ __forceinline__ float GeluTanh(float g) {
+  const float inner = 0.7978845608028654f * (g + 0.044715f * g * g * g);
+  return 0.5f * g * (1.0f + tanhf(inner));
+}
+
+template <typename T, bool kVector>
+__global__ void GeGluKernel(const T* __restrict__ gate_up, int n, int h, T* __restrict__ out) {
+  constexpr int kStep = kVector ? kVec : 1;
+  const int per_row = h / kStep;
+  const int64_t total = static_cast<int64_t>(n) * per_row;
+  for (int64_t i = GlobalThread(); i < total; i += GridThreads()) {
+    const int64_t r = i / per_row;
+    const int c = static_cast<int>(i % per_row) * kStep;
+    const T* gate = gate_up + r * 2 * h + c;
+    const T* up = gate + h;
+    T* o = out + r * h + c;
+    if constexpr (kVector) {
+      float g[kVec], u[kVec];
+      Load8(gate, g);
+      Load8(up, u);
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) g[k] = GeluTanh(g[k]) * u[k];
+      Store8(o, g);
+    } else {
+      *o = FromF32<T>(GeluTanh(ToF32(*gate)) * ToF32(*up));
+    }
+  }
+}
+
+__global__ void ScaleF32Kernel(float* __restrict__ x, int64_t count, float s) {
+  for (int64_t i = GlobalThread(); i < count; i += GridThreads()) x[i] *= s;
+}
+
+__global__ void SoftCapF32Kernel(float* __restrict__ x, int64_t count, float cap) {
+  const float inv = 1.0f / cap;
+  for (int64_t i = GlobalThread(); i < count; i += GridThreads()) x[i] = cap * tanhf(x[i] * inv);
+}
+
 // ----------------------------------------------------------------- WriteKv
 
 // Grid (n, 2): blockIdx.y = 0 copies K, 1 copies V. A raw copy of 2-byte
@@ -465,6 +506,35 @@ void SwiGlu(DType t, const void* gate_up, int n, int h, void* out, cudaStream_t 
     }
     SPECLINE_CUDA_CHECK_LAUNCH();
   });
+}
+
+void GeGlu(DType t, const void* gate_up, int n, int h, void* out, cudaStream_t stream) {
+  DispatchHalfType(t, "GeGlu", [&](auto tag) {
+    using T = decltype(tag);
+    if (n <= 0 || h <= 0) return;
+    const T* in = static_cast<const T*>(gate_up);
+    T* o = static_cast<T*>(out);
+    const bool vec = h % kVec == 0 && IsAligned(gate_up, 16) && IsAligned(out, 16);
+    const int64_t work = static_cast<int64_t>(n) * (vec ? h / kVec : h);
+    if (vec) {
+      GeGluKernel<T, true><<<FlatBlocks(work), kFlatThreads, 0, stream>>>(in, n, h, o);
+    } else {
+      GeGluKernel<T, false><<<FlatBlocks(work), kFlatThreads, 0, stream>>>(in, n, h, o);
+    }
+    SPECLINE_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void ScaleF32(float* x, int64_t count, float s, cudaStream_t stream) {
+  if (count <= 0) return;
+  ScaleF32Kernel<<<FlatBlocks(count), kFlatThreads, 0, stream>>>(x, count, s);
+  SPECLINE_CUDA_CHECK_LAUNCH();
+}
+
+void SoftCapF32(float* x, int64_t count, float cap, cudaStream_t stream) {
+  if (count <= 0 || cap <= 0.0f) return;
+  SoftCapF32Kernel<<<FlatBlocks(count), kFlatThreads, 0, stream>>>(x, count, cap);
+  SPECLINE_CUDA_CHECK_LAUNCH();
 }
 
 void WriteKv(DType t, const void* qkv, int n, int stride, int k_offset, int v_offset,

@@ -67,6 +67,13 @@ void ApplyRope(DType t, void* rows, int n_rows, int heads, int head_dim, int str
 // out[i, :h] = t(silu(gate) * up) with gate = gate_up[i, :h] and
 // up = gate_up[i, h:2h] (the fused gate/up projection's output).
 void SwiGlu(DType t, const void* gate_up, int n, int h, void* out, cudaStream_t stream);
+// The same with gelu_tanh(gate) (Gemma's GeGLU).
+void GeGlu(DType t, const void* gate_up, int n, int h, void* out, cudaStream_t stream);
+// x[i] *= s over fp32 (Gemma's sqrt(dim) embedding scale on the residual stream).
+void ScaleF32(float* x, int64_t count, float s, cudaStream_t stream);
+// x[i] = cap * tanh(x[i] / cap) over fp32 (Gemma 2's final-logit soft cap);
+// nothing when cap <= 0.
+void SoftCapF32(float* x, int64_t count, float cap, cudaStream_t stream);
 
 // Copies each slot's K and V rows into the paged cache of one layer:
 //   k_cache[slot_rows[i], :kv_elems] = qkv[i * stride + k_offset + :kv_elems]
@@ -121,6 +128,10 @@ struct PagedAttentionParams {
   // captured once replays correctly as sequences grow. Work past a row's
   // own length exits at once.
   int max_len = 0;
+  // Sliding window: row i sees keys [row_len - window, row_len); 0 = all.
+  int window = 0;
+  // Soft cap of the scaled scores, softcap * tanh(s / softcap); 0 = none.
+  float softcap = 0.0f;
 };
 
 // Decode: split-K over the sequence (flash-decoding): each (row, head,

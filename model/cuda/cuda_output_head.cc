@@ -18,6 +18,7 @@ CudaOutputHead::CudaOutputHead(const ModelSource& src, DType t, int device) : t_
   const std::string name =
       head == nullptr || c.tied_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
   lm_head_ = LoadMatrix(src, name, c.vocab_size, c.dim, t);
+  final_softcap_ = c.final_softcap;
 }
 
 CudaOutputHead::CudaOutputHead(const ModelConfig& c, DType t, int device, uint64_t seed) : t_(t) {
@@ -26,6 +27,7 @@ CudaOutputHead::CudaOutputHead(const ModelConfig& c, DType t, int device, uint64
   norm_.Resize(c.dim * sizeof(float));
   FillUniformF32(norm_.as<float>(), c.dim, seed ^ 0x40E, 0.9f, 1.1f, nullptr);
   lm_head_ = RandomMatrix(c.vocab_size, c.dim, t, seed ^ 0x1A4, 2.0f * std::sqrt(3.0f / c.dim));
+  final_softcap_ = c.final_softcap;
 }
 
 void CudaOutputHead::Init(int device) {
@@ -64,6 +66,8 @@ const float* CudaOutputHead::Compute(const float* hidden, int64_t n, cudaMemcpyK
   AddRmsNorm(t_, x_.as<float>(), nullptr, norm_.as<float>(), eps_, static_cast<int>(n), dim(),
              xb_.get(), stream_);
   gemm_->Run(lm_head_.view, xb_.get(), n, logits_.get(), /*y_f32=*/true);
+  // Gemma 2: capped before argmax too, so ties fall as on the CPU head.
+  SoftCapF32(logits_.as<float>(), n * vocab_size(), final_softcap_, stream_);
   return logits_.as<float>();
 }
 

@@ -55,6 +55,7 @@ class CudaOutputHead : public LogitsHead {
   OwnedMatrix lm_head_;
   int64_t capacity_ = 0;
   DeviceBuffer x_, xb_, logits_, ids_;
+  float final_softcap_ = 0.0f;  // Gemma 2's final-logit soft cap (0: none)
 };
 
 }  // namespace specline::cuda

@@ -26,7 +26,8 @@ int Bucket(int n) {
 
 // One batch's metadata. Packed into meta_host_ in this order (int32 unless
 // said): tokens, slot_rows, row_seq, row_len, decode_rows, tile_first,
-// tile_rows [rows each], cos, sin [rows * half floats each], block_tables
+// tile_rows [rows each], cos, sin [rows * AngleFloats() floats each: the
+// global angles of every row, then, with sliding layers, the local ones], block_tables
 // [seqs * max_blocks]. The offsets depend only on `rows`, so a graph
 // captured for a bucket finds its arrays where it left them.
 struct CudaStageSlice::Plan {
@@ -115,6 +116,9 @@ void CudaStageSlice::Init() {
         absl::StrCat("the CUDA backend needs an even head_dim <= 256, not ", config_.head_dim));
   }
   ElementBytes(options_.dtype);  // throws for anything but bf16/fp16
+  for (int l = begin_; l < end_; ++l) {
+    if (config_.IsSlidingLayer(l)) rope_copies_ = 2;
+  }
   SPECLINE_CUDA_CHECK(cudaSetDevice(options_.device));
   SPECLINE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   SPECLINE_CUDA_CHECK(cudaEventCreateWithFlags(&meta_uploaded_, cudaEventDisableTiming));
@@ -179,7 +183,7 @@ void CudaStageSlice::EnsureCapacity(int rows, int taps) {
   }
   attn_ws_.Resize(ws);
   taps_.Resize(std::max<int64_t>(capacity_taps_, 1) * C * c.dim * sizeof(float));
-  const MetaLayout layout(static_cast<int>(C), c.head_dim / 2);
+  const MetaLayout layout(static_cast<int>(C), AngleFloats());
   const size_t meta = layout.Bytes(static_cast<int>(C), max_blocks_);
   meta_.Resize(meta);
   meta_host_.Resize(meta);
@@ -212,8 +216,8 @@ void CudaStageSlice::BuildPlan(const SliceInput& in, Plan& plan) const {
   plan.decode_rows.clear();
   plan.tile_first.clear();
   plan.tile_rows.clear();
-  plan.cos.assign(size_t(R) * half, 1.0f);
-  plan.sin.assign(size_t(R) * half, 0.0f);
+  plan.cos.assign(size_t(R) * AngleFloats(), 1.0f);
+  plan.sin.assign(size_t(R) * AngleFloats(), 0.0f);
 
   std::unordered_map<uint64_t, int> seq_index;
   std::vector<uint64_t> seqs;
@@ -239,6 +243,10 @@ void CudaStageSlice::BuildPlan(const SliceInput& in, Plan& plan) const {
     plan.row_len[i] = slot.pos + 1;
     plan.max_row_len = std::max(plan.max_row_len, slot.pos + 1);
     rope_.Angles(slot.pos, plan.cos.data() + size_t(i) * half, plan.sin.data() + size_t(i) * half);
+    if (rope_copies_ == 2) {  // the local layers' angles follow all R rows' global ones
+      const size_t at = (size_t(R) + i) * half;
+      rope_local_.Angles(slot.pos, plan.cos.data() + at, plan.sin.data() + at);
+    }
   }
   for (const auto& [first, count] : runs) {
     if (count == 1) {
@@ -274,8 +282,7 @@ absl::Status CudaStageSlice::Prepare(const SliceInput& in, std::span<const int> 
   // Pack and upload the metadata in one copy, once the previous batch's
   // upload has left the staging buffer.
   SPECLINE_CUDA_CHECK(cudaEventSynchronize(meta_uploaded_));
-  const int half = config_.head_dim / 2;
-  const MetaLayout layout(plan.rows, half);
+  const MetaLayout layout(plan.rows, AngleFloats());
   auto* base = meta_host_.as<uint8_t>();
   auto put = [&](size_t offset, const auto& v) {
     if (!v.empty()) std::memcpy(base + offset, v.data(), v.size() * sizeof(v[0]));
@@ -327,12 +334,16 @@ void CudaStageSlice::Launch(const Plan& plan, std::span<const int> tap_indices) 
 void CudaStageSlice::Enqueue(const Plan& plan, std::span<const int> tap_indices) {
   const int64_t dim = config_.dim;
   const int R = plan.rows;
-  const MetaLayout layout(R, config_.head_dim / 2);
+  const MetaLayout layout(R, AngleFloats());
   float* x = x_.as<float>();
   if (embeds_) {
     EmbedTokens(options_.dtype, embedding_.view.data,
                 reinterpret_cast<const int32_t*>(meta_.as<uint8_t>() + layout.tokens), R,
                 config_.dim, x, stream_);
+    // Gemma: times sqrt(dim) on the fp32 residual stream, as the CPU slice.
+    if (config_.scale_embeddings) {
+      ScaleF32(x, int64_t{R} * dim, std::sqrt(static_cast<float>(dim)), stream_);
+    }
   }
   auto take_taps = [&](int index) {
     for (size_t k = 0; k < tap_indices.size(); ++k) {
@@ -369,7 +380,7 @@ void CudaStageSlice::RunLayer(int local, const Plan& plan, bool add_delta) {
   const int q_dim = c.n_heads * c.head_dim;
   const int kv_dim = c.n_kv_heads * c.head_dim;
   const int qkv_dim = q_dim + 2 * kv_dim;
-  const MetaLayout layout(R, c.head_dim / 2);
+  const MetaLayout layout(R, AngleFloats());
   auto meta = [&](size_t offset) { return meta_.as<uint8_t>() + offset; };
   float* x = x_.as<float>();
 
@@ -386,8 +397,11 @@ void CudaStageSlice::RunLayer(int local, const Plan& plan, bool add_delta) {
                 c.head_dim, qkv_dim, stream_);
   }
   const bool interleaved = c.rope_style == RopeStyle::kInterleaved;
-  const auto* cos = reinterpret_cast<const float*>(meta(layout.cos));
-  const auto* sin = reinterpret_cast<const float*>(meta(layout.sin));
+  // A sliding layer's angles are the second set (after all R rows' first).
+  const size_t angle_off =
+      c.IsSlidingLayer(begin_ + local) ? size_t(R) * (c.head_dim / 2) * sizeof(float) : 0;
+  const auto* cos = reinterpret_cast<const float*>(meta(layout.cos + angle_off));
+  const auto* sin = reinterpret_cast<const float*>(meta(layout.sin + angle_off));
   ApplyRope(t, qkv_.get(), R, c.n_heads, c.head_dim, qkv_dim, cos, sin, interleaved, stream_);
   ApplyRope(t, At(qkv_, q_dim), R, c.n_kv_heads, c.head_dim, qkv_dim, cos, sin, interleaved,
             stream_);
@@ -398,15 +412,29 @@ void CudaStageSlice::RunLayer(int local, const Plan& plan, bool add_delta) {
           v_cache_[local].get(), stream_);
   Attention(local, plan);
   gemm_->Run(w.wo.view, att_.get(), R, delta_.get());
+  // Gemma's post-norms: RMSNorm of each branch's output before it joins the
+  // residual stream (one "head" of dim elements per row).
+  if (w.has_post_norms) {
+    HeadRmsNorm(t, delta_.get(), w.post_attn_norm.as<float>(), c.norm_eps, R, 1, c.dim, c.dim,
+                stream_);
+  }
   AddRmsNorm(t, x, delta_.get(), w.ffn_norm.as<float>(), c.norm_eps, R, c.dim, xb_.get(), stream_);
   gemm_->Run(w.w_gate_up.view, xb_.get(), R, gate_up_.get());
-  SwiGlu(t, gate_up_.get(), R, c.hidden_dim, h_.get(), stream_);
+  if (c.gelu_mlp) {
+    GeGlu(t, gate_up_.get(), R, c.hidden_dim, h_.get(), stream_);
+  } else {
+    SwiGlu(t, gate_up_.get(), R, c.hidden_dim, h_.get(), stream_);
+  }
   gemm_->Run(w.w_down.view, h_.get(), R, delta_.get());
+  if (w.has_post_norms) {
+    HeadRmsNorm(t, delta_.get(), w.post_ffw_norm.as<float>(), c.norm_eps, R, 1, c.dim, c.dim,
+                stream_);
+  }
 }
 
 void CudaStageSlice::Attention(int local, const Plan& plan) {
   const ModelConfig& c = config_;
-  const MetaLayout layout(plan.rows, c.head_dim / 2);
+  const MetaLayout layout(plan.rows, AngleFloats());
   auto meta = [&](size_t offset) {
     return reinterpret_cast<const int32_t*>(meta_.as<uint8_t>() + offset);
   };
@@ -426,7 +454,9 @@ void CudaStageSlice::Attention(int local, const Plan& plan) {
   p.n_kv_heads = c.n_kv_heads;
   p.head_dim = c.head_dim;
   p.block_size = options_.slice.kv_block_size;
-  p.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  p.scale = c.AttentionScale();  // 1/sqrt(head_dim) unless query_pre_attn_scalar says
+  p.window = c.LayerWindow(begin_ + local);
+  p.softcap = c.attn_softcap;
   // A graph replays as sequences grow, so its grid must hold for any
   // length; eager batches use the same bound so both run identical kernels
   // (blocks past a row's length exit at once).

@@ -123,6 +123,12 @@ class CudaStageSlice : public SliceBackend {
   CudaSliceOptions options_;
   bool embeds_;
   Rope rope_;
+  // Gemma: the sliding-window layers' RoPE. When some layer of the slice
+  // slides, the metadata carries a second set of angles after the first
+  // (rope_copies_ == 2; AngleFloats() per row).
+  Rope rope_local_{config_, /*local=*/true};
+  int rope_copies_ = 1;
+  int AngleFloats() const { return config_.head_dim / 2 * rope_copies_; }
   PagedKvCache kv_;  // bookkeeping only (0 layers): block ownership
   int kv_blocks_ = 0;
   int max_blocks_ = 0;  // block-table width: ceil(max_len / block_size)

@@ -120,6 +120,11 @@ DeviceLayerWeights LoadLayer(const ModelSource& src, int layer, DType t) {
     w.q_norm = UploadFloats(host.q_norm);
     w.k_norm = UploadFloats(host.k_norm);
   }
+  w.has_post_norms = !host.post_attn_norm.empty();
+  if (w.has_post_norms) {
+    w.post_attn_norm = UploadFloats(host.post_attn_norm);
+    w.post_ffw_norm = UploadFloats(host.post_ffw_norm);
+  }
   return w;
 }
 
@@ -147,6 +152,11 @@ DeviceLayerWeights RandomLayer(const ModelConfig& c, int layer, DType t, uint64_
     w.has_qk_norm = true;
     w.q_norm = NormOnes(c.head_dim, TensorSeed(seed, layer, 7));
     w.k_norm = NormOnes(c.head_dim, TensorSeed(seed, layer, 8));
+  }
+  if (c.post_norms) {
+    w.has_post_norms = true;
+    w.post_attn_norm = NormOnes(c.dim, TensorSeed(seed, layer, 9));
+    w.post_ffw_norm = NormOnes(c.dim, TensorSeed(seed, layer, 10));
   }
   SPECLINE_CUDA_CHECK(cudaStreamSynchronize(nullptr));
   return w;

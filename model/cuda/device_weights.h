@@ -39,6 +39,10 @@ struct DeviceLayerWeights {
   DeviceBuffer q_norm, k_norm;       // fp32 [head_dim], empty without q/k norm
   bool has_bias = false;
   bool has_qk_norm = false;
+  // Gemma's norms of the attention and MLP outputs, fp32 [dim]; empty
+  // without post-norms.
+  DeviceBuffer post_attn_norm, post_ffw_norm;
+  bool has_post_norms = false;
 
   // Bytes of the matrices (what one decode step reads from this layer).
   int64_t matrix_bytes() const;

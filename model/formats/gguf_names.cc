@@ -34,6 +34,14 @@ constexpr NamePair kLayer[] = {
     {"ffn_down", "mlp.down_proj"},
 };
 
+// Gemma's layer norms (gguf_names.h), tried before kLayer for those archs;
+// ffn_norm is the entry that differs from kLayer.
+constexpr NamePair kGemmaLayer[] = {
+    {"post_attention_norm", "post_attention_layernorm"},
+    {"ffn_norm", "pre_feedforward_layernorm"},
+    {"post_ffw_norm", "post_feedforward_layernorm"},
+};
+
 // Splits "<stem>.weight" / "<stem>.bias" into stem and suffix.
 bool SplitSuffix(std::string_view name, std::string_view* stem,
                  std::string_view* suffix) {
@@ -60,7 +68,7 @@ bool SplitLayer(std::string_view stem, std::string_view prefix,
   return true;
 }
 
-std::optional<std::string> Map(const std::string& name, bool to_hf) {
+std::optional<std::string> Map(const std::string& name, bool to_hf, bool gemma = false) {
   std::string_view stem, suffix;
   if (!SplitSuffix(name, &stem, &suffix)) return std::nullopt;
   for (const NamePair& p : kGlobal) {
@@ -72,14 +80,26 @@ std::optional<std::string> Map(const std::string& name, bool to_hf) {
   if (!SplitLayer(stem, to_hf ? "blk." : "model.layers.", &index, &rest)) {
     return std::nullopt;
   }
+  auto mapped = [&](const NamePair& p) {
+    return std::string(to_hf ? "model.layers." : "blk.") + std::string(index) + "." +
+           std::string(to_hf ? p.hf : p.gguf) + std::string(suffix);
+  };
+  if (gemma) {
+    for (const NamePair& p : kGemmaLayer) {
+      if (rest == (to_hf ? p.gguf : p.hf)) return mapped(p);
+    }
+  }
   for (const NamePair& p : kLayer) {
     if (rest == (to_hf ? p.gguf : p.hf)) {
-      return std::string(to_hf ? "model.layers." : "blk.") + std::string(index) +
-             "." + std::string(to_hf ? p.hf : p.gguf) + std::string(suffix);
+      // kLayer's ffn_norm <-> post_attention_layernorm is not Gemma's.
+      if (gemma && p.gguf == "ffn_norm") return std::nullopt;
+      return mapped(p);
     }
   }
   return std::nullopt;
 }
+
+bool IsGemma(const std::string& arch) { return arch == "gemma2" || arch == "gemma3"; }
 
 }  // namespace
 
@@ -89,6 +109,14 @@ std::optional<std::string> GgufToHfName(const std::string& gguf_name) {
 
 std::optional<std::string> HfToGgufName(const std::string& hf_name) {
   return Map(hf_name, false);
+}
+
+std::optional<std::string> GgufToHfName(const std::string& gguf_name, const std::string& arch) {
+  return Map(gguf_name, true, IsGemma(arch));
+}
+
+std::optional<std::string> HfToGgufName(const std::string& hf_name, const std::string& arch) {
+  return Map(hf_name, false, IsGemma(arch));
 }
 
 }  // namespace specline

@@ -12,4 +12,12 @@ namespace specline {
 std::optional<std::string> GgufToHfName(const std::string& gguf_name);
 std::optional<std::string> HfToGgufName(const std::string& hf_name);
 
+// The mapping of one GGUF architecture. Gemma 2 / 3 name their four layer
+// norms differently: GGUF attn_norm, post_attention_norm, ffn_norm and
+// post_ffw_norm are Hugging Face input_layernorm, post_attention_layernorm
+// (the attention *output's* norm), pre_feedforward_layernorm and
+// post_feedforward_layernorm. Other archs map as above.
+std::optional<std::string> GgufToHfName(const std::string& gguf_name, const std::string& arch);
+std::optional<std::string> HfToGgufName(const std::string& hf_name, const std::string& arch);
+
 }  // namespace specline

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "model/formats/basic_source.h"
+#include "model/formats/gemma_config.h"
 #include "model/formats/gguf.h"
 #include "model/formats/gguf_names.h"
 #include "model/formats/rope_factors.h"
@@ -16,11 +17,14 @@ class GgufSource : public BasicModelSource {
   explicit GgufSource(const std::string& path)
       : BasicModelSource(ModelFormat::kGguf, path) {
     file_ = GgufFile::Open(path);
+    // Gemma names its layer norms differently (gguf_names.h).
+    const GgufValue* arch = file_->Find("general.architecture");
+    const std::string arch_name = arch && arch->AsString() ? *arch->AsString() : "";
     for (const auto& [gguf_name, t] : file_->tensors()) {
       TensorInfo c = t;
       // Tensors outside the mapping (rope_freqs.weight, extras) keep their
       // GGUF name so listings still show them.
-      c.name = GgufToHfName(gguf_name).value_or(gguf_name);
+      c.name = GgufToHfName(gguf_name, arch_name).value_or(gguf_name);
       AddTensor(std::move(c));
     }
     ReadConfig();
@@ -67,11 +71,11 @@ class GgufSource : public BasicModelSource {
     // left in Hugging Face order.
     if (arch == "llama" || arch == "mistral") {
       c.rope_style = RopeStyle::kInterleaved;
-    } else if (arch == "qwen2" || arch == "qwen3") {
+    } else if (arch == "qwen2" || arch == "qwen3" || IsGemmaArch(arch)) {
       c.rope_style = RopeStyle::kHalf;
     } else {
       Fail("unsupported architecture '" + arch +
-           "' (supported: llama, mistral, qwen2, qwen3)");
+           "' (supported: llama, mistral, qwen2, qwen3, gemma2, gemma3)");
     }
     const std::string k = arch + ".";
     c.dim = static_cast<int>(IntKey(k + "embedding_length", std::nullopt));
@@ -95,7 +99,10 @@ class GgufSource : public BasicModelSource {
 
     if (const GgufValue* st = Key(k + "rope.scaling.type")) {
       const std::string* type = st->AsString();
-      if (!type || (*type != "none" && !type->empty())) {
+      // Gemma 3's linear scaling of its global layers is read with the
+      // other Gemma keys (gemma_config.cc).
+      const bool gemma_linear = IsGemmaArch(arch) && type && *type == "linear";
+      if (!type || (*type != "none" && !type->empty() && !gemma_linear)) {
         Fail("unsupported RoPE scaling type '" + (type ? *type : "?") + "'");
       }
     }
@@ -110,6 +117,7 @@ class GgufSource : public BasicModelSource {
     c.tied_embeddings = Find("lm_head.weight") == nullptr;
     c.qkv_bias = Find("model.layers.0.self_attn.q_proj.bias") != nullptr;
     c.qk_norm = Find("model.layers.0.self_attn.q_norm.weight") != nullptr;
+    if (IsGemmaArch(arch)) ReadGemmaGgufConfig(*file_, path(), c);
   }
 
   // Llama 3.1 scaling arrives as per-frequency divisors; recover the

@@ -1,13 +1,16 @@
 // A Hugging Face model directory as a ModelSource: config.json plus
 // model.safetensors, or shards listed by model.safetensors.index.json.
 // Tensor names are already canonical; q/k are in rotate_half (kHalf) layout.
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 
+#include "kernels/cpu/ops.h"
 #include "model/formats/basic_source.h"
+#include "model/formats/gemma_config.h"
 #include "model/formats/safetensors.h"
 
 namespace specline {
@@ -34,8 +37,11 @@ class HfSource : public BasicModelSource {
   explicit HfSource(const std::string& dir)
       : BasicModelSource(ModelFormat::kHuggingFace, dir) {
     config_path_ = (fs::path(dir) / "config.json").string();
+    const json j = ReadJson(config_path_);
+    gemma_ = j.is_object() && j.contains("model_type") && j["model_type"].is_string() &&
+             IsGemmaType(j["model_type"].get<std::string>());
     LoadTensors(dir);
-    ReadConfig(ReadJson(config_path_));
+    ReadConfig(j);
   }
 
  private:
@@ -76,12 +82,13 @@ class HfSource : public BasicModelSource {
     auto mt = j.find("model_type");
     if (mt == j.end() || !mt->is_string()) Fail(config_path_, "missing \"model_type\"");
     const std::string type = mt->get<std::string>();
-    if (type != "llama" && type != "mistral" && type != "qwen2" && type != "qwen3") {
+    if (type != "llama" && type != "mistral" && type != "qwen2" && type != "qwen3" &&
+        !IsGemmaType(type)) {
       Fail(config_path_, "unsupported model_type '" + type +
-                             "' (supported: llama, mistral, qwen2, qwen3)");
+                             "' (supported: llama, mistral, qwen2, qwen3, gemma2, gemma3_text)");
     }
     ModelConfig& c = config_;
-    c.arch = type;
+    c.arch = type == "gemma3_text" ? "gemma3" : type;
     c.rope_style = RopeStyle::kHalf;  // transformers' rotate_half
     c.dim = static_cast<int>(Int(j, "hidden_size", std::nullopt));
     c.hidden_dim = static_cast<int>(Int(j, "intermediate_size", std::nullopt));
@@ -129,7 +136,7 @@ class HfSource : public BasicModelSource {
         s.original_max_position = static_cast<int>(
             Int(*rs, "original_max_position_embeddings", s.original_max_position));
         c.llama3_scaling = s;
-      } else if (rtype != "default" && !rtype.empty()) {
+      } else if (rtype != "default" && !rtype.empty() && !(gemma_ && rtype == "linear")) {
         Fail(config_path_, "unsupported rope_scaling type '" + rtype + "'");
       }
     }
@@ -140,13 +147,45 @@ class HfSource : public BasicModelSource {
                  Find("model.layers.0.self_attn.q_proj.bias") != nullptr;
     c.qk_norm = type == "qwen3" ||
                 Find("model.layers.0.self_attn.q_norm.weight") != nullptr;
+    if (gemma_) {
+      // Gemma ties its head to the embedding unless told otherwise, and its
+      // rope_scaling is linear (read below), not Llama 3's.
+      c.tied_embeddings = Bool(j, "tie_word_embeddings", true);
+      c.llama3_scaling.reset();
+      ReadGemmaHfConfig(j, config_path_, c);
+    }
+  }
+
+  static bool IsGemmaType(const std::string& type) {
+    return type == "gemma2" || type == "gemma3_text";
   }
 
   void AddFile(const SafetensorsFile& f, const std::set<std::string>* only) {
     KeepMap(f.map());
     for (const auto& [name, t] : f.tensors()) {
-      if (!only || only->count(name)) AddTensor(t);
+      if (only && !only->count(name)) continue;
+      AddTensor(gemma_ && IsNormWeight(name) ? ShiftedNorm(t) : t);
     }
+  }
+
+  static bool IsNormWeight(const std::string& name) {
+    static const std::string kSuffix = "norm.weight";
+    return name.size() >= kSuffix.size() &&
+           name.compare(name.size() - kSuffix.size(), kSuffix.size(), kSuffix) == 0;
+  }
+
+  // Gemma's RMSNorms multiply by (1 + w); transformers stores w, GGUF (and
+  // the runtime) 1 + w, added in fp32 as transformers does.
+  TensorInfo ShiftedNorm(const TensorInfo& t) {
+    std::vector<float> v(t.numel());
+    kernels::DequantizeRow(t.dtype, t.data, t.numel(), v.data());
+    for (float& x : v) x += 1.0f;
+    TensorInfo out = t;
+    out.dtype = DType::kF32;
+    out.nbytes = static_cast<int64_t>(v.size() * sizeof(float));
+    shifted_.push_back(std::move(v));
+    out.data = shifted_.back().data();
+    return out;
   }
 
   void LoadTensors(const std::string& dir) {
@@ -186,6 +225,8 @@ class HfSource : public BasicModelSource {
   }
 
   std::string config_path_;
+  bool gemma_ = false;
+  std::deque<std::vector<float>> shifted_;  // Gemma's 1 + w norm weights
 };
 
 }  // namespace

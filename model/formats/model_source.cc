@@ -97,6 +97,10 @@ void ValidateModelSource(const ModelSource& src) {
       src.Require(p + "self_attn.q_norm.weight", {hd});
       src.Require(p + "self_attn.k_norm.weight", {hd});
     }
+    if (c.post_norms) {  // Gemma: the MLP's input norm and its output norm
+      src.Require(p + "pre_feedforward_layernorm.weight", {dim});
+      src.Require(p + "post_feedforward_layernorm.weight", {dim});
+    }
   }
 }
 

@@ -14,6 +14,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "model/formats/gemma_config.h"
 #include "model/formats/gguf_names.h"
 #include "model/formats/gguf_writer.h"
 #include "model/formats/quantize.h"
@@ -88,19 +89,62 @@ bool IsInterleavedArch(const std::string& arch) {
   return arch == "llama" || arch == "mistral";
 }
 
+// Gemma's fixed traits (ApplyGemmaArch) on exactly the Gemma archs, and its
+// per-model numbers nowhere else: what the Hugging Face classes can hold.
+void CheckGemmaConfig(const ModelConfig& c) {
+  const bool gemma = IsGemmaArch(c.arch);
+  if (gemma) {
+    ModelConfig fixed = c;
+    ApplyGemmaArch(fixed);
+    if (fixed.scale_embeddings != c.scale_embeddings || fixed.gelu_mlp != c.gelu_mlp ||
+        fixed.post_norms != c.post_norms || !c.tied_embeddings) {
+      throw std::invalid_argument(
+          "a " + c.arch + " config needs scaled embeddings, GeGLU, post-norms and tied "
+          "embeddings (ApplyGemmaArch)");
+    }
+    if (c.llama3_scaling) throw std::invalid_argument("Gemma has no Llama 3 RoPE scaling");
+    if (c.arch == "gemma3" && c.attn_softcap != 0.0f) {
+      throw std::invalid_argument("gemma3 has no attention soft-capping");
+    }
+    if (c.arch == "gemma2" && c.rope_theta_local != 0.0f && c.rope_theta_local != c.rope_theta) {
+      throw std::invalid_argument("gemma2 has one RoPE base for all layers");
+    }
+    // GGUF has no key for it: llama.cpp derives it from the model size.
+    if (c.query_pre_attn_scalar != 0.0f && c.query_pre_attn_scalar != c.head_dim) {
+      throw std::invalid_argument("query_pre_attn_scalar other than head_dim is not writable");
+    }
+    return;
+  }
+  if (c.scale_embeddings || c.gelu_mlp || c.post_norms || c.attn_softcap != 0.0f ||
+      c.final_softcap != 0.0f || c.query_pre_attn_scalar != 0.0f || c.sliding_window != 0 ||
+      c.swa_pattern != 0 || c.rope_theta_local != 0.0f || c.rope_linear_factor != 1.0f) {
+    throw std::invalid_argument("Gemma fields set on arch " + c.arch);
+  }
+}
+
+// Gemma's norm weights are stored as 1 + w in GGUF (llama.cpp's converter
+// adds the 1), as w in Hugging Face safetensors.
+bool IsGemmaNorm(const RandomTensor& t, const ModelConfig& c) {
+  static const std::string kSuffix = "norm.weight";
+  return IsGemmaArch(c.arch) && t.name.size() >= kSuffix.size() &&
+         t.name.compare(t.name.size() - kSuffix.size(), kSuffix.size(), kSuffix) == 0;
+}
+
 void CheckConfig(const ModelConfig& c) {
   std::string err = c.Validate();
   if (!err.empty()) throw std::invalid_argument("invalid model config: " + err);
-  if (c.arch != "llama" && c.arch != "mistral" && c.arch != "qwen2" && c.arch != "qwen3") {
+  if (c.arch != "llama" && c.arch != "mistral" && c.arch != "qwen2" && c.arch != "qwen3" &&
+      !IsGemmaArch(c.arch)) {
     throw std::invalid_argument("unsupported arch " + c.arch);
   }
+  CheckGemmaConfig(c);
   // Keep each architecture to what its Hugging Face class has, so the written
   // config.json means exactly this model to transformers too.
   if (c.qkv_bias != (c.arch == "qwen2")) {
     throw std::invalid_argument("qkv_bias must be set exactly for arch qwen2");
   }
-  if (c.qk_norm != (c.arch == "qwen3")) {
-    throw std::invalid_argument("qk_norm must be set exactly for arch qwen3");
+  if (c.qk_norm != (c.arch == "qwen3" || c.arch == "gemma3")) {
+    throw std::invalid_argument("qk_norm must be set exactly for archs qwen3 and gemma3");
   }
 }
 
@@ -237,6 +281,7 @@ void WriteGguf(const ModelConfig& c, const std::vector<RandomTensor>& tensors,
   w.SetF32(a + "rope.freq_base", c.rope_theta);
   w.SetF32(a + "attention.layer_norm_rms_epsilon", c.norm_eps);
   w.SetU32(a + "vocab_size", c.vocab_size);
+  WriteGemmaGgufConfig(c, w);
   if (!vocab_from.empty()) CopyVocab(vocab_from, c.vocab_size, w);
   const bool interleave = IsInterleavedArch(c.arch);
   const int64_t n = static_cast<int64_t>(tensors.size());
@@ -245,7 +290,7 @@ void WriteGguf(const ModelConfig& c, const std::vector<RandomTensor>& tensors,
   for (int64_t i = 0; i < n; ++i) {
     const RandomTensor& t = tensors[i];
     types[i] = t.shape.size() == 2 ? dtype : DType::kF32;
-    auto name = HfToGgufName(t.name);
+    auto name = HfToGgufName(t.name, c.arch);
     if (!name) throw std::logic_error("no GGUF name for " + t.name);
     names[i] = *name;
     if (!RowBytes(types[i], t.shape.back())) {
@@ -262,6 +307,10 @@ void WriteGguf(const ModelConfig& c, const std::vector<RandomTensor>& tensors,
   ParallelFor(n, [&](int64_t i) {
     const RandomTensor& t = tensors[i];
     if (interleave && ReorderedHeads(t, c) != 0) reordered[i] = ToFileLayout(t, c);
+    if (IsGemmaNorm(t, c)) {
+      reordered[i] = t.values;
+      for (float& x : reordered[i]) x += 1.0f;
+    }
     bytes[i].assign(*RowBytes(types[i], static_cast<int64_t>(t.values.size())), '\0');
   });
   // ... then the rows, about 1M values per run.
@@ -297,6 +346,33 @@ void WriteGguf(const ModelConfig& c, const std::vector<RandomTensor>& tensors,
   w.Write(path);
 }
 
+// The Gemma2Config / Gemma3TextConfig fields of a Gemma config.
+void AddGemmaHfConfig(const ModelConfig& c, nlohmann::ordered_json& j) {
+  j.erase("hidden_act");
+  j["hidden_activation"] = "gelu_pytorch_tanh";
+  j["query_pre_attn_scalar"] = c.query_pre_attn_scalar > 0.0f
+                                   ? Shortest(c.query_pre_attn_scalar)
+                                   : static_cast<double>(c.head_dim);
+  j["sliding_window"] = c.sliding_window > 0 ? c.sliding_window : c.max_seq_len;
+  nlohmann::ordered_json types = nlohmann::ordered_json::array();
+  for (int l = 0; l < c.n_layers; ++l) {
+    types.push_back(c.IsSlidingLayer(l) ? "sliding_attention" : "full_attention");
+  }
+  j["layer_types"] = types;
+  j["attn_logit_softcapping"] =
+      c.attn_softcap > 0.0f ? nlohmann::ordered_json(Shortest(c.attn_softcap)) : nullptr;
+  j["final_logit_softcapping"] =
+      c.final_softcap > 0.0f ? nlohmann::ordered_json(Shortest(c.final_softcap)) : nullptr;
+  if (c.arch == "gemma3") {
+    j["sliding_window_pattern"] = c.swa_pattern;
+    j["rope_local_base_freq"] =
+        Shortest(c.rope_theta_local > 0.0f ? c.rope_theta_local : c.rope_theta);
+  }
+  if (c.rope_linear_factor != 1.0f) {
+    j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", Shortest(c.rope_linear_factor)}};
+  }
+}
+
 void WriteHf(const ModelConfig& c, const std::vector<RandomTensor>& tensors,
              const std::string& dir, DType dtype) {
   if (dtype != DType::kF32 && dtype != DType::kF16 && dtype != DType::kBF16) {
@@ -307,10 +383,11 @@ void WriteHf(const ModelConfig& c, const std::vector<RandomTensor>& tensors,
   fs::create_directories(dir);
   static const std::map<std::string, std::string> kClass = {
       {"llama", "LlamaForCausalLM"}, {"mistral", "MistralForCausalLM"},
-      {"qwen2", "Qwen2ForCausalLM"}, {"qwen3", "Qwen3ForCausalLM"}};
+      {"qwen2", "Qwen2ForCausalLM"}, {"qwen3", "Qwen3ForCausalLM"},
+      {"gemma2", "Gemma2ForCausalLM"}, {"gemma3", "Gemma3ForCausalLM"}};
   nlohmann::ordered_json j;
   j["architectures"] = {kClass.at(c.arch)};
-  j["model_type"] = c.arch;
+  j["model_type"] = c.arch == "gemma3" ? "gemma3_text" : c.arch;
   j["hidden_size"] = c.dim;
   j["intermediate_size"] = c.hidden_dim;
   j["num_hidden_layers"] = c.n_layers;
@@ -338,6 +415,7 @@ void WriteHf(const ModelConfig& c, const std::vector<RandomTensor>& tensors,
   } else {
     j["rope_scaling"] = nullptr;
   }
+  if (IsGemmaArch(c.arch)) AddGemmaHfConfig(c, j);
   j["torch_dtype"] = dtype == DType::kF32 ? "float32"
                      : dtype == DType::kF16 ? "float16" : "bfloat16";
   {
@@ -382,10 +460,13 @@ std::vector<RandomTensor> RandomModelTensors(const ModelConfig& c, uint64_t seed
     ranges.push_back({center, half_width});
   };
   const float emb_std = 2.0f / std::sqrt(static_cast<float>(dim));
+  // Norm weights act as 1 +- 0.1 in every arch: Gemma's Hugging Face layout
+  // stores w for a norm that multiplies by 1 + w.
+  const float norm_center = IsGemmaArch(c.arch) ? 0.0f : 1.0f;
   matrix("model.embed_tokens.weight", c.vocab_size, dim, emb_std);
   for (int l = 0; l < c.n_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
-    vec(p + "input_layernorm.weight", dim, 1.0f, 0.1f);
+    vec(p + "input_layernorm.weight", dim, norm_center, 0.1f);
     matrix(p + "self_attn.q_proj.weight", q_rows, dim, 1.0f / std::sqrt(float(dim)));
     matrix(p + "self_attn.k_proj.weight", kv_rows, dim, 1.0f / std::sqrt(float(dim)));
     matrix(p + "self_attn.v_proj.weight", kv_rows, dim, 1.0f / std::sqrt(float(dim)));
@@ -395,16 +476,20 @@ std::vector<RandomTensor> RandomModelTensors(const ModelConfig& c, uint64_t seed
       vec(p + "self_attn.v_proj.bias", kv_rows, 0.0f, 0.1f);
     }
     if (c.qk_norm) {
-      vec(p + "self_attn.q_norm.weight", hd, 1.0f, 0.1f);
-      vec(p + "self_attn.k_norm.weight", hd, 1.0f, 0.1f);
+      vec(p + "self_attn.q_norm.weight", hd, norm_center, 0.1f);
+      vec(p + "self_attn.k_norm.weight", hd, norm_center, 0.1f);
     }
     matrix(p + "self_attn.o_proj.weight", dim, q_rows, 1.0f / std::sqrt(float(q_rows)));
-    vec(p + "post_attention_layernorm.weight", dim, 1.0f, 0.1f);
+    vec(p + "post_attention_layernorm.weight", dim, norm_center, 0.1f);
+    if (c.post_norms) {
+      vec(p + "pre_feedforward_layernorm.weight", dim, norm_center, 0.1f);
+      vec(p + "post_feedforward_layernorm.weight", dim, norm_center, 0.1f);
+    }
     matrix(p + "mlp.gate_proj.weight", hidden, dim, 1.0f / std::sqrt(float(dim)));
     matrix(p + "mlp.up_proj.weight", hidden, dim, 1.0f / std::sqrt(float(dim)));
     matrix(p + "mlp.down_proj.weight", dim, hidden, 1.0f / std::sqrt(float(hidden)));
   }
-  vec("model.norm.weight", dim, 1.0f, 0.1f);
+  vec("model.norm.weight", dim, norm_center, 0.1f);
   if (!c.tied_embeddings) matrix("lm_head.weight", c.vocab_size, dim, emb_std);
   ParallelFor(static_cast<int64_t>(out.size()), [&](int64_t i) {
     int64_t n = 1;

@@ -23,6 +23,7 @@ OutputHead::OutputHead(const ModelSource& src, std::shared_ptr<kernels::ThreadPo
   const TensorInfo* head = src.Find("lm_head.weight");
   if (head == nullptr || c.tied_embeddings) head = &src.Require("model.embed_tokens.weight");
   lm_head_ = MatrixOf(src.Require(head->name, {c.vocab_size, c.dim}));
+  final_softcap_ = c.final_softcap;
 }
 
 void OutputHead::Logits(const float* hidden, int64_t n, float* logits) {
@@ -32,6 +33,9 @@ void OutputHead::Logits(const float* hidden, int64_t n, float* logits) {
     kernels::RmsNorm(hidden + i * dim, norm_.data(), eps_, dim, normed_.data() + i * dim);
   }
   kernels::MatMul(lm_head_, normed_.data(), n, logits, *pool_);
+  // Gemma 2 caps the logits (monotonic, so the argmax is unchanged, but the
+  // sampled distribution is not).
+  kernels::SoftCap(logits, n * lm_head_.rows, final_softcap_);
 }
 
 }  // namespace specline

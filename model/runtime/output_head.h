@@ -50,6 +50,7 @@ class OutputHead : public LogitsHead {
   float eps_;
   kernels::WeightMatrix lm_head_;
   std::vector<float> normed_;
+  float final_softcap_ = 0.0f;  // Gemma 2's final-logit soft cap (0: none)
 };
 
 }  // namespace specline

@@ -5,14 +5,20 @@
 
 namespace specline {
 
-Rope::Rope(const ModelConfig& config)
+Rope::Rope(const ModelConfig& config) : Rope(config, /*local=*/false) {}
+
+Rope::Rope(const ModelConfig& config, bool local)
     : head_dim_(config.head_dim), style_(config.rope_style), inv_freq_(config.head_dim / 2) {
   const int half = head_dim_ / 2;
+  const double theta =
+      local && config.rope_theta_local > 0.0f ? config.rope_theta_local : config.rope_theta;
+  // Linear scaling divides the position, i.e. every frequency (llama.cpp's
+  // freq_scale = 1 / factor); Gemma 3 applies it to its global layers only.
+  const double linear = local ? 1.0 : static_cast<double>(config.rope_linear_factor);
   for (int i = 0; i < half; ++i) {
-    inv_freq_[i] = 1.0 / std::pow(static_cast<double>(config.rope_theta),
-                                  2.0 * i / static_cast<double>(head_dim_));
+    inv_freq_[i] = 1.0 / std::pow(theta, 2.0 * i / static_cast<double>(head_dim_)) / linear;
   }
-  if (config.llama3_scaling) {
+  if (config.llama3_scaling && !local) {
     // Llama 3.1: long wavelengths are slowed by `factor`, short ones kept,
     // and the band between is interpolated smoothly.
     const Llama3RopeScaling& s = *config.llama3_scaling;

@@ -11,6 +11,11 @@ namespace specline {
 class Rope {
  public:
   explicit Rope(const ModelConfig& config);
+  // The RoPE of one kind of layer of a model with sliding-window layers
+  // (Gemma): `local` layers use rope_theta_local (when set) and no scaling,
+  // global ones rope_theta divided by rope_linear_factor (and Llama 3
+  // scaling, if any).
+  Rope(const ModelConfig& config, bool local);
 
   int head_dim() const { return head_dim_; }
 

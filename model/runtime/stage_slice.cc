@@ -37,7 +37,8 @@ StageSlice::StageSlice(const ModelSource& src, int begin, int end, const SliceOp
       adapters_(options.adapters),
       kv_(KvCacheShape{end - begin, src.config().n_kv_heads, src.config().head_dim,
                        options.kv_block_size, KvBlocksFor(options)}),
-      rope_(src.config()) {
+      rope_(src.config()),
+      rope_local_(src.config(), /*local=*/true) {
   if (begin < 0 || end > config_.n_layers || begin >= end) {
     throw std::invalid_argument(absl::StrCat("layer range [", begin, ", ", end,
                                              ") is not inside [0, ", config_.n_layers, ")"));
@@ -53,7 +54,10 @@ StageSlice::StageSlice(const ModelSource& src, int begin, int end, const SliceOp
         src.Require("model.embed_tokens.weight", {config_.vocab_size, config_.dim}));
   }
   layers_.reserve(end - begin);
-  for (int l = begin; l < end; ++l) layers_.push_back(LayerWeights::Load(src, l));
+  for (int l = begin; l < end; ++l) {
+    layers_.push_back(LayerWeights::Load(src, l));
+    has_local_rope_ = has_local_rope_ || config_.IsSlidingLayer(l);
+  }
 }
 
 void StageSlice::Embed(std::span<const int32_t> tokens, float* out) const {
@@ -87,6 +91,11 @@ absl::Status StageSlice::Forward(const SliceInput& in, std::span<const int> tap_
   if (embeds_) {
     Embed(in.tokens, x);
     EmbedAdapted(adapters_, adapted_rows_, in.adapter_arg, dim, x);
+    // Gemma scales its input embeddings by sqrt(dim) in the compute dtype
+    // (fp32 here), as transformers' normalizer and llama.cpp's ggml_scale do.
+    if (config_.scale_embeddings) {
+      kernels::Scale(x, n * dim, std::sqrt(static_cast<float>(dim)));
+    }
   } else {
     std::copy(in.hidden.begin(), in.hidden.end(), x);
   }
@@ -106,6 +115,14 @@ absl::Status StageSlice::Forward(const SliceInput& in, std::span<const int> tap_
   sin_.resize(n * half);
   for (int64_t i = 0; i < n; ++i) {
     rope_.Angles(in.slots[i].pos, cos_.data() + i * half, sin_.data() + i * half);
+  }
+  if (has_local_rope_) {
+    cos_local_.resize(n * half);
+    sin_local_.resize(n * half);
+    for (int64_t i = 0; i < n; ++i) {
+      rope_local_.Angles(in.slots[i].pos, cos_local_.data() + i * half,
+                         sin_local_.data() + i * half);
+    }
   }
 
   take_taps(begin_);
@@ -156,11 +173,15 @@ void StageSlice::RunLayer(int local, std::span<const SlotRef> slots, float* x) {
   AddBias(v_.data(), n, w.bv);
   HeadNorm(q_.data(), n * c.n_heads, w.q_norm, c.norm_eps);
   HeadNorm(k_.data(), n * c.n_kv_heads, w.k_norm, c.norm_eps);
+  const bool local_rope = c.IsSlidingLayer(begin_ + local);
+  const Rope& rope = local_rope ? rope_local_ : rope_;
+  const float* cos_all = local_rope ? cos_local_.data() : cos_.data();
+  const float* sin_all = local_rope ? sin_local_.data() : sin_.data();
   ForEachRow(n, [&](int64_t i) {
-    const float* cs = cos_.data() + i * half;
-    const float* sn = sin_.data() + i * half;
-    rope_.Apply(q_.data() + i * q_dim, c.n_heads, cs, sn);
-    rope_.Apply(k_.data() + i * kv_dim, c.n_kv_heads, cs, sn);
+    const float* cs = cos_all + i * half;
+    const float* sn = sin_all + i * half;
+    rope.Apply(q_.data() + i * q_dim, c.n_heads, cs, sn);
+    rope.Apply(k_.data() + i * kv_dim, c.n_kv_heads, cs, sn);
     // Every slot's K/V is cached before any attention runs, so a prefill
     // chunk's tokens see each other (causally) within this one call.
     std::copy_n(k_.data() + i * kv_dim, kv_dim, kv_.K(local, slots[i].seq_id, slots[i].pos));
@@ -169,6 +190,7 @@ void StageSlice::RunLayer(int local, std::span<const SlotRef> slots, float* x) {
   Attention(local, slots, q_.data(), att_.data());
   kernels::MatMul(w.wo, att_.data(), n, xb_.data(), *pool_);
   Adapt(local, Projection::kO, att_.data(), q_dim, xb_.data(), dim);
+  PostNorm(w.post_attn_norm, n);
   kernels::AddInPlace(x, xb_.data(), n * dim);
 
   // MLP block.
@@ -182,11 +204,27 @@ void StageSlice::RunLayer(int local, std::span<const SlotRef> slots, float* x) {
   Adapt(local, Projection::kGate, xb_.data(), dim, hb_.data(), c.hidden_dim);
   Adapt(local, Projection::kUp, xb_.data(), dim, hb2_.data(), c.hidden_dim);
   ForEachRow(n, [&](int64_t i) {
-    kernels::SwiGlu(hb_.data() + i * c.hidden_dim, hb2_.data() + i * c.hidden_dim, c.hidden_dim);
+    if (c.gelu_mlp) {
+      kernels::GeGluTanh(hb_.data() + i * c.hidden_dim, hb2_.data() + i * c.hidden_dim,
+                         c.hidden_dim);
+    } else {
+      kernels::SwiGlu(hb_.data() + i * c.hidden_dim, hb2_.data() + i * c.hidden_dim,
+                      c.hidden_dim);
+    }
   });
   kernels::MatMul(w.w_down, hb_.data(), n, xb_.data(), *pool_);
   Adapt(local, Projection::kDown, hb_.data(), c.hidden_dim, xb_.data(), dim);
+  PostNorm(w.post_ffw_norm, n);
   kernels::AddInPlace(x, xb_.data(), n * dim);
+}
+
+void StageSlice::PostNorm(const std::vector<float>& weight, int64_t n) {
+  if (weight.empty()) return;
+  const int64_t dim = config_.dim;
+  ForEachRow(n, [&](int64_t i) {
+    kernels::RmsNorm(xb_.data() + i * dim, weight.data(), config_.norm_eps, dim,
+                     xb_.data() + i * dim);
+  });
 }
 
 void StageSlice::Adapt(int local, Projection target, const float* x, int64_t x_width, float* y,
@@ -205,8 +243,8 @@ void StageSlice::Attention(int local, std::span<const SlotRef> slots, const floa
   for (size_t i = 0; i < slots.size(); ++i) {
     attn_rows_[i] = {kv_.BlockTable(slots[i].seq_id).data(), slots[i].pos};
   }
-  const kernels::AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim,
-                                      1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+  const kernels::AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim, c.AttentionScale(),
+                                      c.LayerWindow(begin_ + local), c.attn_softcap};
   kernels::PagedAttention(shape, view, attn_rows_, q, out, *pool_);
 }
 

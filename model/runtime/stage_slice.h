@@ -53,6 +53,8 @@ class StageSlice : public SliceBackend {
   void Adapt(int local, Projection target, const float* x, int64_t x_width, float* y,
              int64_t y_width);
   void Attention(int local, std::span<const SlotRef> slots, const float* q, float* out);
+  // Gemma's post-norm of the n rows of xb_ in place (nothing when empty).
+  void PostNorm(const std::vector<float>& weight, int64_t n);
   // fn(i) for every row i in [0, n): over the pool for a prefill-sized n (the
   // per-row steps, RMSNorm, RoPE and the KV write, SwiGLU, are independent
   // per row, so the split changes no result), inline for decode-sized ones.
@@ -73,6 +75,10 @@ class StageSlice : public SliceBackend {
   // Scratch reused across calls (a slice is driven by one thread at a time).
   std::vector<float> xb_, q_, k_, v_, att_, hb_, hb2_, cos_, sin_;
   std::vector<kernels::AttentionRow> attn_rows_;
+  // Gemma: the sliding-window layers' RoPE (its own base) and its angles.
+  Rope rope_local_;
+  bool has_local_rope_ = false;  // some layer of this slice slides
+  std::vector<float> cos_local_, sin_local_;
 };
 
 }  // namespace specline

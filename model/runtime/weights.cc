@@ -38,7 +38,15 @@ LayerWeights LayerWeights::Load(const ModelSource& src, int layer) {
   };
   LayerWeights w;
   w.attn_norm = vector("input_layernorm.weight", c.dim);
-  w.ffn_norm = vector("post_attention_layernorm.weight", c.dim);
+  if (c.post_norms) {
+    // Gemma's Hugging Face names: post_attention_layernorm is the norm of the
+    // attention output; the MLP's input norm is pre_feedforward_layernorm.
+    w.ffn_norm = vector("pre_feedforward_layernorm.weight", c.dim);
+    w.post_attn_norm = vector("post_attention_layernorm.weight", c.dim);
+    w.post_ffw_norm = vector("post_feedforward_layernorm.weight", c.dim);
+  } else {
+    w.ffn_norm = vector("post_attention_layernorm.weight", c.dim);
+  }
   w.wq = matrix("self_attn.q_proj.weight", q_dim, c.dim);
   w.wk = matrix("self_attn.k_proj.weight", kv_dim, c.dim);
   w.wv = matrix("self_attn.v_proj.weight", kv_dim, c.dim);

@@ -21,6 +21,9 @@ struct LayerWeights {
   std::vector<float> bq, bk, bv;      // empty without qkv bias
   std::vector<float> q_norm, k_norm;  // empty without q/k norm
   kernels::WeightMatrix w_gate, w_up, w_down;
+  // Gemma's norms of the attention and MLP outputs (config.post_norms);
+  // empty otherwise.
+  std::vector<float> post_attn_norm, post_ffw_norm;
 
   // Reads layer `layer` (global index), checking every shape against config.
   static LayerWeights Load(const ModelSource& src, int layer);

@@ -36,7 +36,9 @@ import torch
 import transformers
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ref_io import save_pretrained_clean  # noqa: E402
-from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
+from transformers import (Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig,
+                          LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
+                          Qwen3ForCausalLM)
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
@@ -54,6 +56,9 @@ COMMON = dict(
     pad_token_id=None,
     attention_dropout=0.0,
 )
+
+# Gemma configs take hidden_activation instead.
+GEMMA_COMMON = {k: v for k, v in COMMON.items() if k != "hidden_act"}
 
 MODELS = {
     # Llama, GQA 4/2, head_dim 16, untied, rope_theta 10000, 2 layers.
@@ -101,6 +106,31 @@ MODELS = {
                  rope_theta=1000000.0, tie_word_embeddings=False, attention_bias=False,
                  use_sliding_window=False),
     ),
+    # Gemma 2: tied scaled embeddings, GeGLU, post-norms, alternating sliding
+    # (window 4, shorter than the 12-token prompt) and global layers, attention
+    # and final-logit soft caps small enough to bend these logits (5 and 3),
+    # query_pre_attn_scalar 24 != head_dim 16.
+    "gemma2_softcap": dict(
+        cls=(Gemma2Config, Gemma2ForCausalLM),
+        seed=1006,
+        cfg=dict(GEMMA_COMMON, hidden_activation="gelu_pytorch_tanh", vocab_size=256,
+                 num_hidden_layers=3, head_dim=16, rms_norm_eps=1e-6, rope_theta=10000.0,
+                 tie_word_embeddings=True, sliding_window=4, query_pre_attn_scalar=24,
+                 attn_logit_softcapping=5.0, final_logit_softcapping=3.0),
+    ),
+    # Gemma 3 (text): as Gemma 2 without soft caps, plus q/k norms, explicit
+    # head_dim 32, layers sliding, sliding, global, sliding (pattern 3) with
+    # local RoPE base 10000 and global base 1e6.
+    "gemma3_swa": dict(
+        cls=(Gemma3TextConfig, Gemma3ForCausalLM),
+        seed=1007,
+        cfg=dict(GEMMA_COMMON, hidden_activation="gelu_pytorch_tanh", vocab_size=256,
+                 num_hidden_layers=4, head_dim=32, rms_norm_eps=1e-6, rope_theta=1000000.0,
+                 rope_local_base_freq=10000.0, tie_word_embeddings=True, sliding_window=4,
+                 query_pre_attn_scalar=32,
+                 layer_types=["sliding_attention", "sliding_attention", "full_attention",
+                              "sliding_attention"]),
+    ),
 }
 
 
@@ -112,7 +142,9 @@ def init_params(model, seed):
             p = params[name]
             shape = tuple(p.shape)
             if name.endswith("norm.weight"):
-                v = 1.0 + 0.1 * rng.standard_normal(shape)
+                # Gemma's RMSNorm multiplies by 1 + w: the same 1 + N(0, 0.1).
+                gemma = model.config.model_type.startswith("gemma")
+                v = (0.0 if gemma else 1.0) + 0.1 * rng.standard_normal(shape)
             elif "embed_tokens" in name:
                 v = (0.1 if model.config.tie_word_embeddings else 0.5) * rng.standard_normal(shape)
             elif name == "lm_head.weight":
