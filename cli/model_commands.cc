@@ -7,6 +7,7 @@
 #include "model/formats/gguf.h"
 #include "model/formats/head_file.h"
 #include "model/formats/random_model.h"
+#include "model/formats/random_model_arch.h"
 
 namespace specline::cli {
 namespace {
@@ -19,7 +20,15 @@ const char kRandomUsage[] = R"(usage: specline make-random-model --out PATH [opt
   --dim N --hidden-dim N --layers N --heads N --kv-heads N --head-dim N
   --vocab N --seq-len N --rope-theta F --seed N
   --tied                     share the embedding with the LM head
-  --arch llama|qwen2|qwen3   qwen2 adds qkv bias, qwen3 q/k norm
+  --arch llama|qwen2|qwen3|phi3|qwen3moe|mixtral|olmoe
+                             qwen2 adds qkv bias, qwen3 q/k norm; phi3 fuses
+                             qkv and gate/up in its files; the MoE archs need
+                             --experts (mixtral is GGUF arch "llama")
+  --experts N --experts-used N --expert-hidden-dim N
+                             mixture of experts (default 8, 2, --hidden-dim)
+  --rope-dim N               phi3 partial rotary: rotated dims per head
+  --longrope-original N      phi3 LongRoPE factors with this original context
+                             (long factors in use when --seq-len exceeds it)
   --vocab-from PATH.gguf     copy the tokenizer.* metadata of a GGUF vocabulary
                              (e.g. ggml-vocab-llama-spm.gguf) so llama.cpp can
                              load the model; --vocab defaults to its size
@@ -45,12 +54,35 @@ ModelFormat ParseFormat(const std::string& s) {
   throw std::invalid_argument("--format: expected llama2c, gguf or hf, got " + s);
 }
 
+// The arch-specific fields of Phi-3 and the MoE archs.
+void SetPhi3AndMoeOptions(const Args& args, ModelConfig& c) {
+  const bool moe = c.arch == "qwen3moe" || c.arch == "mixtral" || c.arch == "olmoe";
+  if (moe) {
+    c.n_experts = args.Int("experts", 8);
+    c.n_experts_used = args.Int("experts-used", 2);
+    c.expert_hidden_dim = args.Int("expert-hidden-dim", c.hidden_dim);
+    // Mixtral and OLMoE have one intermediate size.
+    if (c.arch != "qwen3moe") c.hidden_dim = c.expert_hidden_dim;
+    c.moe_routing =
+        c.arch == "olmoe" ? MoeRouting::kSoftmaxTopK : MoeRouting::kSoftmaxTopKRenorm;
+    c.qk_norm = c.arch != "mixtral";
+    c.qk_norm_full = c.arch == "olmoe";
+  }
+  if (c.arch == "phi3") {
+    c.rope_dim = args.Int("rope-dim", 0);
+    if (args.Has("longrope-original")) {
+      c.longrope = RandomLongRope(c.RopeDim(), args.Int("longrope-original", 0), c.max_seq_len);
+    }
+  }
+}
+
 }  // namespace
 
 int RandomModelCommand(int argc, char** argv) {
   Args args(argc, argv, 2,
             {"out", "format", "dtype", "dim", "hidden-dim", "layers", "heads", "kv-heads",
-             "head-dim", "vocab", "seq-len", "rope-theta", "seed", "arch", "vocab-from"},
+             "head-dim", "vocab", "seq-len", "rope-theta", "seed", "arch", "vocab-from",
+             "experts", "experts-used", "expert-hidden-dim", "rope-dim", "longrope-original"},
             {"tied", "help"});
   if (args.Has("help") || !args.Has("out")) {
     std::cout << kRandomUsage;
@@ -80,6 +112,7 @@ int RandomModelCommand(int argc, char** argv) {
   c.tied_embeddings = args.Has("tied");
   c.qkv_bias = c.arch == "qwen2";
   c.qk_norm = c.arch == "qwen3";
+  SetPhi3AndMoeOptions(args, c);
   const ModelFormat format = ParseFormat(args.Str("format", "gguf"));
   c.rope_style = (format == ModelFormat::kHuggingFace || c.arch != "llama") ? RopeStyle::kHalf
                                                                            : RopeStyle::kInterleaved;

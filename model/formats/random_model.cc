@@ -16,7 +16,9 @@
 
 #include "model/formats/gguf_names.h"
 #include "model/formats/gguf_writer.h"
+#include "model/formats/arch_tensors.h"
 #include "model/formats/quantize.h"
+#include "model/formats/random_model_arch.h"
 #include "model/formats/rope_factors.h"
 #include "model/formats/rope_layout.h"
 #include "model/formats/safetensors.h"
@@ -85,12 +87,13 @@ double Shortest(float f) {
 }
 
 bool IsInterleavedArch(const std::string& arch) {
-  return arch == "llama" || arch == "mistral";
+  return arch == "llama" || arch == "mistral" || arch == "mixtral";  // GGUF "llama"
 }
 
 void CheckConfig(const ModelConfig& c) {
   std::string err = c.Validate();
   if (!err.empty()) throw std::invalid_argument("invalid model config: " + err);
+  if (IsPhi3OrMoeArch(c.arch)) return CheckPhi3OrMoeConfig(c);
   if (c.arch != "llama" && c.arch != "mistral" && c.arch != "qwen2" && c.arch != "qwen3") {
     throw std::invalid_argument("unsupported arch " + c.arch);
   }
@@ -133,7 +136,7 @@ std::vector<float> ToFileLayout(const RandomTensor& t, const ModelConfig& c) {
 void WriteLlama2c(const ModelConfig& c, const std::vector<RandomTensor>& tensors,
                   const std::string& path, DType dtype) {
   if (dtype != DType::kF32) throw std::invalid_argument("llama2.c checkpoints are fp32 only");
-  if (!IsInterleavedArch(c.arch) || c.head_dim * c.n_heads != c.dim ||
+  if (!IsInterleavedArch(c.arch) || c.IsMoe() || c.head_dim * c.n_heads != c.dim ||
       c.rope_theta != 10000.0f || c.norm_eps != 1e-5f || c.llama3_scaling) {
     throw std::invalid_argument(
         "llama2.c checkpoints hold only plain Llama models (head_dim * n_heads "
@@ -221,8 +224,8 @@ void CopyVocab(const std::string& vocab_path, int64_t vocab_size, GgufWriter& w)
 void WriteGguf(const ModelConfig& c, const std::vector<RandomTensor>& tensors,
                const std::string& path, DType dtype, const std::string& vocab_from) {
   GgufWriter w;
-  const std::string a = c.arch + ".";
-  w.SetString("general.architecture", c.arch);
+  const std::string a = GgufArchName(c) + ".";
+  w.SetString("general.architecture", GgufArchName(c));
   w.SetString("general.name", "specline-random");
   w.SetU32("general.file_type", GgufFileType(dtype));
   w.SetU32(a + "context_length", c.max_seq_len);
@@ -237,6 +240,7 @@ void WriteGguf(const ModelConfig& c, const std::vector<RandomTensor>& tensors,
   w.SetF32(a + "rope.freq_base", c.rope_theta);
   w.SetF32(a + "attention.layer_norm_rms_epsilon", c.norm_eps);
   w.SetU32(a + "vocab_size", c.vocab_size);
+  AddPhi3OrMoeGguf(c, w);
   if (!vocab_from.empty()) CopyVocab(vocab_from, c.vocab_size, w);
   const bool interleave = IsInterleavedArch(c.arch);
   const int64_t n = static_cast<int64_t>(tensors.size());
@@ -244,7 +248,10 @@ void WriteGguf(const ModelConfig& c, const std::vector<RandomTensor>& tensors,
   std::vector<DType> types(n);
   for (int64_t i = 0; i < n; ++i) {
     const RandomTensor& t = tensors[i];
-    types[i] = t.shape.size() == 2 ? dtype : DType::kF32;
+    // Matrices and expert stacks in `dtype`; vectors and the MoE router in
+    // F32 (llama.cpp's quantizer keeps ffn_gate_inp F32 too).
+    const bool router = t.name.size() > 16 && t.name.ends_with(".mlp.gate.weight");
+    types[i] = t.shape.size() >= 2 && !router ? dtype : DType::kF32;
     auto name = HfToGgufName(t.name);
     if (!name) throw std::logic_error("no GGUF name for " + t.name);
     names[i] = *name;
@@ -307,7 +314,9 @@ void WriteHf(const ModelConfig& c, const std::vector<RandomTensor>& tensors,
   fs::create_directories(dir);
   static const std::map<std::string, std::string> kClass = {
       {"llama", "LlamaForCausalLM"}, {"mistral", "MistralForCausalLM"},
-      {"qwen2", "Qwen2ForCausalLM"}, {"qwen3", "Qwen3ForCausalLM"}};
+      {"qwen2", "Qwen2ForCausalLM"}, {"qwen3", "Qwen3ForCausalLM"},
+      {"phi3", "Phi3ForCausalLM"}, {"qwen3moe", "Qwen3MoeForCausalLM"},
+      {"mixtral", "MixtralForCausalLM"}, {"olmoe", "OlmoeForCausalLM"}};
   nlohmann::ordered_json j;
   j["architectures"] = {kClass.at(c.arch)};
   j["model_type"] = c.arch;
@@ -338,6 +347,7 @@ void WriteHf(const ModelConfig& c, const std::vector<RandomTensor>& tensors,
   } else {
     j["rope_scaling"] = nullptr;
   }
+  AddPhi3OrMoeHfConfig(c, j);
   j["torch_dtype"] = dtype == DType::kF32 ? "float32"
                      : dtype == DType::kF16 ? "float16" : "bfloat16";
   {
@@ -395,11 +405,22 @@ std::vector<RandomTensor> RandomModelTensors(const ModelConfig& c, uint64_t seed
       vec(p + "self_attn.v_proj.bias", kv_rows, 0.0f, 0.1f);
     }
     if (c.qk_norm) {
-      vec(p + "self_attn.q_norm.weight", hd, 1.0f, 0.1f);
-      vec(p + "self_attn.k_norm.weight", hd, 1.0f, 0.1f);
+      vec(p + "self_attn.q_norm.weight", c.qk_norm_full ? q_rows : hd, 1.0f, 0.1f);
+      vec(p + "self_attn.k_norm.weight", c.qk_norm_full ? kv_rows : hd, 1.0f, 0.1f);
     }
     matrix(p + "self_attn.o_proj.weight", dim, q_rows, 1.0f / std::sqrt(float(q_rows)));
     vec(p + "post_attention_layernorm.weight", dim, 1.0f, 0.1f);
+    if (c.IsMoe()) {
+      // Router logits of order one, so routing varies from token to token.
+      const int64_t eh = c.expert_hidden_dim;
+      matrix(p + "mlp.gate.weight", c.n_experts, dim, 1.0f / std::sqrt(float(dim)));
+      for (int e = 0; e < c.n_experts; ++e) {
+        matrix(ExpertTensorName(l, e, "gate_proj"), eh, dim, 1.0f / std::sqrt(float(dim)));
+        matrix(ExpertTensorName(l, e, "up_proj"), eh, dim, 1.0f / std::sqrt(float(dim)));
+        matrix(ExpertTensorName(l, e, "down_proj"), dim, eh, 1.0f / std::sqrt(float(eh)));
+      }
+      continue;
+    }
     matrix(p + "mlp.gate_proj.weight", hidden, dim, 1.0f / std::sqrt(float(dim)));
     matrix(p + "mlp.up_proj.weight", hidden, dim, 1.0f / std::sqrt(float(dim)));
     matrix(p + "mlp.down_proj.weight", dim, hidden, 1.0f / std::sqrt(float(hidden)));
@@ -420,7 +441,8 @@ void WriteRandomModel(const ModelConfig& config, ModelFormat format,
   if (!vocab_from.empty() && format != ModelFormat::kGguf) {
     throw std::invalid_argument("a vocabulary can only be copied into a GGUF model");
   }
-  std::vector<RandomTensor> tensors = RandomModelTensors(config, seed);
+  std::vector<RandomTensor> tensors =
+      PackForFile(config, RandomModelTensors(config, seed), format);
   switch (format) {
     case ModelFormat::kLlama2c: WriteLlama2c(config, tensors, path, weight_dtype); break;
     case ModelFormat::kGguf: WriteGguf(config, tensors, path, weight_dtype, vocab_from); break;

@@ -18,6 +18,7 @@
 #include "kernels/cpu/thread_pool.h"
 #include "model/formats/model_source.h"
 #include "model/runtime/kv_cache.h"
+#include "model/runtime/moe_mlp.h"
 #include "model/runtime/rope.h"
 #include "model/runtime/slice_backend.h"
 #include "model/runtime/weights.h"
@@ -73,6 +74,8 @@ class StageSlice : public SliceBackend {
   // Scratch reused across calls (a slice is driven by one thread at a time).
   std::vector<float> xb_, q_, k_, v_, att_, hb_, hb2_, cos_, sin_;
   std::vector<kernels::AttentionRow> attn_rows_;
+  MoeMlp moe_;  // MoE models' MLP and its scratch
+  std::vector<float> moe_out_;
 };
 
 }  // namespace specline
