@@ -169,8 +169,11 @@ class HfSource : public BasicModelSource {
     }
     if (type == "qwen3_moe" || type == "olmoe" || type == "mixtral") {
       const bool mixtral = type == "mixtral";
-      c.n_experts = static_cast<int>(Int(j, mixtral ? "num_local_experts" : "num_experts",
-                                         std::nullopt));
+      // transformers 5 writes num_local_experts for every MoE class; the
+      // hub's Qwen3-MoE and OLMoE configs say num_experts.
+      const bool local = mixtral || (!j.contains("num_experts") && j.contains("num_local_experts"));
+      c.n_experts =
+          static_cast<int>(Int(j, local ? "num_local_experts" : "num_experts", std::nullopt));
       c.n_experts_used = static_cast<int>(Int(j, "num_experts_per_tok", std::nullopt));
       c.expert_hidden_dim = static_cast<int>(
           type == "qwen3_moe" ? Int(j, "moe_intermediate_size", std::nullopt) : c.hidden_dim);
@@ -219,7 +222,8 @@ class HfSource : public BasicModelSource {
     const int64_t orig = Int(rs, "original_max_position_embeddings",
                              Int(j, "original_max_position_embeddings", c.max_seq_len));
     s.original_max_position = static_cast<int>(orig);
-    const double factor = orig > 0 ? static_cast<double>(c.max_seq_len) / orig : 1.0;
+    const double factor =
+        Float(rs, "factor", orig > 0 ? static_cast<double>(c.max_seq_len) / orig : 1.0);
     const double fallback =
         factor <= 1.0 ? 1.0 : std::sqrt(1.0 + std::log(factor) / std::log(double(orig)));
     s.attention_factor = static_cast<float>(Float(rs, "attention_factor", fallback));

@@ -16,6 +16,7 @@
 
 #include "model/formats/gguf_names.h"
 #include "model/formats/gguf_writer.h"
+#include "kernels/cpu/ops.h"
 #include "model/formats/arch_tensors.h"
 #include "model/formats/quantize.h"
 #include "model/formats/random_model_arch.h"
@@ -448,6 +449,21 @@ void WriteRandomModel(const ModelConfig& config, ModelFormat format,
     case ModelFormat::kGguf: WriteGguf(config, tensors, path, weight_dtype, vocab_from); break;
     case ModelFormat::kHuggingFace: WriteHf(config, tensors, path, weight_dtype); break;
   }
+}
+
+void WriteModelAsGguf(const ModelSource& src, const std::string& path, DType weight_dtype) {
+  std::vector<RandomTensor> tensors;
+  for (const TensorInfo* t : src.Tensors()) {
+    RandomTensor r{t->name, t->shape, std::vector<float>(t->numel())};
+    kernels::DequantizeRow(t->dtype, t->data, t->numel(), r.values.data());
+    tensors.push_back(std::move(r));
+  }
+  // lm_head of a tied model is the embedding: GGUF leaves "output" out.
+  if (src.config().tied_embeddings) {
+    std::erase_if(tensors, [](const RandomTensor& t) { return t.name == "lm_head.weight"; });
+  }
+  WriteGguf(src.config(), PackForFile(src.config(), std::move(tensors), ModelFormat::kGguf), path,
+            weight_dtype, "");
 }
 
 }  // namespace specline
