@@ -17,6 +17,7 @@
 #include "model/cuda/cuda_output_head.h"
 #include "model/cuda/cuda_stage_slice.h"
 #include "model/formats/random_model.h"
+#include "model/formats/random_model_arch.h"
 #include "model/runtime/output_head.h"
 #include "model/runtime/stage_slice.h"
 #include "tests/cuda_test_util.h"
@@ -63,6 +64,14 @@ std::vector<Shape> Shapes() {
   // GGUF "llama": interleaved RoPE pairs; fp16 weights.
   s.push_back({"gguf_interleaved_f16", LlamaShape(128, 352, 2, 4, 4, 256, 256), ModelFormat::kGguf,
                DType::kF16});
+  // Phi-4-mini-like GGUF: fused qkv and gate/up, partial rotary (24 of 32
+  // dims), LongRoPE long factors with the attention factor, tied.
+  ModelConfig phi3 = LlamaShape(128, 256, 2, 4, 2, 256, 256);
+  phi3.arch = "phi3";
+  phi3.rope_dim = 24;
+  phi3.longrope = RandomLongRope(24, 64, phi3.max_seq_len);
+  phi3.tied_embeddings = true;
+  s.push_back({"phi3_partial_longrope", phi3, ModelFormat::kGguf, DType::kF16});
   return s;
 }
 
@@ -202,6 +211,27 @@ INSTANTIATE_TEST_SUITE_P(
       return Shapes()[std::get<0>(info.param)].name +
              (std::get<1>(info.param) == DType::kBF16 ? "_bf16" : "_f16");
     });
+
+// Mixture-of-experts layers are CPU-only for now: a clear refusal, not a
+// wrong answer.
+TEST(CudaRuntime, RefusesMixtureOfExperts) {
+  SPECLINE_SKIP_WITHOUT_GPU();
+  ModelConfig c = LlamaShape(64, 96, 2, 4, 2, 96, 128);
+  c.arch = "mixtral";
+  c.n_experts = 4;
+  c.n_experts_used = 2;
+  c.expert_hidden_dim = 96;
+  c.moe_routing = MoeRouting::kSoftmaxTopKRenorm;
+  const std::string path = testing::TempDir() + "/moe.gguf";
+  WriteRandomModel(c, ModelFormat::kGguf, path, 5, DType::kF16);
+  auto model = OpenModel(path);
+  try {
+    CudaStageSlice g(*model, 0, 2, Options(64));
+    FAIL() << "a MoE model loaded on the GPU";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("CPU stages only"), std::string::npos) << e.what();
+  }
+}
 
 // Graph replay runs the same kernels as eager execution on the same
 // arrays: outputs must agree bit for bit, padding rows or not.

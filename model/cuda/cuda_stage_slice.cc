@@ -106,6 +106,13 @@ CudaStageSlice::CudaStageSlice(const ModelConfig& config, int begin, int end,
 }
 
 void CudaStageSlice::Init() {
+  if (config_.IsMoe()) {
+    // Expert routing is data-dependent, which the captured decode graphs and
+    // the fused-weight GEMMs here do not express yet.
+    throw std::invalid_argument(
+        "mixture-of-experts models run on CPU stages only for now (start this stage with "
+        "--device cpu)");
+  }
   if (begin_ < 0 || end_ > config_.n_layers || begin_ >= end_) {
     throw std::invalid_argument(absl::StrCat("layer range [", begin_, ", ", end_,
                                              ") is not inside [0, ", config_.n_layers, ")"));
@@ -388,9 +395,10 @@ void CudaStageSlice::RunLayer(int local, const Plan& plan, bool add_delta) {
   const bool interleaved = c.rope_style == RopeStyle::kInterleaved;
   const auto* cos = reinterpret_cast<const float*>(meta(layout.cos));
   const auto* sin = reinterpret_cast<const float*>(meta(layout.sin));
-  ApplyRope(t, qkv_.get(), R, c.n_heads, c.head_dim, qkv_dim, cos, sin, interleaved, stream_);
+  ApplyRope(t, qkv_.get(), R, c.n_heads, c.head_dim, qkv_dim, cos, sin, interleaved, stream_,
+            c.RopeDim());
   ApplyRope(t, At(qkv_, q_dim), R, c.n_kv_heads, c.head_dim, qkv_dim, cos, sin, interleaved,
-            stream_);
+            stream_, c.RopeDim());
   // Every slot's K/V is written before attention runs, so a chunk's tokens
   // see each other (causally) within this call.
   WriteKv(t, qkv_.get(), R, qkv_dim, q_dim, q_dim + kv_dim, kv_dim,
