@@ -39,6 +39,12 @@ struct DeviceLayerWeights {
   DeviceBuffer q_norm, k_norm;       // fp32 [head_dim], empty without q/k norm
   bool has_bias = false;
   bool has_qk_norm = false;
+  // Mixture of experts (config.IsMoe(); w_gate_up and w_down stay empty):
+  // the router [E, dim] and each expert's [2 h, dim] gate/up and [dim, h]
+  // down; a token reads experts_used of them.
+  OwnedMatrix router;
+  std::vector<OwnedMatrix> e_gate_up, e_down;
+  int experts_used = 0;
 
   // Bytes of the matrices (what one decode step reads from this layer).
   int64_t matrix_bytes() const;

@@ -104,11 +104,22 @@ void CanonicalizeArchTensors(const ModelConfig& c, const std::string& path,
     if (rest.rfind("mlp.experts.", 0) == 0 && t.shape.size() == 3) {
       const std::string proj = rest.substr(std::string("mlp.experts.").size());
       const int64_t experts = t.shape[0], rows = t.shape[1];
+      // Bounded before any view is made (ModelConfig::Validate's limit).
+      if (experts <= 0 || experts > 4096) {
+        Fail(path, "tensor '" + t.file_name + "' stacks " + std::to_string(experts) +
+                       " experts (at most 4096)");
+      }
       if (c.n_experts > 0 && experts != c.n_experts) {
         Fail(path, "tensor '" + t.file_name + "' stacks " + std::to_string(experts) +
                        " experts, the model has " + std::to_string(c.n_experts));
       }
-      const int layer = std::stoi(layer_prefix.substr(std::string("model.layers.").size()));
+      const std::string index = layer_prefix.substr(std::string("model.layers.").size(),
+                                                    layer_prefix.size() - 14);
+      if (index.empty() || index.size() > 6 ||
+          index.find_first_not_of("0123456789") != std::string::npos) {
+        Fail(path, "tensor '" + t.file_name + "' has no layer index");
+      }
+      const int layer = std::stoi(index);
       for (int64_t e = 0; e < experts; ++e) {
         if (proj == "gate_up_proj" || proj == "gate_up_proj.weight") {
           // transformers 5: gate rows, then up rows, per expert.
