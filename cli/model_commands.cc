@@ -22,8 +22,8 @@ const char kRandomUsage[] = R"(usage: specline make-random-model --out PATH [opt
   --tied                     share the embedding with the LM head
   --arch llama|qwen2|qwen3|phi3|qwen3moe|mixtral|olmoe
                              qwen2 adds qkv bias, qwen3 q/k norm; phi3 fuses
-                             qkv and gate/up in its files; the MoE archs need
-                             --experts (mixtral is GGUF arch "llama")
+                             qkv and gate/up in its files; qwen3moe, mixtral
+                             (GGUF arch "llama") and olmoe have experts
   --experts N --experts-used N --expert-hidden-dim N
                              mixture of experts (default 8, 2, --hidden-dim)
   --rope-dim N               phi3 partial rotary: rotated dims per head
