@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Phi-3 and the mixture-of-experts archs against llama.cpp on the same GGUF
 # files (outside ctest; builds nothing but the random files):
-#   - random-weight Q8_0 models of phi3 (Phi-4-mini-like: partial rotary
+#   - random-weight Q8_0 (ARCH_BENCH_DTYPE) models of phi3 (Phi-4-mini-like: partial rotary
 #     0.75, LongRoPE, tied), qwen3moe, mixtral (GGUF "llama" with experts)
 #     and olmoe, SmolLM2-135M's shape (dim 576, 8 layers, 9/3 heads), with
 #     SmolLM2's vocabulary copied in so llama.cpp loads them;
@@ -30,17 +30,21 @@ vocab=$HOME/.cache/specline/models/SmolLM2-135M-Instruct.Q4_1.gguf
 work=${ARCH_BENCH_DIR:-$HOME/.cache/specline/arch-bench}
 mkdir -p "$work" "$(dirname "$out")"
 
-common=(--dim 576 --layers 8 --heads 9 --kv-heads 3 --seq-len 4096 --dtype Q8_0 --seed 7
+dtype=${ARCH_BENCH_DTYPE:-Q8_0}
+layers=${ARCH_BENCH_LAYERS:-8}
+common=(--dim 576 --layers "$layers" --heads 9 --seq-len 4096 --dtype "$dtype" --seed 7
         --vocab-from "$vocab")
+# llama.cpp's olmoe graph sizes k_norm as n_embd: multi-head attention only
+# (as OLMoE itself); the others take GQA 9/3.
 declare -A extra=(
-  [phi3]="--arch phi3 --hidden-dim 1536 --rope-dim 48 --longrope-original 4096 --tied"
-  [qwen3moe]="--arch qwen3moe --hidden-dim 1536 --experts 8 --experts-used 2 --expert-hidden-dim 512"
-  [mixtral]="--arch mixtral --experts 8 --experts-used 2 --expert-hidden-dim 768"
-  [olmoe]="--arch olmoe --experts 8 --experts-used 2 --expert-hidden-dim 768"
+  [phi3]="--kv-heads 3 --arch phi3 --hidden-dim 1536 --rope-dim 48 --longrope-original 4096 --tied"
+  [qwen3moe]="--kv-heads 3 --arch qwen3moe --hidden-dim 1536 --experts 8 --experts-used 2 --expert-hidden-dim 512"
+  [mixtral]="--kv-heads 3 --arch mixtral --experts 8 --experts-used 2 --expert-hidden-dim 768"
+  [olmoe]="--kv-heads 9 --arch olmoe --experts 8 --experts-used 2 --expert-hidden-dim 768"
 )
 files=()
 for arch in phi3 qwen3moe mixtral olmoe; do
-  f=$work/$arch-random-Q8_0.gguf
+  f=$work/$arch-random-$dtype-L$layers.gguf
   # shellcheck disable=SC2086
   [ -f "$f" ] || "$build/specline" make-random-model --out "$f" "${common[@]}" ${extra[$arch]} >&2
   files+=("$f")
