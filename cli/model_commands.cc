@@ -141,7 +141,19 @@ int InfoCommand(int argc, char** argv) {
             << " (head_dim " << c.head_dim << "), vocab " << c.vocab_size << ", context "
             << c.max_seq_len << ", rope_theta " << c.rope_theta
             << (c.tied_embeddings ? ", tied embeddings" : "") << (c.qkv_bias ? ", qkv bias" : "")
-            << (c.qk_norm ? ", q/k norm" : "") << "\n";
+            << (c.qk_norm ? ", q/k norm" : "") << (c.qk_norm_full ? " (whole projection)" : "");
+  if (c.rope_dim > 0) std::cout << ", rope dims " << c.rope_dim;
+  if (c.longrope) {
+    std::cout << ", longrope (original " << c.longrope->original_max_position << ", "
+              << (c.max_seq_len > c.longrope->original_max_position ? "long" : "short")
+              << " factors, attention factor " << c.longrope->attention_factor << ")";
+  }
+  if (c.IsMoe()) {
+    std::cout << ", " << c.n_experts << " experts of " << c.expert_hidden_dim << ", top "
+              << c.n_experts_used
+              << (c.moe_routing == MoeRouting::kSoftmaxTopKRenorm ? " renormalised" : "");
+  }
+  std::cout << "\n";
   if (args.Has("tensors")) {
     for (const TensorInfo* t : model->Tensors()) {
       std::cout << t->name << " " << DTypeName(t->dtype) << " [";
