@@ -7,6 +7,7 @@
 #include "model/formats/gguf.h"
 #include "model/formats/head_file.h"
 #include "model/formats/random_model.h"
+#include "model/formats/random_model_arch.h"
 
 namespace specline::cli {
 namespace {
@@ -19,14 +20,21 @@ const char kRandomUsage[] = R"(usage: specline make-random-model --out PATH [opt
   --dim N --hidden-dim N --layers N --heads N --kv-heads N --head-dim N
   --vocab N --seq-len N --rope-theta F --seed N
   --tied                     share the embedding with the LM head
-  --arch llama|qwen2|qwen3|gemma2|gemma3
+  --arch llama|qwen2|qwen3|gemma2|gemma3|phi3|qwen3moe|mixtral|olmoe
                              qwen2 adds qkv bias, qwen3 q/k norm; gemma2/3 the
                              Gemma block (scaled tied embeddings, GeGLU,
-                             post-norms; gemma3 q/k norm) with sliding windows:
+                             post-norms; gemma3 q/k norm) with sliding windows;
+                             phi3 fuses qkv and gate/up in its files; qwen3moe,
+                             mixtral (GGUF arch "llama") and olmoe have experts
   --sliding-window N         (gemma; default 128) window of the local layers
   --swa-pattern N            (gemma; 2 / 6) layer l local iff l % N < N - 1
   --rope-theta-local F       (gemma3; 10000) RoPE base of the local layers
   --attn-softcap F --final-softcap F   (gemma2: 50 / 30; 0 = none)
+  --experts N --experts-used N --expert-hidden-dim N
+                             mixture of experts (default 8, 2, --hidden-dim)
+  --rope-dim N               phi3 partial rotary: rotated dims per head
+  --longrope-original N      phi3 LongRoPE factors with this original context
+                             (long factors in use when --seq-len exceeds it)
   --vocab-from PATH.gguf     copy the tokenizer.* metadata of a GGUF vocabulary
                              (e.g. ggml-vocab-llama-spm.gguf) so llama.cpp can
                              load the model; --vocab defaults to its size
@@ -50,6 +58,28 @@ ModelFormat ParseFormat(const std::string& s) {
   if (s == "gguf") return ModelFormat::kGguf;
   if (s == "hf") return ModelFormat::kHuggingFace;
   throw std::invalid_argument("--format: expected llama2c, gguf or hf, got " + s);
+}
+
+// The arch-specific fields of Phi-3 and the MoE archs.
+void SetPhi3AndMoeOptions(const Args& args, ModelConfig& c) {
+  const bool moe = c.arch == "qwen3moe" || c.arch == "mixtral" || c.arch == "olmoe";
+  if (moe) {
+    c.n_experts = args.Int("experts", 8);
+    c.n_experts_used = args.Int("experts-used", 2);
+    c.expert_hidden_dim = args.Int("expert-hidden-dim", c.hidden_dim);
+    // Mixtral and OLMoE have one intermediate size.
+    if (c.arch != "qwen3moe") c.hidden_dim = c.expert_hidden_dim;
+    c.moe_routing =
+        c.arch == "olmoe" ? MoeRouting::kSoftmaxTopK : MoeRouting::kSoftmaxTopKRenorm;
+    c.qk_norm = c.arch != "mixtral";
+    c.qk_norm_full = c.arch == "olmoe";
+  }
+  if (c.arch == "phi3") {
+    c.rope_dim = args.Int("rope-dim", 0);
+    if (args.Has("longrope-original")) {
+      c.longrope = RandomLongRope(c.RopeDim(), args.Int("longrope-original", 0), c.max_seq_len);
+    }
+  }
 }
 
 // Gemma's fixed traits plus its per-model numbers from the flags: by
@@ -76,7 +106,8 @@ int RandomModelCommand(int argc, char** argv) {
             {"out", "format", "dtype", "dim", "hidden-dim", "layers", "heads", "kv-heads",
              "head-dim", "vocab", "seq-len", "rope-theta", "seed", "arch", "vocab-from",
              "sliding-window", "swa-pattern", "rope-theta-local", "attn-softcap",
-             "final-softcap"},
+             "final-softcap", "experts", "experts-used", "expert-hidden-dim", "rope-dim",
+             "longrope-original"},
             {"tied", "help"});
   if (args.Has("help") || !args.Has("out")) {
     std::cout << kRandomUsage;
@@ -117,6 +148,7 @@ int RandomModelCommand(int argc, char** argv) {
       }
     }
   }
+  SetPhi3AndMoeOptions(args, c);
   const ModelFormat format = ParseFormat(args.Str("format", "gguf"));
   c.rope_style = (format == ModelFormat::kHuggingFace || c.arch != "llama") ? RopeStyle::kHalf
                                                                            : RopeStyle::kInterleaved;
@@ -145,7 +177,19 @@ int InfoCommand(int argc, char** argv) {
             << " (head_dim " << c.head_dim << "), vocab " << c.vocab_size << ", context "
             << c.max_seq_len << ", rope_theta " << c.rope_theta
             << (c.tied_embeddings ? ", tied embeddings" : "") << (c.qkv_bias ? ", qkv bias" : "")
-            << (c.qk_norm ? ", q/k norm" : "") << "\n";
+            << (c.qk_norm ? ", q/k norm" : "") << (c.qk_norm_full ? " (whole projection)" : "");
+  if (c.rope_dim > 0) std::cout << ", rope dims " << c.rope_dim;
+  if (c.longrope) {
+    std::cout << ", longrope (original " << c.longrope->original_max_position << ", "
+              << (c.max_seq_len > c.longrope->original_max_position ? "long" : "short")
+              << " factors, attention factor " << c.longrope->attention_factor << ")";
+  }
+  if (c.IsMoe()) {
+    std::cout << ", " << c.n_experts << " experts of " << c.expert_hidden_dim << ", top "
+              << c.n_experts_used
+              << (c.moe_routing == MoeRouting::kSoftmaxTopKRenorm ? " renormalised" : "");
+  }
+  std::cout << "\n";
   if (IsGemmaArch(c.arch)) {
     std::cout << "gemma: sliding window " << c.sliding_window << " (pattern " << c.swa_pattern
               << "), local rope_theta " << c.rope_theta_local << ", attention scale "

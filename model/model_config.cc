@@ -53,7 +53,48 @@ std::string ModelConfig::Validate() const {
       return "llama3 rope scaling original_max_position must be positive";
     }
   }
-  return ValidateGemmaFields();
+  if (std::string e = ValidateGemmaFields(); !e.empty()) return e;
+  return ValidateExtensions();
+}
+
+// Phi-3 and mixture-of-experts fields.
+std::string ModelConfig::ValidateExtensions() const {
+  if (rope_dim < 0 || rope_dim > head_dim || rope_dim % 2 != 0) {
+    return "rope_dim (" + std::to_string(rope_dim) + ") must be even and at most head_dim";
+  }
+  if (longrope) {
+    const size_t half = static_cast<size_t>(RopeDim() / 2);
+    for (const auto* f : {&longrope->short_factors, &longrope->long_factors}) {
+      if (f->size() != half) {
+        return "longrope factors must have rope_dim/2 = " + std::to_string(half) +
+               " values, got " + std::to_string(f->size());
+      }
+      for (float v : *f) {
+        if (!(std::isfinite(v) && v > 0.0f)) return "longrope factors must be positive";
+      }
+    }
+    if (longrope->original_max_position <= 0) {
+      return "longrope original_max_position must be positive";
+    }
+    if (!(std::isfinite(longrope->attention_factor) && longrope->attention_factor > 0.0f)) {
+      return "longrope attention_factor must be positive";
+    }
+  }
+  if (n_experts < 0 || n_experts > 4096) {
+    return "n_experts must be in [0, 4096], got " + std::to_string(n_experts);
+  }
+  if (n_experts > 0) {
+    if (n_experts_used <= 0 || n_experts_used > n_experts) {
+      return "n_experts_used (" + std::to_string(n_experts_used) + ") must be in [1, " +
+             std::to_string(n_experts) + "]";
+    }
+    if (expert_hidden_dim <= 0 || expert_hidden_dim > (1 << 24)) {
+      return "expert_hidden_dim must be in [1, 16777216], got " +
+             std::to_string(expert_hidden_dim);
+    }
+  }
+  if (qk_norm_full && !qk_norm) return "qk_norm_full needs qk_norm";
+  return "";
 }
 
 ModelConfig LlamaShape(int dim, int hidden_dim, int n_layers, int n_heads, int n_kv_heads,

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace specline {
 
@@ -24,6 +25,29 @@ struct Llama3RopeScaling {
   float low_freq_factor = 1.0f;
   float high_freq_factor = 4.0f;
   int original_max_position = 8192;
+};
+
+// Phi-3 "longrope" (LongRoPE): each RoPE frequency theta^(-2i/rope_dim) is
+// divided by a per-frequency factor, one set for contexts up to
+// original_max_position and one for longer ones, and cos/sin are scaled by
+// attention_factor (so q.k logits by its square), as transformers' Phi3
+// rotary embedding and llama.cpp's rope_factors_{short,long} do.
+struct LongRopeScaling {
+  std::vector<float> short_factors;  // rope_dim / 2 each
+  std::vector<float> long_factors;
+  int original_max_position = 4096;
+  float attention_factor = 1.0f;
+};
+
+// How a mixture-of-experts layer turns router logits into expert weights.
+enum class MoeRouting : uint8_t {
+  // softmax over all experts, then the top-k probabilities as they are
+  // (OLMoE; Qwen3-MoE with norm_topk_prob false).
+  kSoftmaxTopK,
+  // softmax over all experts, top-k, renormalised to sum 1: Qwen3-MoE's
+  // norm_topk_prob, and Mixtral's softmax over the top-k logits (the same
+  // numbers).
+  kSoftmaxTopKRenorm,
 };
 
 struct ModelConfig {
@@ -74,12 +98,29 @@ struct ModelConfig {
   // The window a layer's queries see (0: the whole causal prefix).
   int LayerWindow(int layer) const { return IsSlidingLayer(layer) ? sliding_window : 0; }
   float AttentionScale() const;
+  // Phi-3 (appended: keep the fields above in their order).
+  int rope_dim = 0;  // rotated dims per head (partial rotary); 0 = head_dim
+  std::optional<LongRopeScaling> longrope;
+
+  // Mixture of experts (n_experts > 0): every layer's MLP is n_experts
+  // SwiGLU experts of expert_hidden_dim, n_experts_used picked per token.
+  int n_experts = 0;
+  int n_experts_used = 0;
+  int expert_hidden_dim = 0;
+  MoeRouting moe_routing = MoeRouting::kSoftmaxTopK;
+  // OLMoE: q_norm/k_norm are one RMSNorm over the whole q (k) projection,
+  // not per head (requires qk_norm).
+  bool qk_norm_full = false;
+
+  int RopeDim() const { return rope_dim > 0 ? rope_dim : head_dim; }
+  bool IsMoe() const { return n_experts > 0; }
 
   // Checks the numbers are consistent (positive, heads divide, ...). Returns
   // an empty string when valid, else what is wrong.
   std::string Validate() const;
   // The part of Validate for the Gemma fields.
   std::string ValidateGemmaFields() const;
+  std::string ValidateExtensions() const;  // the appended fields, for Validate
 };
 
 // A Llama shape from its main numbers (head_dim = dim / n_heads; other

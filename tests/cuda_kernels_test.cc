@@ -293,19 +293,21 @@ TEST(CudaElementwise, HeadRmsNorm) {
 TEST(CudaElementwise, ApplyRope) {
   SPECLINE_SKIP_WITHOUT_GPU();
   struct Case {
-    int n_rows, heads, head_dim, offset, extra;
+    int n_rows, heads, head_dim, offset, extra, rot;  // rot: partial rotary dims (0: all)
   };
-  const Case cases[] = {{1, 1, 8, 0, 0}, {37, 4, 64, 0, 128}, {37, 2, 128, 256, 0},
-                        {3, 3, 64, 1, 1}, {1, 32, 128, 0, 1024}};
+  const Case cases[] = {{1, 1, 8, 0, 0, 0},     {37, 4, 64, 0, 128, 0}, {37, 2, 128, 256, 0, 0},
+                        {3, 3, 64, 1, 1, 0},    {1, 32, 128, 0, 1024, 0},
+                        {5, 3, 32, 0, 64, 24},  {9, 4, 128, 1, 0, 96}};
   for (DType t : kTypes) {
     for (RopeStyle style : {RopeStyle::kInterleaved, RopeStyle::kHalf}) {
       for (const Case& c : cases) {
         const bool interleaved = style == RopeStyle::kInterleaved;
         SCOPED_TRACE(Name(t) + (interleaved ? " interleaved" : " half") + " rows " +
                      std::to_string(c.n_rows) + " heads " + std::to_string(c.heads) +
-                     " head_dim " + std::to_string(c.head_dim));
+                     " head_dim " + std::to_string(c.head_dim) + " rot " + std::to_string(c.rot));
         ModelConfig config;
         config.head_dim = c.head_dim;
+        config.rope_dim = c.rot;
         config.rope_style = style;
         config.rope_theta = 500000.0f;
         const Rope rope(config);
@@ -322,7 +324,7 @@ TEST(CudaElementwise, ApplyRope) {
         HalfBuf d_qkv = UploadHalf(t, qkv);
         FloatBuf d_cos = UploadF32(cos), d_sin = UploadF32(sin);
         cuda::ApplyRope(t, static_cast<uint16_t*>(d_qkv.ptr()) + c.offset, c.n_rows, c.heads,
-                        c.head_dim, stride, d_cos.ptr(), d_sin.ptr(), interleaved, nullptr);
+                        c.head_dim, stride, d_cos.ptr(), d_sin.ptr(), interleaved, nullptr, c.rot);
         const std::vector<float> got = DownloadHalf(t, d_qkv, count);
         std::vector<float> want = qkv;
         for (int r = 0; r < c.n_rows; ++r) {

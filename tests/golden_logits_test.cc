@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "model/formats/random_model.h"
 #include "model/runtime/generator.h"
 #include "tests/test_util.h"
 
@@ -36,8 +37,18 @@ void ExpectRowNear(const float* got, const json& want, const std::string& what) 
 class GoldenLogitsTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    golden_ = Golden(GetParam());
+    // "name@gguf": the Hugging Face model converted to GGUF by our writer,
+    // so the GGUF path is held to the same goldens.
+    std::string name = GetParam();
+    const bool gguf = name.ends_with("@gguf");
+    if (gguf) name.resize(name.size() - 5);
+    golden_ = Golden(name);
     model_ = OpenModel(testing::SourcePath(golden_["model_dir"].get<std::string>()));
+    if (gguf) {
+      const std::string path = testing::TempDir() + "/" + name + ".gguf";
+      WriteModelAsGguf(*model_, path);
+      model_ = OpenModel(path);
+    }
     ids_ = golden_["input_ids"].get<std::vector<int32_t>>();
   }
   json golden_;
@@ -106,6 +117,21 @@ TEST_P(GoldenLogitsTest, GreedyTokens) {
 INSTANTIATE_TEST_SUITE_P(TinyModels, GoldenLogitsTest,
                          ::testing::Values("llama_gqa", "llama_tied", "llama3_scaled", "qwen2_bias",
                                            "qwen3_qknorm", "gemma2_softcap", "gemma3_swa"));
+
+// Phi-3 (fused projections, LongRoPE short and long, partial rotary, tied)
+// and the mixture-of-experts archs, from their Hugging Face files and as GGUF.
+INSTANTIATE_TEST_SUITE_P(Phi3AndMoe, GoldenLogitsTest,
+                         ::testing::Values("phi3_fused", "phi4_partial_longrope", "qwen3moe_tiny",
+                                           "mixtral_tiny", "olmoe_tiny", "phi3_fused@gguf",
+                                           "phi4_partial_longrope@gguf", "qwen3moe_tiny@gguf",
+                                           "mixtral_tiny@gguf", "olmoe_tiny@gguf"),
+                         [](const ::testing::TestParamInfo<std::string>& i) {
+                           std::string n = i.param;
+                           for (char& ch : n) {
+                             if (ch == '@') ch = '_';
+                           }
+                           return n;
+                         });
 
 }  // namespace
 }  // namespace specline

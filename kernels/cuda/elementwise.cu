@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <stdexcept>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
@@ -207,11 +208,14 @@ __global__ void AddBiasKernel(T* __restrict__ rows, const float* __restrict__ bi
 // -------------------------------------------------------------------- RoPE
 
 // One thread per rotated pair.
+// Partial rotary (Phi-4-mini): only the first rot_dim dims of each head
+// rotate; cos/sin rows stay head_dim/2 wide.
 template <typename T>
 __global__ void RopeKernel(T* __restrict__ rows, int n_rows, int heads, int head_dim, int stride,
                            const float* __restrict__ cos, const float* __restrict__ sin,
-                           bool interleaved) {
-  const int half = head_dim / 2;
+                           bool interleaved, int rot_dim) {
+  const int half = rot_dim / 2;
+  const int cos_stride = head_dim / 2;
   const int64_t per_row = static_cast<int64_t>(heads) * half;
   const int64_t total = per_row * n_rows;
   for (int64_t i = GlobalThread(); i < total; i += GridThreads()) {
@@ -224,8 +228,8 @@ __global__ void RopeKernel(T* __restrict__ rows, int n_rows, int heads, int head
     const int ib = interleaved ? 2 * j + 1 : j + half;
     const float a = ToF32(head[ia]);
     const float b = ToF32(head[ib]);
-    const float c = cos[r * half + j];
-    const float s = sin[r * half + j];
+    const float c = cos[r * cos_stride + j];
+    const float s = sin[r * cos_stride + j];
     // Rope::Apply's expressions, with explicit roundings (no FMA
     // contraction) so the fp32 result is the CPU's before the cast.
     head[ia] = FromF32<T>(__fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s)));
@@ -480,13 +484,18 @@ void HeadRmsNorm(DType t, void* rows, const float* weight, float eps, int n_rows
 }
 
 void ApplyRope(DType t, void* rows, int n_rows, int heads, int head_dim, int stride,
-               const float* cos, const float* sin, bool interleaved, cudaStream_t stream) {
+               const float* cos, const float* sin, bool interleaved, cudaStream_t stream,
+               int rot_dim) {
   DispatchHalfType(t, "ApplyRope", [&](auto tag) {
     using T = decltype(tag);
-    if (n_rows <= 0 || heads <= 0 || head_dim < 2) return;
-    const int64_t pairs = static_cast<int64_t>(n_rows) * heads * (head_dim / 2);
+    if (rot_dim <= 0) rot_dim = head_dim;
+    if (n_rows <= 0 || heads <= 0 || head_dim < 2 || rot_dim < 2) return;
+    if (rot_dim > head_dim || rot_dim % 2 != 0) {
+      throw std::invalid_argument("ApplyRope: rot_dim must be even and at most head_dim");
+    }
+    const int64_t pairs = static_cast<int64_t>(n_rows) * heads * (rot_dim / 2);
     RopeKernel<T><<<FlatBlocks(pairs), kFlatThreads, 0, stream>>>(
-        static_cast<T*>(rows), n_rows, heads, head_dim, stride, cos, sin, interleaved);
+        static_cast<T*>(rows), n_rows, heads, head_dim, stride, cos, sin, interleaved, rot_dim);
     SPECLINE_CUDA_CHECK_LAUNCH();
   });
 }

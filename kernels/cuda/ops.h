@@ -61,8 +61,12 @@ void HeadRmsNorm(DType t, void* rows, const float* weight, float eps, int n_rows
 // (computed on the host by Rope::Angles, so Llama 3 scaling is the CPU's).
 // interleaved: pairs (2i, 2i+1); otherwise pairs (i, i + head_dim/2).
 // Same formula as Rope::Apply: a' = a cos - b sin, b' = a sin + b cos.
+// rot_dim (0: head_dim): partial rotary, only the first rot_dim dims of each
+// head rotate (pairs (i, i + rot_dim/2) or (2i, 2i+1) among them); cos/sin
+// rows stay head_dim/2 wide.
 void ApplyRope(DType t, void* rows, int n_rows, int heads, int head_dim, int stride,
-               const float* cos, const float* sin, bool interleaved, cudaStream_t stream);
+               const float* cos, const float* sin, bool interleaved, cudaStream_t stream,
+               int rot_dim = 0);
 
 // out[i, :h] = t(silu(gate) * up) with gate = gate_up[i, :h] and
 // up = gate_up[i, h:2h] (the fused gate/up projection's output).

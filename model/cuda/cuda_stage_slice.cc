@@ -173,8 +173,9 @@ void CudaStageSlice::EnsureCapacity(int rows, int taps) {
   qkv_.Resize(C * qkv_dim * eb);
   att_.Resize(C * q_dim * eb);
   delta_.Resize(C * c.dim * eb);
-  gate_up_.Resize(C * 2 * c.hidden_dim * eb);
-  h_.Resize(C * c.hidden_dim * eb);
+  const int64_t mlp_dim = std::max(c.hidden_dim, c.expert_hidden_dim);  // MoE: an expert's
+  gate_up_.Resize(C * 2 * mlp_dim * eb);
+  h_.Resize(C * mlp_dim * eb);
   // The decode kernel's split-K factor (so its workspace) depends on the
   // row count and is not monotonic in it: size for the worst batch.
   size_t ws = 1;
@@ -206,7 +207,9 @@ void CudaStageSlice::BuildPlan(const SliceInput& in, Plan& plan) const {
   }
   bool all_single = true;
   for (const auto& r : runs) all_single &= r.second == 1;
-  plan.graph = options_.cuda_graphs && all_single && n <= options_.max_graph_batch;
+  // MoE routing is decided on the host mid-layer (cuda_moe.cc): no graphs.
+  plan.graph = options_.cuda_graphs && all_single && n <= options_.max_graph_batch &&
+               !config_.IsMoe();
   plan.rows = plan.graph ? Bucket(n) : n;
   const int R = plan.rows;
   plan.tokens.assign(R, 0);
@@ -391,10 +394,12 @@ void CudaStageSlice::RunLayer(int local, const Plan& plan, bool add_delta) {
   gemm_->Run(w.wqkv.view, xb_.get(), R, qkv_.get());
   if (w.has_bias) AddBias(t, qkv_.get(), w.bqkv.as<float>(), R, qkv_dim, qkv_dim, stream_);
   if (w.has_qk_norm) {
-    HeadRmsNorm(t, qkv_.get(), w.q_norm.as<float>(), c.norm_eps, R, c.n_heads, c.head_dim,
-                qkv_dim, stream_);
-    HeadRmsNorm(t, At(qkv_, q_dim), w.k_norm.as<float>(), c.norm_eps, R, c.n_kv_heads,
-                c.head_dim, qkv_dim, stream_);
+    // OLMoE: one norm over the whole q (k) projection, i.e. one "head".
+    const bool full = c.qk_norm_full;
+    HeadRmsNorm(t, qkv_.get(), w.q_norm.as<float>(), c.norm_eps, R, full ? 1 : c.n_heads,
+                full ? q_dim : c.head_dim, qkv_dim, stream_);
+    HeadRmsNorm(t, At(qkv_, q_dim), w.k_norm.as<float>(), c.norm_eps, R,
+                full ? 1 : c.n_kv_heads, full ? kv_dim : c.head_dim, qkv_dim, stream_);
   }
   const bool interleaved = c.rope_style == RopeStyle::kInterleaved;
   // A sliding layer's angles are the second set (after all R rows' first).
@@ -402,9 +407,10 @@ void CudaStageSlice::RunLayer(int local, const Plan& plan, bool add_delta) {
       c.IsSlidingLayer(begin_ + local) ? size_t(R) * (c.head_dim / 2) * sizeof(float) : 0;
   const auto* cos = reinterpret_cast<const float*>(meta(layout.cos + angle_off));
   const auto* sin = reinterpret_cast<const float*>(meta(layout.sin + angle_off));
-  ApplyRope(t, qkv_.get(), R, c.n_heads, c.head_dim, qkv_dim, cos, sin, interleaved, stream_);
+  ApplyRope(t, qkv_.get(), R, c.n_heads, c.head_dim, qkv_dim, cos, sin, interleaved, stream_,
+            c.RopeDim());
   ApplyRope(t, At(qkv_, q_dim), R, c.n_kv_heads, c.head_dim, qkv_dim, cos, sin, interleaved,
-            stream_);
+            stream_, c.RopeDim());
   // Every slot's K/V is written before attention runs, so a chunk's tokens
   // see each other (causally) within this call.
   WriteKv(t, qkv_.get(), R, qkv_dim, q_dim, q_dim + kv_dim, kv_dim,
@@ -419,6 +425,10 @@ void CudaStageSlice::RunLayer(int local, const Plan& plan, bool add_delta) {
                 stream_);
   }
   AddRmsNorm(t, x, delta_.get(), w.ffn_norm.as<float>(), c.norm_eps, R, c.dim, xb_.get(), stream_);
+  if (c.IsMoe()) {
+    RunMoe(local, R);  // R == plan.n: MoE batches are never padded (no graphs)
+    return;
+  }
   gemm_->Run(w.w_gate_up.view, xb_.get(), R, gate_up_.get());
   if (c.gelu_mlp) {
     GeGlu(t, gate_up_.get(), R, c.hidden_dim, h_.get(), stream_);

@@ -151,6 +151,12 @@ class CudaStageSlice : public SliceBackend {
 
   // Captured decode graphs by (bucket rows, tap set).
   std::map<std::pair<int, std::vector<int>>, cudaGraphExec_t> graphs_;
+
+  // Mixture of experts (cuda_moe.cc): the MLP of MoE layers, routed on the
+  // host, each picked expert's GEMMs over the rows that picked it.
+  void RunMoe(int local, int rows);
+  DeviceBuffer moe_logits_, moe_x_, moe_y_, moe_acc_, moe_meta_;
+  PinnedBuffer moe_host_;
 };
 
 }  // namespace specline::cuda

@@ -75,8 +75,14 @@ int64_t ElementBytes(DType t) {
 
 int64_t DeviceLayerWeights::matrix_bytes() const {
   int64_t total = 0;
-  for (const OwnedMatrix* m : {&wqkv, &wo, &w_gate_up, &w_down}) {
-    total += m->view.rows * m->view.cols * ElementBytes(m->view.t);
+  for (const OwnedMatrix* m : {&wqkv, &wo, &w_gate_up, &w_down, &router}) {
+    if (m->view.rows > 0) total += m->view.rows * m->view.cols * ElementBytes(m->view.t);
+  }
+  if (!e_gate_up.empty()) {
+    const auto bytes = [](const OwnedMatrix& m) {
+      return m.view.rows * m.view.cols * ElementBytes(m.view.t);
+    };
+    total += experts_used * (bytes(e_gate_up[0]) + bytes(e_down[0]));
   }
   return total;
 }
@@ -111,8 +117,10 @@ DeviceLayerWeights LoadLayer(const ModelSource& src, int layer, DType t) {
   w.ffn_norm = UploadFloats(host.ffn_norm);
   w.wqkv = Stack({host.wq, host.wk, host.wv}, t);
   w.wo = Stack({host.wo}, t);
-  w.w_gate_up = Stack({host.w_gate, host.w_up}, t);
-  w.w_down = Stack({host.w_down}, t);
+  if (!src.config().IsMoe()) {
+    w.w_gate_up = Stack({host.w_gate, host.w_up}, t);
+    w.w_down = Stack({host.w_down}, t);
+  }
   w.has_bias = !host.bq.empty();
   if (w.has_bias) w.bqkv = ConcatFloats({&host.bq, &host.bk, &host.bv});
   w.has_qk_norm = !host.q_norm.empty();
@@ -124,6 +132,14 @@ DeviceLayerWeights LoadLayer(const ModelSource& src, int layer, DType t) {
   if (w.has_post_norms) {
     w.post_attn_norm = UploadFloats(host.post_attn_norm);
     w.post_ffw_norm = UploadFloats(host.post_ffw_norm);
+  }
+  if (src.config().IsMoe()) {
+    w.router = Stack({host.router}, t);
+    for (size_t e = 0; e < host.e_gate.size(); ++e) {
+      w.e_gate_up.push_back(Stack({host.e_gate[e], host.e_up[e]}, t));
+      w.e_down.push_back(Stack({host.e_down[e]}, t));
+    }
+    w.experts_used = src.config().n_experts_used;
   }
   return w;
 }
@@ -139,9 +155,12 @@ DeviceLayerWeights RandomLayer(const ModelConfig& c, int layer, DType t, uint64_
   w.ffn_norm = NormOnes(c.dim, TensorSeed(seed, layer, 1));
   w.wqkv = RandomMatrix(q_dim + 2 * kv_dim, c.dim, t, TensorSeed(seed, layer, 2), scale(c.dim));
   w.wo = RandomMatrix(c.dim, q_dim, t, TensorSeed(seed, layer, 3), scale(q_dim));
-  w.w_gate_up =
-      RandomMatrix(2 * int64_t{c.hidden_dim}, c.dim, t, TensorSeed(seed, layer, 4), scale(c.dim));
-  w.w_down = RandomMatrix(c.dim, c.hidden_dim, t, TensorSeed(seed, layer, 5), scale(c.hidden_dim));
+  if (!c.IsMoe()) {
+    w.w_gate_up = RandomMatrix(2 * int64_t{c.hidden_dim}, c.dim, t, TensorSeed(seed, layer, 4),
+                               scale(c.dim));
+    w.w_down =
+        RandomMatrix(c.dim, c.hidden_dim, t, TensorSeed(seed, layer, 5), scale(c.hidden_dim));
+  }
   if (c.qkv_bias) {
     w.has_bias = true;
     w.bqkv.Resize((q_dim + 2 * kv_dim) * sizeof(float));
@@ -150,8 +169,21 @@ DeviceLayerWeights RandomLayer(const ModelConfig& c, int layer, DType t, uint64_
   }
   if (c.qk_norm) {
     w.has_qk_norm = true;
-    w.q_norm = NormOnes(c.head_dim, TensorSeed(seed, layer, 7));
-    w.k_norm = NormOnes(c.head_dim, TensorSeed(seed, layer, 8));
+    const int64_t q = c.qk_norm_full ? q_dim : c.head_dim;
+    const int64_t k = c.qk_norm_full ? kv_dim : c.head_dim;
+    w.q_norm = NormOnes(q, TensorSeed(seed, layer, 7));
+    w.k_norm = NormOnes(k, TensorSeed(seed, layer, 8));
+  }
+  if (c.IsMoe()) {
+    const int64_t h = c.expert_hidden_dim;
+    w.router = RandomMatrix(c.n_experts, c.dim, t, TensorSeed(seed, layer, 9), scale(c.dim));
+    for (int e = 0; e < c.n_experts; ++e) {
+      w.e_gate_up.push_back(
+          RandomMatrix(2 * h, c.dim, t, TensorSeed(seed, layer, 10 + 2 * e), scale(c.dim)));
+      w.e_down.push_back(
+          RandomMatrix(c.dim, h, t, TensorSeed(seed, layer, 11 + 2 * e), scale(h)));
+    }
+    w.experts_used = c.n_experts_used;
   }
   if (c.post_norms) {
     w.has_post_norms = true;

@@ -43,6 +43,12 @@ struct DeviceLayerWeights {
   // without post-norms.
   DeviceBuffer post_attn_norm, post_ffw_norm;
   bool has_post_norms = false;
+  // Mixture of experts (config.IsMoe(); w_gate_up and w_down stay empty):
+  // the router [E, dim] and each expert's [2 h, dim] gate/up and [dim, h]
+  // down; a token reads experts_used of them.
+  OwnedMatrix router;
+  std::vector<OwnedMatrix> e_gate_up, e_down;
+  int experts_used = 0;
 
   // Bytes of the matrices (what one decode step reads from this layer).
   int64_t matrix_bytes() const;

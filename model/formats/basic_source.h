@@ -28,6 +28,9 @@ class BasicModelSource : public ModelSource {
  protected:
   // Adds a tensor under t.name; throws on a duplicate canonical name.
   void AddTensor(TensorInfo t);
+  // Shows fused and stacked tensors (Phi-3, MoE) under per-matrix canonical
+  // names (arch_tensors.h); call once config_ is read.
+  void CanonicalizeTensors();
   // Keeps a memory map alive as long as the source.
   void KeepMap(std::shared_ptr<MappedFile> map) { maps_.push_back(std::move(map)); }
 

@@ -32,6 +32,15 @@ constexpr NamePair kLayer[] = {
     {"ffn_gate", "mlp.gate_proj"},
     {"ffn_up", "mlp.up_proj"},
     {"ffn_down", "mlp.down_proj"},
+    // Phi-3's fused projections (its fused gate/up is "ffn_up": the reader
+    // renames by arch, the writer finds it here).
+    {"attn_qkv", "self_attn.qkv_proj"},
+    {"ffn_up", "mlp.gate_up_proj"},
+    // Mixture of experts: the router and the [E, rows, cols] expert stacks.
+    {"ffn_gate_inp", "mlp.gate"},
+    {"ffn_gate_exps", "mlp.experts.gate_proj"},
+    {"ffn_up_exps", "mlp.experts.up_proj"},
+    {"ffn_down_exps", "mlp.experts.down_proj"},
 };
 
 // Gemma's layer norms (gguf_names.h), tried before kLayer for those archs;
@@ -41,6 +50,30 @@ constexpr NamePair kGemmaLayer[] = {
     {"ffn_norm", "pre_feedforward_layernorm"},
     {"post_ffw_norm", "post_feedforward_layernorm"},
 };
+
+// Older Mixtral GGUF files: one matrix per expert, "blk.N.ffn_gate.E" <->
+// "model.layers.N.mlp.experts.E.gate_proj".
+constexpr NamePair kExpert[] = {
+    {"ffn_gate.", "gate_proj"},
+    {"ffn_up.", "up_proj"},
+    {"ffn_down.", "down_proj"},
+};
+
+std::optional<std::string> MapExpert(std::string_view index, std::string_view rest,
+                                     std::string_view suffix, bool to_hf) {
+  if (!to_hf) return std::nullopt;  // writers emit the stacked form
+  for (const NamePair& p : kExpert) {
+    if (rest.substr(0, p.gguf.size()) != p.gguf) continue;
+    std::string_view e = rest.substr(p.gguf.size());
+    if (e.empty() || e.size() > 4) return std::nullopt;
+    for (char ch : e) {
+      if (!std::isdigit(static_cast<unsigned char>(ch))) return std::nullopt;
+    }
+    return "model.layers." + std::string(index) + ".mlp.experts." + std::string(e) + "." +
+           std::string(p.hf) + std::string(suffix);
+  }
+  return std::nullopt;
+}
 
 // Splits "<stem>.weight" / "<stem>.bias" into stem and suffix.
 bool SplitSuffix(std::string_view name, std::string_view* stem,
@@ -96,7 +129,7 @@ std::optional<std::string> Map(const std::string& name, bool to_hf, bool gemma =
       return mapped(p);
     }
   }
-  return std::nullopt;
+  return MapExpert(index, rest, suffix, to_hf);
 }
 
 bool IsGemma(const std::string& arch) { return arch == "gemma2" || arch == "gemma3"; }

@@ -71,11 +71,12 @@ class GgufSource : public BasicModelSource {
     // left in Hugging Face order.
     if (arch == "llama" || arch == "mistral") {
       c.rope_style = RopeStyle::kInterleaved;
-    } else if (arch == "qwen2" || arch == "qwen3" || IsGemmaArch(arch)) {
+    } else if (arch == "qwen2" || arch == "qwen3" || IsGemmaArch(arch) || arch == "phi3" ||
+               arch == "qwen3moe" || arch == "olmoe") {
       c.rope_style = RopeStyle::kHalf;
     } else {
       Fail("unsupported architecture '" + arch +
-           "' (supported: llama, mistral, qwen2, qwen3, gemma2, gemma3)");
+           "' (supported: llama, mistral, qwen2, qwen3, gemma2, gemma3, phi3, qwen3moe, olmoe)");
     }
     const std::string k = arch + ".";
     c.dim = static_cast<int>(IntKey(k + "embedding_length", std::nullopt));
@@ -88,10 +89,13 @@ class GgufSource : public BasicModelSource {
     if (IntKey(k + "attention.value_length", c.head_dim) != c.head_dim) {
       Fail("attention.value_length differs from key_length (unsupported)");
     }
-    if (IntKey(k + "rope.dimension_count", c.head_dim) != c.head_dim) {
-      Fail("rope.dimension_count differs from the head size: partial rotary "
-           "embeddings are not supported");
+    // Partial rotary (Phi-4-mini): only the leading dims of each head rotate.
+    const int64_t rope_dims = IntKey(k + "rope.dimension_count", c.head_dim);
+    if (rope_dims <= 0 || rope_dims > c.head_dim || rope_dims % 2 != 0) {
+      Fail("rope.dimension_count (" + std::to_string(rope_dims) +
+           ") must be even and at most the head size");
     }
+    if (rope_dims != c.head_dim) c.rope_dim = static_cast<int>(rope_dims);
     c.max_seq_len = static_cast<int>(IntKey(k + "context_length", 2048));
     c.norm_eps = static_cast<float>(
         FloatKey(k + "attention.layer_norm_rms_epsilon", 1e-5));
@@ -118,6 +122,56 @@ class GgufSource : public BasicModelSource {
     c.qkv_bias = Find("model.layers.0.self_attn.q_proj.bias") != nullptr;
     c.qk_norm = Find("model.layers.0.self_attn.q_norm.weight") != nullptr;
     if (IsGemmaArch(arch)) ReadGemmaGgufConfig(*file_, path(), c);
+    ReadPhi3AndMoe();
+    CanonicalizeTensors();
+  }
+
+  // LongRoPE factors (Phi-3), the sliding window Phi-3 mini declares, and
+  // the expert counts of MoE files (qwen3moe, olmoe, Mixtral as "llama").
+  void ReadPhi3AndMoe() {
+    ModelConfig& c = config_;
+    const std::string k = c.arch + ".";
+    const TensorInfo* lf = Find("rope_factors_long.weight");
+    const TensorInfo* sf = Find("rope_factors_short.weight");
+    if (lf || sf) {
+      if (!lf || !sf) Fail("rope_factors_long.weight and rope_factors_short.weight come in pairs");
+      LongRopeScaling s;
+      s.long_factors = F32Vector(*lf);
+      s.short_factors = F32Vector(*sf);
+      s.original_max_position = static_cast<int>(
+          IntKey(k + "rope.scaling.original_context_length", c.max_seq_len));
+      s.attention_factor = static_cast<float>(FloatKey(k + "rope.scaling.attn_factor", 1.0));
+      c.longrope = std::move(s);
+    }
+    if (c.arch == "phi3") {
+      // A window shorter than the context is full attention up to it (as
+      // for Mistral in hf_model.cc); 0 means none (Phi-4).
+      const int64_t window = IntKey(k + "attention.sliding_window", 0);
+      if (window > 0 && window < c.max_seq_len) c.max_seq_len = static_cast<int>(window);
+    }
+    c.n_experts = static_cast<int>(IntKey(k + "expert_count", 0));
+    if (c.n_experts > 0) {
+      c.n_experts_used = static_cast<int>(IntKey(k + "expert_used_count", std::nullopt));
+      c.expert_hidden_dim =
+          static_cast<int>(IntKey(k + "expert_feed_forward_length", c.hidden_dim));
+      // llama.cpp: Mixtral and qwen3moe renormalise the top-k weights,
+      // olmoe does not.
+      c.moe_routing = c.arch == "olmoe" ? MoeRouting::kSoftmaxTopK
+                                        : MoeRouting::kSoftmaxTopKRenorm;
+      if (IntKey(k + "expert_shared_count", 0) != 0) {
+        Fail("shared experts are not supported");
+      }
+    }
+    c.qk_norm_full = c.arch == "olmoe";
+  }
+
+  std::vector<float> F32Vector(const TensorInfo& t) const {
+    if (t.dtype != DType::kF32 || t.shape.size() != 1) {
+      Fail("tensor '" + t.file_name + "' must be a 1-D F32 tensor");
+    }
+    std::vector<float> v(t.shape[0]);
+    std::memcpy(v.data(), t.data, v.size() * sizeof(float));
+    return v;
   }
 
   // Llama 3.1 scaling arrives as per-frequency divisors; recover the

@@ -1,6 +1,7 @@
 // A Hugging Face model directory as a ModelSource: config.json plus
 // model.safetensors, or shards listed by model.safetensors.index.json.
 // Tensor names are already canonical; q/k are in rotate_half (kHalf) layout.
+#include <cmath>
 #include <deque>
 #include <filesystem>
 #include <fstream>
@@ -83,9 +84,11 @@ class HfSource : public BasicModelSource {
     if (mt == j.end() || !mt->is_string()) Fail(config_path_, "missing \"model_type\"");
     const std::string type = mt->get<std::string>();
     if (type != "llama" && type != "mistral" && type != "qwen2" && type != "qwen3" &&
-        !IsGemmaType(type)) {
+        !IsGemmaType(type) && type != "phi3" && type != "qwen3_moe" && type != "mixtral" &&
+        type != "olmoe") {
       Fail(config_path_, "unsupported model_type '" + type +
-                             "' (supported: llama, mistral, qwen2, qwen3, gemma2, gemma3_text)");
+                             "' (supported: llama, mistral, qwen2, qwen3, gemma2, gemma3_text, "
+                             "phi3, qwen3_moe, mixtral, olmoe)");
     }
     ModelConfig& c = config_;
     c.arch = type == "gemma3_text" ? "gemma3" : type;
@@ -136,6 +139,8 @@ class HfSource : public BasicModelSource {
         s.original_max_position = static_cast<int>(
             Int(*rs, "original_max_position_embeddings", s.original_max_position));
         c.llama3_scaling = s;
+      } else if (rtype == "longrope" || rtype == "su") {
+        ReadLongRope(j, *rs);
       } else if (rtype != "default" && !rtype.empty() && !(gemma_ && rtype == "linear")) {
         Fail(config_path_, "unsupported rope_scaling type '" + rtype + "'");
       }
@@ -154,6 +159,89 @@ class HfSource : public BasicModelSource {
       c.llama3_scaling.reset();
       ReadGemmaHfConfig(j, config_path_, c);
     }
+    ReadPhi3AndMoe(j, type, new_style ? &*rp : nullptr);
+    CanonicalizeTensors();
+  }
+
+  // Phi-3's partial rotary and sliding window; the experts of qwen3_moe,
+  // mixtral and olmoe.
+  void ReadPhi3AndMoe(const json& j, const std::string& type, const json* rope_params) {
+    ModelConfig& c = config_;
+    if (type == "qwen3_moe") c.arch = "qwen3moe";  // llama.cpp's name for it
+    const double rotary = rope_params ? Float(*rope_params, "partial_rotary_factor",
+                                              Float(j, "partial_rotary_factor", 1.0))
+                                      : Float(j, "partial_rotary_factor", 1.0);
+    if (!(rotary > 0.0 && rotary <= 1.0)) {
+      Fail(config_path_, "\"partial_rotary_factor\" must be in (0, 1]");
+    }
+    // transformers: int(head_dim * partial_rotary_factor).
+    const int rot = static_cast<int>(c.head_dim * rotary);
+    if (rot != c.head_dim) c.rope_dim = rot;
+    if (type == "phi3") {
+      const int64_t window = Int(j, "sliding_window", 0);
+      if (window > 0 && window < c.max_seq_len) c.max_seq_len = static_cast<int>(window);
+    }
+    if (type == "qwen3_moe" || type == "olmoe" || type == "mixtral") {
+      const bool mixtral = type == "mixtral";
+      // transformers 5 writes num_local_experts for every MoE class; the
+      // hub's Qwen3-MoE and OLMoE configs say num_experts.
+      const bool local = mixtral || (!j.contains("num_experts") && j.contains("num_local_experts"));
+      c.n_experts =
+          static_cast<int>(Int(j, local ? "num_local_experts" : "num_experts", std::nullopt));
+      c.n_experts_used = static_cast<int>(Int(j, "num_experts_per_tok", std::nullopt));
+      c.expert_hidden_dim = static_cast<int>(
+          type == "qwen3_moe" ? Int(j, "moe_intermediate_size", std::nullopt) : c.hidden_dim);
+      const bool renorm = mixtral || Bool(j, "norm_topk_prob", false);
+      c.moe_routing = renorm ? MoeRouting::kSoftmaxTopKRenorm : MoeRouting::kSoftmaxTopK;
+      if (type == "qwen3_moe") {
+        // Dense layers between sparse ones are not supported.
+        auto mlp_only = j.find("mlp_only_layers");
+        if (Int(j, "decoder_sparse_step", 1) != 1 ||
+            (mlp_only != j.end() && mlp_only->is_array() && !mlp_only->empty())) {
+          Fail(config_path_, "qwen3_moe with dense layers (decoder_sparse_step != 1 or "
+                             "mlp_only_layers) is not supported");
+        }
+      }
+      if (type == "olmoe") {
+        auto clip = j.find("clip_qkv");
+        if (clip != j.end() && !clip->is_null()) {
+          Fail(config_path_, "olmoe clip_qkv is not supported");
+        }
+        c.qk_norm = true;
+        c.qk_norm_full = true;  // RMSNorm over the whole q (k) projection
+      }
+    }
+  }
+
+  // transformers' longrope: factor = max_position / original_max_position
+  // when the config names the original, and the default attention factor
+  // sqrt(1 + ln(factor) / ln(original)).
+  void ReadLongRope(const json& j, const json& rs) {
+    ModelConfig& c = config_;
+    LongRopeScaling s;
+    auto factors = [&](const char* key) {
+      auto it = rs.find(key);
+      if (it == rs.end() || !it->is_array()) {
+        Fail(config_path_, std::string("longrope needs a \"") + key + "\" array");
+      }
+      std::vector<float> v;
+      for (const auto& x : *it) {
+        if (!x.is_number()) Fail(config_path_, std::string("\"") + key + "\" must hold numbers");
+        v.push_back(x.get<float>());
+      }
+      return v;
+    };
+    s.short_factors = factors("short_factor");
+    s.long_factors = factors("long_factor");
+    const int64_t orig = Int(rs, "original_max_position_embeddings",
+                             Int(j, "original_max_position_embeddings", c.max_seq_len));
+    s.original_max_position = static_cast<int>(orig);
+    const double factor =
+        Float(rs, "factor", orig > 0 ? static_cast<double>(c.max_seq_len) / orig : 1.0);
+    const double fallback =
+        factor <= 1.0 ? 1.0 : std::sqrt(1.0 + std::log(factor) / std::log(double(orig)));
+    s.attention_factor = static_cast<float>(Float(rs, "attention_factor", fallback));
+    c.longrope = std::move(s);
   }
 
   static bool IsGemmaType(const std::string& type) {

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "model/formats/arch_tensors.h"
 #include "model/formats/basic_source.h"
 
 namespace specline {
@@ -42,6 +43,10 @@ void BasicModelSource::AddTensor(TensorInfo t) {
   }
 }
 
+void BasicModelSource::CanonicalizeTensors() {
+  CanonicalizeArchTensors(config_, path_, tensors_);
+}
+
 const TensorInfo& ModelSource::Require(const std::string& name,
                                        const std::vector<int64_t>& shape) const {
   const TensorInfo* t = Find(name);
@@ -56,6 +61,23 @@ const TensorInfo& ModelSource::Require(const std::string& name,
   }
   return *t;
 }
+
+namespace {
+
+// A MoE layer: the router [E, dim] and every expert's three matrices.
+void ValidateExperts(const ModelSource& src, int layer) {
+  const ModelConfig& c = src.config();
+  const int64_t dim = c.dim, h = c.expert_hidden_dim;
+  src.Require("model.layers." + std::to_string(layer) + ".mlp.gate.weight",
+              {c.n_experts, dim});
+  for (int e = 0; e < c.n_experts; ++e) {
+    src.Require(ExpertTensorName(layer, e, "gate_proj"), {h, dim});
+    src.Require(ExpertTensorName(layer, e, "up_proj"), {h, dim});
+    src.Require(ExpertTensorName(layer, e, "down_proj"), {dim, h});
+  }
+}
+
+}  // namespace
 
 void ValidateModelSource(const ModelSource& src) {
   const ModelConfig& c = src.config();
@@ -82,9 +104,13 @@ void ValidateModelSource(const ModelSource& src) {
     src.Require(p + "self_attn.k_proj.weight", {kv_rows, dim});
     src.Require(p + "self_attn.v_proj.weight", {kv_rows, dim});
     src.Require(p + "self_attn.o_proj.weight", {dim, q_rows});
-    src.Require(p + "mlp.gate_proj.weight", {hidden, dim});
-    src.Require(p + "mlp.up_proj.weight", {hidden, dim});
-    src.Require(p + "mlp.down_proj.weight", {dim, hidden});
+    if (c.IsMoe()) {
+      ValidateExperts(src, l);
+    } else {
+      src.Require(p + "mlp.gate_proj.weight", {hidden, dim});
+      src.Require(p + "mlp.up_proj.weight", {hidden, dim});
+      src.Require(p + "mlp.down_proj.weight", {dim, hidden});
+    }
     if (c.qkv_bias) {
       src.Require(p + "self_attn.q_proj.bias", {q_rows});
       src.Require(p + "self_attn.k_proj.bias", {kv_rows});
@@ -94,8 +120,8 @@ void ValidateModelSource(const ModelSource& src) {
       src.Require(o->name, {dim});
     }
     if (c.qk_norm) {
-      src.Require(p + "self_attn.q_norm.weight", {hd});
-      src.Require(p + "self_attn.k_norm.weight", {hd});
+      src.Require(p + "self_attn.q_norm.weight", {c.qk_norm_full ? q_rows : hd});
+      src.Require(p + "self_attn.k_norm.weight", {c.qk_norm_full ? kv_rows : hd});
     }
     if (c.post_norms) {  // Gemma: the MLP's input norm and its output norm
       src.Require(p + "pre_feedforward_layernorm.weight", {dim});

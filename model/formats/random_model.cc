@@ -17,7 +17,10 @@
 #include "model/formats/gemma_config.h"
 #include "model/formats/gguf_names.h"
 #include "model/formats/gguf_writer.h"
+#include "kernels/cpu/ops.h"
+#include "model/formats/arch_tensors.h"
 #include "model/formats/quantize.h"
+#include "model/formats/random_model_arch.h"
 #include "model/formats/rope_factors.h"
 #include "model/formats/rope_layout.h"
 #include "model/formats/safetensors.h"
@@ -86,7 +89,7 @@ double Shortest(float f) {
 }
 
 bool IsInterleavedArch(const std::string& arch) {
-  return arch == "llama" || arch == "mistral";
+  return arch == "llama" || arch == "mistral" || arch == "mixtral";  // GGUF "llama"
 }
 
 // Gemma's fixed traits (ApplyGemmaArch) on exactly the Gemma archs, and its
@@ -133,6 +136,7 @@ bool IsGemmaNorm(const RandomTensor& t, const ModelConfig& c) {
 void CheckConfig(const ModelConfig& c) {
   std::string err = c.Validate();
   if (!err.empty()) throw std::invalid_argument("invalid model config: " + err);
+  if (IsPhi3OrMoeArch(c.arch)) return CheckPhi3OrMoeConfig(c);
   if (c.arch != "llama" && c.arch != "mistral" && c.arch != "qwen2" && c.arch != "qwen3" &&
       !IsGemmaArch(c.arch)) {
     throw std::invalid_argument("unsupported arch " + c.arch);
@@ -177,7 +181,7 @@ std::vector<float> ToFileLayout(const RandomTensor& t, const ModelConfig& c) {
 void WriteLlama2c(const ModelConfig& c, const std::vector<RandomTensor>& tensors,
                   const std::string& path, DType dtype) {
   if (dtype != DType::kF32) throw std::invalid_argument("llama2.c checkpoints are fp32 only");
-  if (!IsInterleavedArch(c.arch) || c.head_dim * c.n_heads != c.dim ||
+  if (!IsInterleavedArch(c.arch) || c.IsMoe() || c.head_dim * c.n_heads != c.dim ||
       c.rope_theta != 10000.0f || c.norm_eps != 1e-5f || c.llama3_scaling) {
     throw std::invalid_argument(
         "llama2.c checkpoints hold only plain Llama models (head_dim * n_heads "
@@ -265,8 +269,8 @@ void CopyVocab(const std::string& vocab_path, int64_t vocab_size, GgufWriter& w)
 void WriteGguf(const ModelConfig& c, const std::vector<RandomTensor>& tensors,
                const std::string& path, DType dtype, const std::string& vocab_from) {
   GgufWriter w;
-  const std::string a = c.arch + ".";
-  w.SetString("general.architecture", c.arch);
+  const std::string a = GgufArchName(c) + ".";
+  w.SetString("general.architecture", GgufArchName(c));
   w.SetString("general.name", "specline-random");
   w.SetU32("general.file_type", GgufFileType(dtype));
   w.SetU32(a + "context_length", c.max_seq_len);
@@ -282,6 +286,7 @@ void WriteGguf(const ModelConfig& c, const std::vector<RandomTensor>& tensors,
   w.SetF32(a + "attention.layer_norm_rms_epsilon", c.norm_eps);
   w.SetU32(a + "vocab_size", c.vocab_size);
   WriteGemmaGgufConfig(c, w);
+  AddPhi3OrMoeGguf(c, w);
   if (!vocab_from.empty()) CopyVocab(vocab_from, c.vocab_size, w);
   const bool interleave = IsInterleavedArch(c.arch);
   const int64_t n = static_cast<int64_t>(tensors.size());
@@ -289,7 +294,10 @@ void WriteGguf(const ModelConfig& c, const std::vector<RandomTensor>& tensors,
   std::vector<DType> types(n);
   for (int64_t i = 0; i < n; ++i) {
     const RandomTensor& t = tensors[i];
-    types[i] = t.shape.size() == 2 ? dtype : DType::kF32;
+    // Matrices and expert stacks in `dtype`; vectors and the MoE router in
+    // F32 (llama.cpp's quantizer keeps ffn_gate_inp F32 too).
+    const bool router = t.name.size() > 16 && t.name.ends_with(".mlp.gate.weight");
+    types[i] = t.shape.size() >= 2 && !router ? dtype : DType::kF32;
     auto name = HfToGgufName(t.name, c.arch);
     if (!name) throw std::logic_error("no GGUF name for " + t.name);
     names[i] = *name;
@@ -384,7 +392,9 @@ void WriteHf(const ModelConfig& c, const std::vector<RandomTensor>& tensors,
   static const std::map<std::string, std::string> kClass = {
       {"llama", "LlamaForCausalLM"}, {"mistral", "MistralForCausalLM"},
       {"qwen2", "Qwen2ForCausalLM"}, {"qwen3", "Qwen3ForCausalLM"},
-      {"gemma2", "Gemma2ForCausalLM"}, {"gemma3", "Gemma3ForCausalLM"}};
+      {"gemma2", "Gemma2ForCausalLM"}, {"gemma3", "Gemma3ForCausalLM"},
+      {"phi3", "Phi3ForCausalLM"}, {"qwen3moe", "Qwen3MoeForCausalLM"},
+      {"mixtral", "MixtralForCausalLM"}, {"olmoe", "OlmoeForCausalLM"}};
   nlohmann::ordered_json j;
   j["architectures"] = {kClass.at(c.arch)};
   j["model_type"] = c.arch == "gemma3" ? "gemma3_text" : c.arch;
@@ -416,6 +426,7 @@ void WriteHf(const ModelConfig& c, const std::vector<RandomTensor>& tensors,
     j["rope_scaling"] = nullptr;
   }
   if (IsGemmaArch(c.arch)) AddGemmaHfConfig(c, j);
+  AddPhi3OrMoeHfConfig(c, j);
   j["torch_dtype"] = dtype == DType::kF32 ? "float32"
                      : dtype == DType::kF16 ? "float16" : "bfloat16";
   {
@@ -476,14 +487,25 @@ std::vector<RandomTensor> RandomModelTensors(const ModelConfig& c, uint64_t seed
       vec(p + "self_attn.v_proj.bias", kv_rows, 0.0f, 0.1f);
     }
     if (c.qk_norm) {
-      vec(p + "self_attn.q_norm.weight", hd, norm_center, 0.1f);
-      vec(p + "self_attn.k_norm.weight", hd, norm_center, 0.1f);
+      vec(p + "self_attn.q_norm.weight", c.qk_norm_full ? q_rows : hd, norm_center, 0.1f);
+      vec(p + "self_attn.k_norm.weight", c.qk_norm_full ? kv_rows : hd, norm_center, 0.1f);
     }
     matrix(p + "self_attn.o_proj.weight", dim, q_rows, 1.0f / std::sqrt(float(q_rows)));
     vec(p + "post_attention_layernorm.weight", dim, norm_center, 0.1f);
     if (c.post_norms) {
       vec(p + "pre_feedforward_layernorm.weight", dim, norm_center, 0.1f);
       vec(p + "post_feedforward_layernorm.weight", dim, norm_center, 0.1f);
+    }
+    if (c.IsMoe()) {
+      // Router logits of order one, so routing varies from token to token.
+      const int64_t eh = c.expert_hidden_dim;
+      matrix(p + "mlp.gate.weight", c.n_experts, dim, 1.0f / std::sqrt(float(dim)));
+      for (int e = 0; e < c.n_experts; ++e) {
+        matrix(ExpertTensorName(l, e, "gate_proj"), eh, dim, 1.0f / std::sqrt(float(dim)));
+        matrix(ExpertTensorName(l, e, "up_proj"), eh, dim, 1.0f / std::sqrt(float(dim)));
+        matrix(ExpertTensorName(l, e, "down_proj"), dim, eh, 1.0f / std::sqrt(float(eh)));
+      }
+      continue;
     }
     matrix(p + "mlp.gate_proj.weight", hidden, dim, 1.0f / std::sqrt(float(dim)));
     matrix(p + "mlp.up_proj.weight", hidden, dim, 1.0f / std::sqrt(float(dim)));
@@ -505,12 +527,28 @@ void WriteRandomModel(const ModelConfig& config, ModelFormat format,
   if (!vocab_from.empty() && format != ModelFormat::kGguf) {
     throw std::invalid_argument("a vocabulary can only be copied into a GGUF model");
   }
-  std::vector<RandomTensor> tensors = RandomModelTensors(config, seed);
+  std::vector<RandomTensor> tensors =
+      PackForFile(config, RandomModelTensors(config, seed), format);
   switch (format) {
     case ModelFormat::kLlama2c: WriteLlama2c(config, tensors, path, weight_dtype); break;
     case ModelFormat::kGguf: WriteGguf(config, tensors, path, weight_dtype, vocab_from); break;
     case ModelFormat::kHuggingFace: WriteHf(config, tensors, path, weight_dtype); break;
   }
+}
+
+void WriteModelAsGguf(const ModelSource& src, const std::string& path, DType weight_dtype) {
+  std::vector<RandomTensor> tensors;
+  for (const TensorInfo* t : src.Tensors()) {
+    RandomTensor r{t->name, t->shape, std::vector<float>(t->numel())};
+    kernels::DequantizeRow(t->dtype, t->data, t->numel(), r.values.data());
+    tensors.push_back(std::move(r));
+  }
+  // lm_head of a tied model is the embedding: GGUF leaves "output" out.
+  if (src.config().tied_embeddings) {
+    std::erase_if(tensors, [](const RandomTensor& t) { return t.name == "lm_head.weight"; });
+  }
+  WriteGguf(src.config(), PackForFile(src.config(), std::move(tensors), ModelFormat::kGguf), path,
+            weight_dtype, "");
 }
 
 }  // namespace specline

@@ -58,4 +58,12 @@ void WriteRandomModel(const ModelConfig& config, ModelFormat format,
                       DType weight_dtype = DType::kF32,
                       const std::string& vocab_from = "");
 
+// Writes any model (e.g. a Hugging Face directory) as GGUF: its canonical
+// tensors decoded to fp32 and stored as WriteRandomModel's kGguf writer
+// would (fused, stacked and q/k-reordered as the arch's GGUF files are),
+// matrices in `weight_dtype`. For tests that check the GGUF path against
+// goldens made from the Hugging Face files.
+void WriteModelAsGguf(const ModelSource& src, const std::string& path,
+                      DType weight_dtype = DType::kF32);
+
 }  // namespace specline

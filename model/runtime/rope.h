@@ -18,8 +18,11 @@ class Rope {
   Rope(const ModelConfig& config, bool local);
 
   int head_dim() const { return head_dim_; }
+  // Rotated leading dims of each head (head_dim unless partial rotary).
+  int rot_dim() const { return rot_dim_; }
 
-  // cos/sin for one position: head_dim/2 values each.
+  // cos/sin for one position: rot_dim()/2 values each (at most head_dim/2),
+  // scaled by the LongRoPE attention factor when there is one.
   void Angles(int32_t pos, float* cos_out, float* sin_out) const;
 
   // Rotates n_heads consecutive heads of x in place using precomputed
@@ -29,7 +32,11 @@ class Rope {
  private:
   int head_dim_;
   RopeStyle style_;
-  std::vector<double> inv_freq_;  // head_dim/2
+  std::vector<double> inv_freq_;  // rot_dim/2
+  // Appended for Phi-3: partial rotary and LongRoPE.
+  void ApplyLongRope(const ModelConfig& config);
+  int rot_dim_;
+  double scale_ = 1.0;
 };
 
 }  // namespace specline

@@ -53,6 +53,10 @@ StageSlice::StageSlice(const ModelSource& src, int begin, int end, const SliceOp
     embedding_ = MatrixOf(
         src.Require("model.embed_tokens.weight", {config_.vocab_size, config_.dim}));
   }
+  if (config_.IsMoe() && !adapters_.empty()) {
+    // Adapters hook the dense projections (slice_adapter.h); a MoE MLP has none.
+    throw std::invalid_argument("adapters are not supported on mixture-of-experts models");
+  }
   layers_.reserve(end - begin);
   for (int l = begin; l < end; ++l) {
     layers_.push_back(LayerWeights::Load(src, l));
@@ -171,8 +175,9 @@ void StageSlice::RunLayer(int local, std::span<const SlotRef> slots, float* x) {
   AddBias(q_.data(), n, w.bq);
   AddBias(k_.data(), n, w.bk);
   AddBias(v_.data(), n, w.bv);
-  HeadNorm(q_.data(), n * c.n_heads, w.q_norm, c.norm_eps);
-  HeadNorm(k_.data(), n * c.n_kv_heads, w.k_norm, c.norm_eps);
+  // OLMoE's norms span the whole projection: one "head" per row.
+  HeadNorm(q_.data(), c.qk_norm_full ? n : n * c.n_heads, w.q_norm, c.norm_eps);
+  HeadNorm(k_.data(), c.qk_norm_full ? n : n * c.n_kv_heads, w.k_norm, c.norm_eps);
   const bool local_rope = c.IsSlidingLayer(begin_ + local);
   const Rope& rope = local_rope ? rope_local_ : rope_;
   const float* cos_all = local_rope ? cos_local_.data() : cos_.data();
@@ -199,6 +204,12 @@ void StageSlice::RunLayer(int local, std::span<const SlotRef> slots, float* x) {
   ForEachRow(n, [&](int64_t i) {
     kernels::RmsNorm(x + i * dim, w.ffn_norm.data(), c.norm_eps, dim, xb_.data() + i * dim);
   });
+  if (c.IsMoe()) {
+    moe_out_.resize(n * dim);
+    moe_.Forward(c, w, xb_.data(), n, moe_out_.data(), *pool_);
+    kernels::AddInPlace(x, moe_out_.data(), n * dim);
+    return;
+  }
   kernels::MatMul(w.w_gate, xb_.data(), n, hb_.data(), *pool_);
   kernels::MatMul(w.w_up, xb_.data(), n, hb2_.data(), *pool_);
   Adapt(local, Projection::kGate, xb_.data(), dim, hb_.data(), c.hidden_dim);

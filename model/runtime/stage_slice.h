@@ -18,6 +18,7 @@
 #include "kernels/cpu/thread_pool.h"
 #include "model/formats/model_source.h"
 #include "model/runtime/kv_cache.h"
+#include "model/runtime/moe_mlp.h"
 #include "model/runtime/rope.h"
 #include "model/runtime/slice_backend.h"
 #include "model/runtime/weights.h"
@@ -79,6 +80,8 @@ class StageSlice : public SliceBackend {
   Rope rope_local_;
   bool has_local_rope_ = false;  // some layer of this slice slides
   std::vector<float> cos_local_, sin_local_;
+  MoeMlp moe_;  // MoE models' MLP and its scratch
+  std::vector<float> moe_out_;
 };
 
 }  // namespace specline

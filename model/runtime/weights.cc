@@ -1,5 +1,7 @@
 #include "model/runtime/weights.h"
 
+#include "model/formats/arch_tensors.h"
+
 namespace specline {
 
 kernels::WeightMatrix MatrixOf(const TensorInfo& t) {
@@ -24,6 +26,17 @@ std::vector<float> VectorOf(const TensorInfo& t) {
 
 std::string LayerTensorName(int layer, const std::string& suffix) {
   return "model.layers." + std::to_string(layer) + "." + suffix;
+}
+
+void LayerWeights::LoadExperts(const ModelSource& src, int layer, LayerWeights& w) {
+  const ModelConfig& c = src.config();
+  const int64_t h = c.expert_hidden_dim;
+  w.router = MatrixOf(src.Require(LayerTensorName(layer, "mlp.gate.weight"), {c.n_experts, c.dim}));
+  for (int e = 0; e < c.n_experts; ++e) {
+    w.e_gate.push_back(MatrixOf(src.Require(ExpertTensorName(layer, e, "gate_proj"), {h, c.dim})));
+    w.e_up.push_back(MatrixOf(src.Require(ExpertTensorName(layer, e, "up_proj"), {h, c.dim})));
+    w.e_down.push_back(MatrixOf(src.Require(ExpertTensorName(layer, e, "down_proj"), {c.dim, h})));
+  }
 }
 
 LayerWeights LayerWeights::Load(const ModelSource& src, int layer) {
@@ -57,8 +70,12 @@ LayerWeights LayerWeights::Load(const ModelSource& src, int layer) {
     w.bv = vector("self_attn.v_proj.bias", kv_dim);
   }
   if (c.qk_norm) {
-    w.q_norm = vector("self_attn.q_norm.weight", c.head_dim);
-    w.k_norm = vector("self_attn.k_norm.weight", c.head_dim);
+    w.q_norm = vector("self_attn.q_norm.weight", c.qk_norm_full ? q_dim : c.head_dim);
+    w.k_norm = vector("self_attn.k_norm.weight", c.qk_norm_full ? kv_dim : c.head_dim);
+  }
+  if (c.IsMoe()) {
+    LoadExperts(src, layer, w);
+    return w;
   }
   w.w_gate = matrix("mlp.gate_proj.weight", c.hidden_dim, c.dim);
   w.w_up = matrix("mlp.up_proj.weight", c.hidden_dim, c.dim);

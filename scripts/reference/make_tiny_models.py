@@ -39,6 +39,8 @@ from ref_io import save_pretrained_clean  # noqa: E402
 from transformers import (Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig,
                           LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
                           Qwen3ForCausalLM)
+from transformers import (MixtralConfig, MixtralForCausalLM, OlmoeConfig, OlmoeForCausalLM, Phi3Config,
+                          Phi3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM)
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
@@ -131,6 +133,61 @@ MODELS = {
                  layer_types=["sliding_attention", "sliding_attention", "full_attention",
                               "sliding_attention"]),
     ),
+    # Phi-3: fused qkv_proj and gate_up_proj. LongRoPE in its short regime
+    # (max_position_embeddings == original_max_position_embeddings: short
+    # factors, attention factor 1), as Phi-3-mini-128k below 4k tokens.
+    "phi3_fused": dict(
+        cls=(Phi3Config, Phi3ForCausalLM),
+        seed=1006,
+        cfg=dict(COMMON, vocab_size=256, num_hidden_layers=2, rms_norm_eps=1e-5, rope_theta=10000.0,
+                 tie_word_embeddings=False, pad_token_id=None, original_max_position_embeddings=256,
+                 rope_scaling={"rope_type": "longrope",
+                               "short_factor": [1.0 + 0.1 * i for i in range(8)],
+                               "long_factor": [1.0 + 0.5 * i for i in range(8)]}),
+    ),
+    # Phi-4-mini-like: partial rotary 0.75 (12 of 16 dims), tied embeddings,
+    # LongRoPE in its long regime: original 4 < every sequence the goldens run
+    # (transformers picks the set per call, by sequence length; specline by
+    # context, so both use the long factors here), attention factor
+    # sqrt(1 + ln(256/4)/ln 4) = 2.
+    "phi4_partial_longrope": dict(
+        cls=(Phi3Config, Phi3ForCausalLM),
+        seed=1007,
+        cfg=dict(COMMON, vocab_size=256, num_hidden_layers=2, rms_norm_eps=1e-5, rope_theta=10000.0,
+                 tie_word_embeddings=True, pad_token_id=None, partial_rotary_factor=0.75,
+                 original_max_position_embeddings=4,
+                 rope_scaling={"rope_type": "longrope",
+                               "short_factor": [1.0 + 0.05 * i for i in range(6)],
+                               "long_factor": [1.0 + 2.0 * i for i in range(6)]}),
+    ),
+    # Qwen3-MoE: 8 experts of 32, top 2, renormalised (norm_topk_prob), q/k
+    # norm per head, head_dim 32.
+    "qwen3moe_tiny": dict(
+        cls=(Qwen3MoeConfig, Qwen3MoeForCausalLM),
+        seed=1008,
+        cfg=dict(COMMON, vocab_size=256, num_hidden_layers=2, rms_norm_eps=1e-6, head_dim=32,
+                 rope_theta=1000000.0, tie_word_embeddings=False, attention_bias=False,
+                 use_sliding_window=False, num_experts=8, num_experts_per_tok=2,
+                 moe_intermediate_size=32, norm_topk_prob=True, decoder_sparse_step=1,
+                 mlp_only_layers=[]),
+    ),
+    # Mixtral: 4 experts of 48, top 2 (softmax over the top-k logits).
+    "mixtral_tiny": dict(
+        cls=(MixtralConfig, MixtralForCausalLM),
+        seed=1009,
+        cfg=dict(COMMON, vocab_size=256, num_hidden_layers=2, rms_norm_eps=1e-5, rope_theta=1000000.0,
+                 tie_word_embeddings=False, intermediate_size=48, num_local_experts=4,
+                 num_experts_per_tok=2, sliding_window=None),
+    ),
+    # OLMoE: 8 experts of 48, top 2, no renormalisation, q/k RMSNorm over the
+    # whole projection.
+    "olmoe_tiny": dict(
+        cls=(OlmoeConfig, OlmoeForCausalLM),
+        seed=1010,
+        cfg=dict(COMMON, vocab_size=256, num_hidden_layers=2, rms_norm_eps=1e-5, rope_theta=10000.0,
+                 tie_word_embeddings=False, intermediate_size=48, num_experts=8,
+                 num_experts_per_tok=2, norm_topk_prob=False, clip_qkv=None, pad_token_id=1),
+    ),
 }
 
 
@@ -151,7 +208,9 @@ def init_params(model, seed):
                 v = 0.12 * rng.standard_normal(shape)
             elif name.endswith(".bias"):
                 v = 0.1 * rng.standard_normal(shape)
-            elif name.endswith(".weight"):
+            elif name.endswith(".weight") or name.endswith("_proj"):
+                # "_proj": transformers 5's stacked expert parameters
+                # (mlp.experts.gate_up_proj [E, 2h, dim], down_proj).
                 v = 0.08 * rng.standard_normal(shape)
             else:
                 raise RuntimeError(f"unexpected parameter {name}")
