@@ -128,6 +128,19 @@ Queries MakeQueries(const Shape& s, int n, int pad, std::mt19937& rng) {
   return r;
 }
 
+// Gemma's sliding window and score soft cap, for the calls and the
+// reference alike; the Gemma tests set them for their scope (WithGemma) so
+// the helpers below keep their signatures.
+struct GemmaAttention {
+  int window = 0;
+  float softcap = 0.0f;
+};
+GemmaAttention g_gemma;
+struct WithGemma {
+  explicit WithGemma(GemmaAttention g) { g_gemma = g; }
+  ~WithGemma() { g_gemma = GemmaAttention{}; }
+};
+
 // out[h * head_dim + d] of row i, in double.
 std::vector<float> ReferenceRow(const Shape& s, const Cache& c, const Queries& q, int i, int seq,
                                 int len, float scale) {
@@ -139,17 +152,19 @@ std::vector<float> ReferenceRow(const Shape& s, const Cache& c, const Queries& q
     const int kvh = h / group;
     const float* qv = q.q.data() + static_cast<size_t>(i) * q.stride + static_cast<size_t>(h) * D;
     double mx = -std::numeric_limits<double>::infinity();
-    for (int p = 0; p < len; ++p) {
+    const int lo = g_gemma.window > 0 ? std::max(0, len - g_gemma.window) : 0;
+    for (int p = lo; p < len; ++p) {
       const float* kv = c.k.data() + c.Row(s, seq, p) + static_cast<size_t>(kvh) * D;
       double dot = 0;
       for (int d = 0; d < D; ++d) dot += double{qv[d]} * double{kv[d]};
       w[p] = dot * scale;
+      if (g_gemma.softcap > 0) w[p] = g_gemma.softcap * std::tanh(w[p] / g_gemma.softcap);
       mx = std::max(mx, w[p]);
     }
     double sum = 0;
-    for (int p = 0; p < len; ++p) sum += (w[p] = std::exp(w[p] - mx));
+    for (int p = lo; p < len; ++p) sum += (w[p] = std::exp(w[p] - mx));
     std::vector<double> acc(D, 0.0);
-    for (int p = 0; p < len; ++p) {
+    for (int p = lo; p < len; ++p) {
       const float* vv = c.v.data() + c.Row(s, seq, p) + static_cast<size_t>(kvh) * D;
       for (int d = 0; d < D; ++d) acc[d] += w[p] * double{vv[d]};
     }
@@ -185,6 +200,8 @@ cuda::PagedAttentionParams Params(const Shape& s, const Queries& q, const Cache&
   p.block_size = s.block_size;
   p.scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
   p.max_len = max_len;
+  p.window = g_gemma.window;
+  p.softcap = g_gemma.softcap;
   return p;
 }
 
@@ -285,6 +302,19 @@ INSTANTIATE_TEST_SUITE_P(Shapes, DecodeTest, ::testing::ValuesIn(kShapes),
                          [](const ::testing::TestParamInfo<Shape>& info) {
                            return Name(info.param);
                          });
+
+// Gemma: sliding windows (inside one split, across splits, longer than the
+// row) and a score soft cap, on the split-K decode (splits wholly before the
+// window are skipped, and the combine skips them too).
+TEST_P(DecodeTest, SlidingWindowAndSoftcapMatchReference) {
+  SPECLINE_SKIP_WITHOUT_GPU();
+  const Shape s = GetParam();
+  for (const GemmaAttention g : {GemmaAttention{17, 0.0f}, GemmaAttention{512, 5.0f},
+                                 GemmaAttention{5000, 2.0f}}) {
+    const WithGemma scope(g);
+    RunDecode(s, {1, 5, 300, 1025, 4096}, 4096, nullptr, 0, 3);
+  }
+}
 
 TEST(CudaAttention, DecodeSingleSplitNeedsNoWorkspace) {
   SPECLINE_SKIP_WITHOUT_GPU();
@@ -423,6 +453,18 @@ TEST_P(PrefillTest, MatchesReference) {
   };
   RunPrefill(s, seq_lens, tiles, 0, 11);
   RunPrefill(s, seq_lens, {{1, 130, 50}, {1, 300, 64}}, 2, 12);  // q rows not 16-byte aligned
+}
+
+// Gemma on the prefill kernels (wmma for head_dim 64 / 128, generic else).
+TEST_P(PrefillTest, SlidingWindowAndSoftcapMatchReference) {
+  SPECLINE_SKIP_WITHOUT_GPU();
+  const Shape s = GetParam();
+  const std::vector<int> seq_lens = {100, 600, 70};
+  const std::vector<TileSpec> tiles = {{0, 0, 64}, {1, 500, 64}, {0, 64, 36}, {2, 40, 17}};
+  for (const GemmaAttention g : {GemmaAttention{24, 0.0f}, GemmaAttention{100, 4.0f}}) {
+    const WithGemma scope(g);
+    RunPrefill(s, seq_lens, tiles, 0, 13);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, PrefillTest, ::testing::ValuesIn(kShapes),

@@ -209,13 +209,45 @@ struct Exact {
   std::map<int64_t, double> t1, joint12, t3, joint123;
 };
 
-const Exact& ExactDistribution(bool cached_prefix = false) {
-  static std::map<bool, Exact> cache;
+// A random Gemma 3 of the test model's vocabulary: window 4 (the 6-token
+// prompt and its 3 outputs cross it), 2 local : 1 global layers, q/k norms,
+// post-norms, GeGLU, scaled tied embeddings, a final soft cap.
+const std::string& GemmaSamplingModel() {
+  static const std::string path = [] {
+    ModelConfig c = LlamaShape(48, 96, 3, 4, 2, SchedulerTestConfig().vocab_size, 160);
+    c.arch = "gemma3";
+    c.head_dim = 16;
+    ApplyGemmaArch(c);
+    c.tied_embeddings = true;
+    c.norm_eps = 1e-6f;
+    c.sliding_window = 4;
+    c.swa_pattern = 3;
+    c.rope_theta = 1e6f;
+    c.rope_theta_local = 1e4f;
+    // A final soft cap of 2 keeps the logits within [-2, 2]: without it this
+    // random Gemma's distribution is so peaked that drafts are almost never
+    // rejected and the residual path goes untested.
+    c.final_softcap = 2.0f;
+    const std::string p = TempDir() + "/sampling_gemma3.gguf";
+    WriteRandomModel(c, ModelFormat::kGguf, p, /*seed=*/13, DType::kF32);
+    return p;
+  }();
+  return path;
+}
+
+// `model`: "" for the scheduler test model, "gemma3" for GemmaSamplingModel.
+std::string SamplingModelPath(const std::string& model) {
+  return model == "gemma3" ? GemmaSamplingModel() : SchedulerTestModel();
+}
+
+const Exact& ExactDistribution(bool cached_prefix = false, const std::string& model_name = "") {
+  static std::map<std::pair<bool, std::string>, Exact> cache;
   static std::mutex mu;
   std::lock_guard<std::mutex> lock(mu);
-  if (auto it = cache.find(cached_prefix); it != cache.end()) return it->second;
+  const auto key = std::make_pair(cached_prefix, model_name);
+  if (auto it = cache.find(key); it != cache.end()) return it->second;
   const Exact exact = [&] {
-    auto model = OpenModel(SchedulerTestModel());
+    auto model = OpenModel(SamplingModelPath(model_name));
     LocalPipeline local(*model, {0, model->config().n_layers}, SliceOptions{16, 4096}, 1);
     const int dim = model->config().dim;
     uint64_t seq = 1;
@@ -255,7 +287,7 @@ const Exact& ExactDistribution(bool cached_prefix = false) {
     }
     return e;
   }();
-  return cache.emplace(cached_prefix, exact).first->second;
+  return cache.emplace(key, exact).first->second;
 }
 
 TEST(ExactDistribution, IsAProperNonDegenerateDistribution) {
@@ -333,6 +365,7 @@ struct ModeCase {
   std::string spd;
   int n_requests;
   bool cached_prefix = false;  // the prompt starts with blocks the prefix cache holds
+  std::string model = "";      // "" (the scheduler test model) or "gemma3"
 };
 
 // gtest prints the case in ctest's log.
@@ -405,7 +438,7 @@ TEST_P(SampledOutput, MatchesTheExactDistribution) {
   ModeCase c = GetParam();
   // For investigating a suspicion at higher power: SPECLINE_SAMPLING_REQUESTS=N.
   if (const char* env = std::getenv("SPECLINE_SAMPLING_REQUESTS")) c.n_requests = std::atoi(env);
-  const Exact& exact = ExactDistribution(c.cached_prefix);
+  const Exact& exact = ExactDistribution(c.cached_prefix, c.model);
   scheduler::EngineOptions o;
   o.spec.policy = scheduler::DraftGate::kAlways;
   o.spec.allow_oracle = true;
@@ -416,7 +449,8 @@ TEST_P(SampledOutput, MatchesTheExactDistribution) {
     o.spec.spd_head = HeadDir(c.spd, c.n_stages);
   }
   if (c.mode == v1::DECODING_POLICY_PTP) o.spec.ptp_head = HeadDir("ptp", c.n_stages);
-  InprocPipeline p(c.n_stages, o);
+  InprocPipeline p(c.n_stages, o, InprocPipeline::kStageKvTokens, std::chrono::microseconds(0),
+                   c.model.empty() ? "" : SamplingModelPath(c.model));
 
   // The oracle's reference: any fixed sequence does (verification is
   // lossless for every proposal); the greedy output makes its proposals
@@ -497,7 +531,13 @@ INSTANTIATE_TEST_SUITE_P(
         ModeCase{"recycle_prefix_cached", 2, v1::DECODING_POLICY_RECYCLE, false, "", "", kRequests,
                  true},
         ModeCase{"spd_recycle_prefix_cached", 2, v1::DECODING_POLICY_SPD, false, "", "recycle",
-                 kRequests, true}),
+                 kRequests, true},
+        // Gemma 3 (sliding window shorter than prompt + outputs): the
+        // training-free drafter's draft-then-verify, and SPD's oracle.
+        ModeCase{"recycle_gemma3", 2, v1::DECODING_POLICY_RECYCLE, false, "", "", kRequests, false,
+                 "gemma3"},
+        ModeCase{"spd_oracle_gemma3", 2, v1::DECODING_POLICY_SPD, true, "", "", kRequests, false,
+                 "gemma3"}),
     [](const auto& info) { return info.param.name; });
 
 // ---------------------------------------------------------------------------

@@ -607,6 +607,10 @@ __global__ void __launch_bounds__(kThreads) PrefillWmmaKernel(const PrefillArgs 
 
   int tlen = 0;  // keys any row of the tile sees
   for (int r = 0; r < kTileRows; ++r) tlen = max(tlen, s_len[r]);
+  // Key tiles wholly before every row's sliding window are skipped: masked
+  // for all rows, they would change no state (block-uniform bound).
+  int tlo = tlen;
+  for (int r = 0; r < nr; ++r) tlo = min(tlo, WindowStart(a, s_len[r]));
   int wlen = 0;  // keys any row of this warp sees
   for (int r = 0; r < 16; ++r) wlen = max(wlen, s_len[warp * 16 + r]);
 
@@ -628,7 +632,7 @@ __global__ void __launch_bounds__(kThreads) PrefillWmmaKernel(const PrefillArgs 
   float l_i = 0.0f;
   __syncwarp();
 
-  for (int kt0 = 0; kt0 < tlen; kt0 += kKt) {
+  for (int kt0 = tlo / kKt * kKt; kt0 < tlen; kt0 += kKt) {
     __syncthreads();  // every warp is done with the previous K/V tile
     uint4 kr[kIter];
     uint4 vr[kIter];
@@ -791,8 +795,10 @@ __global__ void __launch_bounds__(kThreads) PrefillGenericKernel(const PrefillAr
     __syncthreads();
     int glen = 0;
     for (int r = 0; r < kGenRows; ++r) glen = max(glen, s_len[r]);
+    int glo = glen;  // the group's earliest window start: key tiles before it are skipped
+    for (int r = 0; r < rows_here; ++r) glo = min(glo, WindowStart(a, s_len[r]));
 
-    for (int kt0 = 0; kt0 < glen; kt0 += kGenKeys) {
+    for (int kt0 = glo / kGenKeys * kGenKeys; kt0 < glen; kt0 += kGenKeys) {
       const int nk = min(kGenKeys, glen - kt0);
       __syncthreads();  // previous K/V tile and probabilities consumed
       for (int i = tid; i < kGenKeys * D; i += kThreads) {

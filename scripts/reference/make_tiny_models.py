@@ -4,7 +4,7 @@
 Writes tests/data/tiny_models/<name>/{config.json, model.safetensors} (fp32).
 
 Models are built with transformers' own classes (LlamaForCausalLM,
-Qwen2ForCausalLM, Qwen3ForCausalLM) and saved with save_pretrained, so
+Qwen2ForCausalLM, Qwen3ForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM) and saved with save_pretrained, so
 config.json is exactly what transformers writes.  (transformers 5.x always
 writes safetensors; the old `safe_serialization` flag no longer exists.)
 The generation_config.json that save_pretrained also writes is deleted: it
@@ -20,7 +20,8 @@ parameter-name order:
   * lm_head (untied)         N(0, 0.12)  (logit std ~0.9)
   * linear weights           N(0, 0.08)  (q/k/v/o, gate/up/down)
   * linear biases (qwen2)    N(0, 0.1)
-  * RMSNorm weights          1 + N(0, 0.1)  (incl. qwen3 q_norm/k_norm)
+  * RMSNorm weights          1 + N(0, 0.1)  (incl. qwen3 q_norm/k_norm); Gemma
+                             stores N(0, 0.1) since its norm multiplies by 1 + w
 so that logits have a spread of a few units and bugs show up.
 
 Usage:  python scripts/reference/make_tiny_models.py [--out tests/data/tiny_models]
