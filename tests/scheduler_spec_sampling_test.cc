@@ -209,13 +209,13 @@ struct Exact {
   std::map<int64_t, double> t1, joint12, t3, joint123;
 };
 
-const Exact& ExactDistribution(bool cached_prefix = false) {
-  static std::map<bool, Exact> cache;
+const Exact& ExactDistribution(bool cached_prefix = false, bool moe = false) {
+  static std::map<std::pair<bool, bool>, Exact> cache;
   static std::mutex mu;
   std::lock_guard<std::mutex> lock(mu);
-  if (auto it = cache.find(cached_prefix); it != cache.end()) return it->second;
+  if (auto it = cache.find({cached_prefix, moe}); it != cache.end()) return it->second;
   const Exact exact = [&] {
-    auto model = OpenModel(SchedulerTestModel());
+    auto model = OpenModel(moe ? SchedulerMoeTestModel() : SchedulerTestModel());
     LocalPipeline local(*model, {0, model->config().n_layers}, SliceOptions{16, 4096}, 1);
     const int dim = model->config().dim;
     uint64_t seq = 1;
@@ -255,7 +255,7 @@ const Exact& ExactDistribution(bool cached_prefix = false) {
     }
     return e;
   }();
-  return cache.emplace(cached_prefix, exact).first->second;
+  return cache.emplace(std::pair{cached_prefix, moe}, exact).first->second;
 }
 
 TEST(ExactDistribution, IsAProperNonDegenerateDistribution) {
@@ -333,6 +333,7 @@ struct ModeCase {
   std::string spd;
   int n_requests;
   bool cached_prefix = false;  // the prompt starts with blocks the prefix cache holds
+  bool moe = false;            // SchedulerMoeTestModel() instead of SchedulerTestModel()
 };
 
 // gtest prints the case in ctest's log.
@@ -405,7 +406,7 @@ TEST_P(SampledOutput, MatchesTheExactDistribution) {
   ModeCase c = GetParam();
   // For investigating a suspicion at higher power: SPECLINE_SAMPLING_REQUESTS=N.
   if (const char* env = std::getenv("SPECLINE_SAMPLING_REQUESTS")) c.n_requests = std::atoi(env);
-  const Exact& exact = ExactDistribution(c.cached_prefix);
+  const Exact& exact = ExactDistribution(c.cached_prefix, c.moe);
   scheduler::EngineOptions o;
   o.spec.policy = scheduler::DraftGate::kAlways;
   o.spec.allow_oracle = true;
@@ -416,7 +417,8 @@ TEST_P(SampledOutput, MatchesTheExactDistribution) {
     o.spec.spd_head = HeadDir(c.spd, c.n_stages);
   }
   if (c.mode == v1::DECODING_POLICY_PTP) o.spec.ptp_head = HeadDir("ptp", c.n_stages);
-  InprocPipeline p(c.n_stages, o);
+  InprocPipeline p(c.n_stages, o, InprocPipeline::kStageKvTokens, std::chrono::microseconds(0),
+                   c.moe ? SchedulerMoeTestModel() : std::string());
 
   // The oracle's reference: any fixed sequence does (verification is
   // lossless for every proposal); the greedy output makes its proposals
@@ -498,6 +500,16 @@ INSTANTIATE_TEST_SUITE_P(
                  true},
         ModeCase{"spd_recycle_prefix_cached", 2, v1::DECODING_POLICY_SPD, false, "", "recycle",
                  kRequests, true}),
+    [](const auto& info) { return info.param.name; });
+
+// A mixture-of-experts model: verifying drafts routes each row as its own
+// decode step would, so speculative sampling keeps the model's distribution.
+INSTANTIATE_TEST_SUITE_P(
+    MixtureOfExperts, SampledOutput,
+    ::testing::Values(ModeCase{"spd_oracle_moe", 2, v1::DECODING_POLICY_SPD, true, "", "",
+                               kRequests, false, true},
+                      ModeCase{"recycle_moe", 2, v1::DECODING_POLICY_RECYCLE, false, "", "",
+                               kRequests, false, true}),
     [](const auto& info) { return info.param.name; });
 
 // ---------------------------------------------------------------------------
