@@ -49,6 +49,26 @@ inline const std::string& SchedulerTestModel() {
   return path;
 }
 
+// The same shape as a mixture-of-experts model (qwen3moe: per-head q/k
+// norm, 4 experts of 64, top 2, renormalised), for the speculation suites'
+// MoE cases: one file per test process.
+inline const std::string& SchedulerMoeTestModel() {
+  static const std::string path = [] {
+    ModelConfig c = SchedulerTestConfig();
+    c.arch = "qwen3moe";
+    c.rope_style = RopeStyle::kHalf;
+    c.qk_norm = true;
+    c.n_experts = 4;
+    c.n_experts_used = 2;
+    c.expert_hidden_dim = 64;
+    c.moe_routing = MoeRouting::kSoftmaxTopKRenorm;
+    std::string p = TempDir() + "/scheduler_moe.gguf";
+    WriteRandomModel(c, ModelFormat::kGguf, p, /*seed=*/11, DType::kF32);
+    return p;
+  }();
+  return path;
+}
+
 // Deterministic prompts of a given length.
 inline std::vector<int32_t> MakePrompt(int len, uint32_t seed) {
   std::mt19937 gen(seed);

@@ -86,29 +86,12 @@ INSTANTIATE_TEST_SUITE_P(
 // 2, renormalised), in 1 and 3 stages: verifying k drafts in one batch must
 // route and sum each row exactly as its own decode step would, or greedy
 // speculation drifts from plain decoding.
-std::string MoeModelPath() {
-  static const std::string path = [] {
-    ModelConfig c = SchedulerTestConfig();
-    c.arch = "qwen3moe";
-    c.rope_style = RopeStyle::kHalf;
-    c.qk_norm = true;
-    c.n_experts = 4;
-    c.n_experts_used = 2;
-    c.expert_hidden_dim = 64;
-    c.moe_routing = MoeRouting::kSoftmaxTopKRenorm;
-    const std::string p = TempDir() + "/scheduler_moe.gguf";
-    WriteRandomModel(c, ModelFormat::kGguf, p, /*seed=*/11, DType::kF32);
-    return p;
-  }();
-  return path;
-}
-
 TEST(TrainingFreeGreedy, MixtureOfExpertsEqualsPlainDecoding) {
   for (auto [stages, mode] : {std::pair{1, v1::DECODING_POLICY_RECYCLE},
                               std::pair{3, v1::DECODING_POLICY_SPD}}) {
     InprocPipeline p(stages, Options(scheduler::DraftGate::kAlways),
                      InprocPipeline::kStageKvTokens, std::chrono::microseconds(200),
-                     MoeModelPath());
+                     SchedulerMoeTestModel());
     ASSERT_TRUE(p.model().config().IsMoe());
     int64_t drafted = 0, accepted = 0;
     for (int round = 0; round < 2; ++round) {

@@ -235,8 +235,10 @@ const std::string& GemmaSamplingModel() {
   return path;
 }
 
-// `model`: "" for the scheduler test model, "gemma3" for GemmaSamplingModel.
+// `model`: "" for the scheduler test model, "gemma3" for GemmaSamplingModel,
+// "moe" for the shared mixture-of-experts test model.
 std::string SamplingModelPath(const std::string& model) {
+  if (model == "moe") return SchedulerMoeTestModel();
   return model == "gemma3" ? GemmaSamplingModel() : SchedulerTestModel();
 }
 
@@ -365,7 +367,7 @@ struct ModeCase {
   std::string spd;
   int n_requests;
   bool cached_prefix = false;  // the prompt starts with blocks the prefix cache holds
-  std::string model = "";      // "" (the scheduler test model) or "gemma3"
+  std::string model = "";      // "" (the scheduler test model), "gemma3" or "moe"
 };
 
 // gtest prints the case in ctest's log.
@@ -538,6 +540,16 @@ INSTANTIATE_TEST_SUITE_P(
                  "gemma3"},
         ModeCase{"spd_oracle_gemma3", 2, v1::DECODING_POLICY_SPD, true, "", "", kRequests, false,
                  "gemma3"}),
+    [](const auto& info) { return info.param.name; });
+
+// A mixture-of-experts model: verifying drafts routes each row as its own
+// decode step would, so speculative sampling keeps the model's distribution.
+INSTANTIATE_TEST_SUITE_P(
+    MixtureOfExperts, SampledOutput,
+    ::testing::Values(ModeCase{"spd_oracle_moe", 2, v1::DECODING_POLICY_SPD, true, "", "",
+                               kRequests, false, "moe"},
+                      ModeCase{"recycle_moe", 2, v1::DECODING_POLICY_RECYCLE, false, "", "",
+                               kRequests, false, "moe"}),
     [](const auto& info) { return info.param.name; });
 
 // ---------------------------------------------------------------------------

@@ -26,12 +26,26 @@ void CudaStageSlice::RunMoe(int local, int rows) {
   const int64_t eb = ElementBytes(t);
   const int64_t pairs = int64_t{n} * k;
 
-  // Router logits in fp32, to the host.
-  moe_logits_.Resize(size_t(n) * E * sizeof(float));
-  gemm_->Run(w.router.view, xb_.get(), n, moe_logits_.get(), /*y_f32=*/true);
   const size_t logits_bytes = size_t(n) * E * sizeof(float);
   const size_t meta_bytes = size_t(pairs) * (sizeof(int32_t) + sizeof(float));
-  moe_host_.Resize(logits_bytes + meta_bytes);
+  const size_t rows_bytes = size_t(n) * dim * eb;
+  const size_t acc_bytes = size_t(n) * dim * sizeof(float);
+  // Growing a buffer frees the old one, which earlier work on the stream
+  // (a previous layer's or call's copies and kernels) may still use.
+  if (moe_logits_.bytes() < logits_bytes || moe_host_.bytes() < logits_bytes + meta_bytes ||
+      moe_meta_.bytes() < meta_bytes || moe_x_.bytes() < rows_bytes ||
+      moe_y_.bytes() < rows_bytes || moe_acc_.bytes() < acc_bytes) {
+    SPECLINE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    moe_logits_.Resize(logits_bytes);
+    moe_host_.Resize(logits_bytes + meta_bytes);
+    moe_meta_.Resize(meta_bytes);
+    moe_x_.Resize(rows_bytes);
+    moe_y_.Resize(rows_bytes);
+    moe_acc_.Resize(acc_bytes);
+  }
+
+  // Router logits in fp32, to the host.
+  gemm_->Run(w.router.view, xb_.get(), n, moe_logits_.get(), /*y_f32=*/true);
   auto* logits = moe_host_.as<float>();
   SPECLINE_CUDA_CHECK(cudaMemcpyAsync(logits, moe_logits_.get(), logits_bytes,
                                       cudaMemcpyDeviceToHost, stream_));
@@ -62,17 +76,12 @@ void CudaStageSlice::RunMoe(int local, int rows) {
       ++fill[e];
     }
   }
-  moe_meta_.Resize(meta_bytes);
   SPECLINE_CUDA_CHECK(cudaMemcpyAsync(moe_meta_.get(), host_rows, meta_bytes,
                                       cudaMemcpyHostToDevice, stream_));
   const auto* d_rows = moe_meta_.as<int32_t>();
   const auto* d_w = reinterpret_cast<const float*>(d_rows + pairs);
 
-  moe_x_.Resize(size_t(n) * dim * eb);
-  moe_y_.Resize(size_t(n) * dim * eb);
-  moe_acc_.Resize(size_t(n) * dim * sizeof(float));
-  SPECLINE_CUDA_CHECK(
-      cudaMemsetAsync(moe_acc_.get(), 0, size_t(n) * dim * sizeof(float), stream_));
+  SPECLINE_CUDA_CHECK(cudaMemsetAsync(moe_acc_.get(), 0, acc_bytes, stream_));
   for (int e = 0; e < E; ++e) {
     const int m = count[e];
     if (m == 0) continue;  // never read
