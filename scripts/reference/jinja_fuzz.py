@@ -13,7 +13,9 @@ side raises and the other does not.
 
 Run from the repository root (scripts/test.sh's `python` phase runs it):
   python3 scripts/reference/jinja_fuzz.py --bin build/model/jinja/jinja_conformance
-      [--seed 27] [--per-template 200] [--templates DIR] [--show 5]
+      [--seed 27] [--per-template 200] [--mutations 0] [--templates DIR] [--show 5]
+--mutations N also renders N randomly edited copies of each template (the
+parser's errors and odd syntax), too slow for CI's default.
 """
 import argparse
 import copy
@@ -126,12 +128,39 @@ def random_conversation(rng):
     return ctx
 
 
+MUTATION_SNIPPETS = ["{%", "%}", "{{", "}}", "-", "(", ")", "\"", "'", " if ", " is ", "|", ".", "[", "]", ",",
+                     "endif", "not ", "~", "+"]
+
+
+def mutate(rng, source):
+    """A template with 1-3 random edits (deleted, repeated or moved spans,
+    inserted syntax): mostly syntax errors, which must fail on both sides,
+    and some odd but valid templates, which must render alike."""
+    s = source
+    for _ in range(rng.randint(1, 3)):
+        op = rng.random()
+        i = rng.randrange(len(s) + 1)
+        j = min(len(s), i + rng.randint(1, 30))
+        if op < 0.3:
+            s = s[:i] + s[j:]
+        elif op < 0.6:
+            s = s[:i] + s[i:j] + s[i:j] + s[j:]
+        elif op < 0.8:
+            s = s[:i] + rng.choice(MUTATION_SNIPPETS) + s[i:]
+        else:
+            k = rng.randrange(len(s) + 1)
+            s = s[:k] + s[i:j] + s[k:]
+    return s
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bin", default=os.path.join(ROOT, "build", "model", "jinja", "jinja_conformance"))
     ap.add_argument("--templates", default=os.path.join(ROOT, "tests", "data", "jinja", "templates"))
     ap.add_argument("--seed", type=int, default=27)
     ap.add_argument("--per-template", type=int, default=200)
+    ap.add_argument("--mutations", type=int, default=0,
+                    help="also render this many randomly edited copies of each template (slow: each is compiled)")
     ap.add_argument("--show", type=int, default=5, help="mismatches to print in full")
     args = ap.parse_args()
 
@@ -149,6 +178,11 @@ def main():
             ctx = random_conversation(rng)
             cases.append({"template_path": os.path.abspath(path), "context": ctx})
             expected.append(render_reference(env, source, ctx))
+        for _ in range(args.mutations):
+            edited = mutate(rng, source)
+            ctx = random_conversation(rng)
+            cases.append({"source": edited, "template_path_edited": os.path.abspath(path), "context": ctx})
+            expected.append(render_reference(env, edited, ctx))
     py_s = time.time() - start
     stdin = "".join(json.dumps(c, ensure_ascii=False) + "\n" for c in cases)
     proc = subprocess.run([args.bin], input=stdin.encode("utf-8"), capture_output=True, timeout=600)
@@ -160,7 +194,9 @@ def main():
     bad = []
     per_template = {}
     for case, want, have in zip(cases, expected, got):
-        name = os.path.basename(case["template_path"])
+        name = os.path.basename(case.get("template_path") or case["template_path_edited"])
+        if "source" in case:
+            name += " (edited)"
         ok = ("output" in want and have.get("output") == want["output"]) or ("error" in want and "error" in have)
         if not ok:
             bad.append((name, case, want, have))
@@ -172,6 +208,8 @@ def main():
     for name, n in sorted(per_template.items()):
         print(f"  {name}: {n} mismatches")
     for name, case, want, have in bad[: args.show]:
+        if "source" in case:
+            print(f"--- edited template:\n{case['source']}")
         print(f"--- {name}\ncontext: {json.dumps(case['context'], ensure_ascii=False)[:3000]}")
         if "output" in want and "output" in have:
             a, b = want["output"], have["output"]
