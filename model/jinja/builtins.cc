@@ -4,6 +4,7 @@
 // `title` filter splits words differently from str.title), the Python
 // behaviour is the one kept: prompts must match byte for byte.
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <set>
@@ -560,7 +561,9 @@ Value ApplyFilter(std::string_view name, const Value& in, const CallArgs& args) 
     if (in.is_int() || in.is_bool()) return Value::Int(in.as_int());
     if (in.is_float()) {
       double f = in.as_number();
-      if (!std::isfinite(f) || std::fabs(f) > 9.2e18) return def;
+      if (!std::isfinite(f)) return def;
+      // Python's int is unbounded; refuse rather than print another number.
+      if (std::fabs(f) > 9.2e18) Fail("int: value out of the 64-bit range");
       return Value::Int(static_cast<int64_t>(f));
     }
     if (in.is_string()) {
@@ -568,6 +571,7 @@ Value ApplyFilter(std::string_view name, const Value& in, const CallArgs& args) 
       char* end = nullptr;
       errno = 0;
       long long v = std::strtoll(s.c_str(), &end, 10);
+      if (!s.empty() && *end == 0 && errno == ERANGE) Fail("int: value out of the 64-bit range");
       if (!s.empty() && *end == 0 && errno == 0) return Value::Int(v);
       double f = std::strtod(s.c_str(), &end);
       if (!s.empty() && *end == 0 && std::isfinite(f) && std::fabs(f) < 9.2e18) return Value::Int(static_cast<int64_t>(f));
@@ -806,7 +810,12 @@ Value ApplyFilter(std::string_view name, const Value& in, const CallArgs& args) 
     return Value::String(PrintfFormat(str_in(), P));
   }
   if (name == "attr") {
-    return GetAttr(in, StrArg(args.Get(0, "name"), "attribute name"));
+    // Python's getattr only: a dict's keys are not its attributes.
+    const std::string& attr = StrArg(args.Get(0, "name"), "attribute name");
+    if (in.is_dict() && !HasMethod(in, attr)) {
+      return Value::Undefined(absl::StrCat("'dict object' has no attribute '", attr, "'"));
+    }
+    return GetAttr(in, attr);
   }
   if (name == "striptags") Fail("striptags is not supported");
   Fail(absl::StrCat("No filter named '", std::string(name), "'."));
