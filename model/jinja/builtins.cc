@@ -4,6 +4,7 @@
 // `title` filter splits words differently from str.title), the Python
 // behaviour is the one kept: prompts must match byte for byte.
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <set>
@@ -410,12 +411,93 @@ const std::set<std::string_view>& TestNames() {
   return names;
 }
 
+// A filter's or test's parameters after the value, as jinja2 declares them:
+// extra or unknown arguments are a TypeError there, so they fail here too.
+struct Signature {
+  size_t required;
+  std::vector<std::string_view> params;
+  bool variadic;  // *args/**kwargs: anything goes
+};
+
+const Signature* FilterSignature(std::string_view name) {
+  static const auto* sigs = new std::vector<std::pair<std::string_view, Signature>>{
+      {"tojson", {0, {"ensure_ascii", "indent", "separators", "sort_keys"}, false}},
+      {"trim", {0, {"chars"}, false}},
+      {"length", {0, {}, false}}, {"count", {0, {}, false}},
+      {"join", {0, {"d", "attribute"}, false}},
+      {"first", {0, {}, false}}, {"last", {0, {}, false}}, {"list", {0, {}, false}},
+      {"string", {0, {}, false}}, {"int", {0, {"default", "base"}, false}},
+      {"float", {0, {"default"}, false}}, {"lower", {0, {}, false}}, {"upper", {0, {}, false}},
+      {"title", {0, {}, false}}, {"capitalize", {0, {}, false}},
+      {"replace", {2, {"old", "new", "count"}, false}},
+      {"default", {0, {"default_value", "boolean"}, false}}, {"d", {0, {"default_value", "boolean"}, false}},
+      {"items", {0, {}, false}}, {"dictsort", {0, {"case_sensitive", "by", "reverse"}, false}},
+      {"sort", {0, {"reverse", "case_sensitive", "attribute"}, false}},
+      {"unique", {0, {"case_sensitive", "attribute"}, false}}, {"reverse", {0, {}, false}},
+      {"round", {0, {"precision", "method"}, false}}, {"abs", {0, {}, false}},
+      {"min", {0, {"case_sensitive", "attribute"}, false}}, {"max", {0, {"case_sensitive", "attribute"}, false}},
+      {"sum", {0, {"attribute", "start"}, false}}, {"indent", {0, {"width", "first", "blank"}, false}},
+      {"wordcount", {0, {}, false}}, {"safe", {0, {}, false}}, {"e", {0, {}, false}},
+      {"escape", {0, {}, false}}, {"forceescape", {0, {}, false}},
+      {"truncate", {0, {"length", "killwords", "end", "leeway"}, false}},
+      {"batch", {1, {"linecount", "fill_with"}, false}}, {"center", {0, {"width"}, false}},
+      {"attr", {1, {"name"}, false}}, {"striptags", {0, {}, false}},
+  };
+  for (const auto& [n, sig] : *sigs) {
+    if (n == name) return &sig;
+  }
+  return nullptr;  // variadic (select, map, format...)
+}
+
+const Signature* TestSignature(std::string_view name) {
+  static const Signature none{0, {}, false};
+  static const Signature other{1, {"other"}, false};
+  static const Signature num{1, {"num"}, false};
+  static const Signature seq{1, {"seq"}, false};
+  if (name == "divisibleby") return &num;
+  if (name == "in") return &seq;
+  if (name == "sameas" || name == "eq" || name == "equalto" || name == "==" || name == "ne" || name == "!=" ||
+      name == "lt" || name == "<" || name == "lessthan" || name == "le" || name == "<=" || name == "gt" ||
+      name == ">" || name == "greaterthan" || name == "ge" || name == ">=") {
+    return &other;
+  }
+  return &none;
+}
+
+void CheckSignature(std::string_view kind, std::string_view name, const Signature* sig, const CallArgs& args) {
+  if (sig == nullptr || sig->variadic) return;
+  if (args.positional.size() > sig->params.size()) {
+    Fail(absl::StrCat(std::string(kind), " '", std::string(name), "' takes at most ", sig->params.size(), " argument(s), ",
+                      args.positional.size(), " given"));
+  }
+  size_t given = args.positional.size();
+  for (const auto& [k, v] : args.keyword) {
+    auto it = std::find(sig->params.begin(), sig->params.end(), k);
+    if (it == sig->params.end()) {
+      Fail(absl::StrCat(std::string(kind), " '", std::string(name), "' got an unexpected keyword argument '", k, "'"));
+    }
+    if (static_cast<size_t>(it - sig->params.begin()) < args.positional.size()) {
+      Fail(absl::StrCat(std::string(kind), " '", std::string(name), "' got multiple values for argument '", k, "'"));
+    }
+    ++given;
+  }
+  for (size_t i = args.positional.size(); i < sig->required; ++i) {
+    bool named = false;
+    for (const auto& [k, v] : args.keyword) named |= k == sig->params[i];
+    if (!named) {
+      Fail(absl::StrCat(std::string(kind), " '", std::string(name), "' missing required argument '",
+                        std::string(sig->params[i]), "'"));
+    }
+  }
+}
+
 }  // namespace
 
 bool IsKnownFilter(std::string_view name) { return FilterNames().count(name) > 0; }
 bool IsKnownTest(std::string_view name) { return TestNames().count(name) > 0; }
 
 Value ApplyFilter(std::string_view name, const Value& in, const CallArgs& args) {
+  CheckSignature("filter", name, FilterSignature(name), args);
   const auto& P = args.positional;
   auto str_in = [&] { return ToStr(in); };
   if (name == "tojson") {
@@ -479,7 +561,9 @@ Value ApplyFilter(std::string_view name, const Value& in, const CallArgs& args) 
     if (in.is_int() || in.is_bool()) return Value::Int(in.as_int());
     if (in.is_float()) {
       double f = in.as_number();
-      if (!std::isfinite(f) || std::fabs(f) > 9.2e18) return def;
+      if (!std::isfinite(f)) return def;
+      // Python's int is unbounded; refuse rather than print another number.
+      if (std::fabs(f) > 9.2e18) Fail("int: value out of the 64-bit range");
       return Value::Int(static_cast<int64_t>(f));
     }
     if (in.is_string()) {
@@ -487,6 +571,7 @@ Value ApplyFilter(std::string_view name, const Value& in, const CallArgs& args) 
       char* end = nullptr;
       errno = 0;
       long long v = std::strtoll(s.c_str(), &end, 10);
+      if (!s.empty() && *end == 0 && errno == ERANGE) Fail("int: value out of the 64-bit range");
       if (!s.empty() && *end == 0 && errno == 0) return Value::Int(v);
       double f = std::strtod(s.c_str(), &end);
       if (!s.empty() && *end == 0 && std::isfinite(f) && std::fabs(f) < 9.2e18) return Value::Int(static_cast<int64_t>(f));
@@ -725,14 +810,21 @@ Value ApplyFilter(std::string_view name, const Value& in, const CallArgs& args) 
     return Value::String(PrintfFormat(str_in(), P));
   }
   if (name == "attr") {
-    return GetAttr(in, StrArg(args.Get(0, "name"), "attribute name"));
+    // Python's getattr only: a dict's keys are not its attributes.
+    const std::string& attr = StrArg(args.Get(0, "name"), "attribute name");
+    if (in.is_dict() && !HasMethod(in, attr)) {
+      return Value::Undefined(absl::StrCat("'dict object' has no attribute '", attr, "'"));
+    }
+    return GetAttr(in, attr);
   }
   if (name == "striptags") Fail("striptags is not supported");
   Fail(absl::StrCat("No filter named '", std::string(name), "'."));
 }
 
 bool ApplyTest(std::string_view name, const Value& v, const CallArgs& args) {
-  const Value* arg = args.Get(0, "other");
+  const Signature* sig = TestSignature(name);
+  CheckSignature("test", name, sig, args);
+  const Value* arg = sig->params.empty() ? nullptr : args.Get(0, sig->params[0]);
   auto need = [&]() -> const Value& {
     if (arg == nullptr) Fail(absl::StrCat("test '", std::string(name), "' needs an argument"));
     return *arg;

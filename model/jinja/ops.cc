@@ -108,7 +108,7 @@ Value Slice(const Value& obj, const Value& start, const Value& stop, const Value
   if (obj.is_undefined()) FailUndefined(obj);
   auto get = [](const Value& v, bool* present) -> int64_t {
     *present = false;
-    if (v.is_undefined() || v.is_none()) return 0;
+    if (v.is_none()) return 0;  // an Undefined index is a TypeError, as in Python
     if (!v.is_int() && !v.is_bool()) Fail("slice indices must be integers or None");
     *present = true;
     return v.as_int();

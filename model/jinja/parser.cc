@@ -261,8 +261,11 @@ class Parser {
       n->targets.push_back(ExpectName());
       if (!SkipOp(",")) break;
       n->unpack = true;
-      if (paren ? IsOp(")") : (IsName(stop) || IsOp(stop))) break;
+      // jinja2 allows a trailing comma only inside parentheses: `for a, in`
+      // reads `in` as a target and then misses the `in`.
+      if (paren && IsOp(")")) break;
     }
+    if (!paren && n->targets.back() == stop) Error(absl::StrCat("expected token '", std::string(stop), "'"));
     if (paren) {
       ExpectOp(")");
       n->unpack = true;

@@ -441,7 +441,7 @@ Value Renderer::Eval(const Expr& e) {
     case ExprKind::kGetItem: return GetItem(Eval(*e.object), Eval(*e.args[0]));
     case ExprKind::kSlice: {
       Value obj = Eval(*e.object);
-      Value parts[3];
+      Value parts[3] = {Value::None(), Value::None(), Value::None()};  // absent parts
       for (int i = 0; i < 3; ++i) {
         if (e.args[i]) parts[i] = Eval(*e.args[i]);
       }

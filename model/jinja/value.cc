@@ -352,6 +352,7 @@ void AppendRepr(std::string* out, const Value& v, int depth) {
     }
     case K::kCallable: *out += "<function " + v.callable().name + ">"; return;
     case K::kLoop: *out += "<LoopContext>"; return;
+    case K::kUndefined: *out += "Undefined"; return;  // repr(), inside a list or tuple
     default: AppendStr(out, v, depth);
   }
 }

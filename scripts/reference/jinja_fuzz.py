@@ -13,7 +13,12 @@ side raises and the other does not.
 
 Run from the repository root (scripts/test.sh's `python` phase runs it):
   python3 scripts/reference/jinja_fuzz.py --bin build/model/jinja/jinja_conformance
-      [--seed 27] [--per-template 200] [--templates DIR] [--show 5]
+      [--seed 27] [--per-template 200] [--whitespace 500] [--mutations 0]
+      [--templates DIR] [--show 5]
+--whitespace N renders N small generated templates of text and tags with
+random -/+ modifiers (trim_blocks / lstrip_blocks / whitespace control).
+--mutations N also renders N randomly edited copies of each template (the
+parser's errors and odd syntax), too slow for CI's default.
 """
 import argparse
 import copy
@@ -126,12 +131,68 @@ def random_conversation(rng):
     return ctx
 
 
+MUTATION_SNIPPETS = ["{%", "%}", "{{", "}}", "-", "(", ")", "\"", "'", " if ", " is ", "|", ".", "[", "]", ",",
+                     "endif", "not ", "~", "+"]
+
+
+def mutate(rng, source):
+    """A template with 1-3 random edits (deleted, repeated or moved spans,
+    inserted syntax): mostly syntax errors, which must fail on both sides,
+    and some odd but valid templates, which must render alike."""
+    s = source
+    for _ in range(rng.randint(1, 3)):
+        op = rng.random()
+        i = rng.randrange(len(s) + 1)
+        j = min(len(s), i + rng.randint(1, 30))
+        if op < 0.3:
+            s = s[:i] + s[j:]
+        elif op < 0.6:
+            s = s[:i] + s[i:j] + s[i:j] + s[j:]
+        elif op < 0.8:
+            s = s[:i] + rng.choice(MUTATION_SNIPPETS) + s[i:]
+        else:
+            k = rng.randrange(len(s) + 1)
+            s = s[:k] + s[i:j] + s[k:]
+    return s
+
+
+WS_TEXTS = ["", " ", "  ", "\n", "\n  ", "  \n", "\t", "x", " x ", "\n\n", "a\n  ", "\r\n", " \t\n\t "]
+
+
+def whitespace_template(rng):
+    """Text and tags with random `-`/`+` modifiers: trim_blocks,
+    lstrip_blocks and whitespace control, where prompts differ by a space."""
+    def sign(plus=True):
+        return rng.choice(["", "-", "+"] if plus else ["", "-"])
+
+    def tag():
+        k = rng.random()
+        if k < 0.3:
+            return "{{%s 'v' %s}}" % (sign(False), sign(False))
+        if k < 0.5:
+            return "{#%s c %s#}" % (sign(), sign())
+        if k < 0.7:
+            return ("{%%%s if true %s%%}" % (sign(), sign()) + rng.choice(WS_TEXTS)
+                    + "{%%%s endif %s%%}" % (sign(), sign()))
+        if k < 0.85:
+            return ("{%%%s for i in [1, 2] %s%%}" % (sign(), sign()) + rng.choice(WS_TEXTS) + "{{ i }}"
+                    + rng.choice(WS_TEXTS) + "{%%%s endfor %s%%}" % (sign(False), sign(False)))
+        return ("{%%%s raw %s%%}" % (sign(False), sign(False)) + rng.choice(WS_TEXTS) + "{{ x }}"
+                + "{%%%s endraw %s%%}" % (sign(False), sign()))
+
+    return "".join(rng.choice(WS_TEXTS) + tag() for _ in range(rng.randint(1, 5))) + rng.choice(WS_TEXTS)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bin", default=os.path.join(ROOT, "build", "model", "jinja", "jinja_conformance"))
     ap.add_argument("--templates", default=os.path.join(ROOT, "tests", "data", "jinja", "templates"))
     ap.add_argument("--seed", type=int, default=27)
     ap.add_argument("--per-template", type=int, default=200)
+    ap.add_argument("--mutations", type=int, default=0,
+                    help="also render this many randomly edited copies of each template (slow: each is compiled)")
+    ap.add_argument("--whitespace", type=int, default=500,
+                    help="small generated templates exercising whitespace control")
     ap.add_argument("--show", type=int, default=5, help="mismatches to print in full")
     args = ap.parse_args()
 
@@ -149,6 +210,15 @@ def main():
             ctx = random_conversation(rng)
             cases.append({"template_path": os.path.abspath(path), "context": ctx})
             expected.append(render_reference(env, source, ctx))
+        for _ in range(args.mutations):
+            edited = mutate(rng, source)
+            ctx = random_conversation(rng)
+            cases.append({"source": edited, "template_path_edited": os.path.abspath(path), "context": ctx})
+            expected.append(render_reference(env, edited, ctx))
+    for _ in range(args.whitespace):
+        source = whitespace_template(rng)
+        cases.append({"source": source, "context": {}})
+        expected.append(render_reference(env, source, {}))
     py_s = time.time() - start
     stdin = "".join(json.dumps(c, ensure_ascii=False) + "\n" for c in cases)
     proc = subprocess.run([args.bin], input=stdin.encode("utf-8"), capture_output=True, timeout=600)
@@ -160,18 +230,26 @@ def main():
     bad = []
     per_template = {}
     for case, want, have in zip(cases, expected, got):
-        name = os.path.basename(case["template_path"])
+        if "template_path" in case:
+            name = os.path.basename(case["template_path"])
+        elif "template_path_edited" in case:
+            name = os.path.basename(case["template_path_edited"]) + " (edited)"
+        else:
+            name = "whitespace templates"
         ok = ("output" in want and have.get("output") == want["output"]) or ("error" in want and "error" in have)
         if not ok:
             bad.append((name, case, want, have))
             per_template[name] = per_template.get(name, 0) + 1
     errors = sum("error" in w for w in expected)
-    print(f"jinja_fuzz: {len(cases)} renders over {len(paths)} templates (seed {args.seed}, "
+    print(f"jinja_fuzz: {len(cases)} renders over {len(paths)} templates and {args.whitespace} "
+          f"whitespace templates (seed {args.seed}, "
           f"{errors} raise in jinja2), {len(bad)} mismatches; {time.time() - start:.1f} s "
           f"({py_s:.1f} s in jinja2)")
     for name, n in sorted(per_template.items()):
         print(f"  {name}: {n} mismatches")
     for name, case, want, have in bad[: args.show]:
+        if "source" in case:
+            print(f"--- edited template:\n{case['source']}")
         print(f"--- {name}\ncontext: {json.dumps(case['context'], ensure_ascii=False)[:3000]}")
         if "output" in want and "output" in have:
             a, b = want["output"], have["output"]

@@ -224,6 +224,8 @@ EDGE_CASES = [
     ("undefined_soft", "[{{ d.nope }}][{{ d['nope'] }}][{{ l[10] }}][{{ 'abc'.nope }}][{{ none.x }}]", {"d": {}, "l": []}),
     ("undefined_attr_of_missing_key", "{{ d.nope.deeper }}", {"d": {}}),
     ("undefined_arith_error", "{{ missing + 1 }}", {}),
+    ("attr_filter_is_getattr", "[{{ {'a': 1}|attr('a') }}][{{ namespace(b=2)|attr('b') }}]{{ {'a': 1}|attr('items') is defined }}", {}),
+    ("undefined_in_repr", "{{ (missing, 1) }} {{ [missing] }} {{ {'k': missing} }}", {}),
     ("undefined_iter", "{% for x in missing %}x{% else %}empty{% endfor %}{{ missing|length }}{{ missing|list }}", {}),
     # loops
     ("loop_vars", "{% for x in 'abc' %}{{ loop.index }}{{ loop.index0 }}{{ loop.revindex }}{{ loop.revindex0 }}"
