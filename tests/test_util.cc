@@ -1,5 +1,7 @@
 #include "tests/test_util.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -86,6 +88,36 @@ const nlohmann::json& GoldenJson(const std::string& relative) {
   auto it = cache.find(relative);
   if (it == cache.end()) it = cache.emplace(relative, nlohmann::json::parse(ReadFile(SourcePath(relative)))).first;
   return it->second;
+}
+
+LogitRowsGap CompareLogitRows(const std::vector<float>& a, const std::vector<float>& b,
+                              int64_t vocab) {
+  LogitRowsGap gap;
+  const int64_t n = static_cast<int64_t>(a.size()) / vocab;
+  if (n == 0 || a.size() != b.size()) return gap;
+  int64_t agree = 0;
+  double kl_sum = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float* x = a.data() + i * vocab;
+    const float* y = b.data() + i * vocab;
+    agree += std::max_element(x, x + vocab) - x == std::max_element(y, y + vocab) - y;
+    const double mx = *std::max_element(x, x + vocab), my = *std::max_element(y, y + vocab);
+    double zx = 0, zy = 0;
+    for (int64_t v = 0; v < vocab; ++v) {
+      zx += std::exp(x[v] - mx);
+      zy += std::exp(y[v] - my);
+    }
+    double kl = 0;
+    for (int64_t v = 0; v < vocab; ++v) {
+      const double lx = x[v] - mx - std::log(zx), ly = y[v] - my - std::log(zy);
+      kl += std::exp(lx) * (lx - ly);
+    }
+    kl_sum += kl;
+    gap.kl_max = std::max(gap.kl_max, kl);
+  }
+  gap.top1 = double(agree) / n;
+  gap.kl_mean = kl_sum / n;
+  return gap;
 }
 
 }  // namespace specline::testing

@@ -1,7 +1,9 @@
 // Helpers shared by the tests: where golden files and shared models are.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "nlohmann/json.hpp"
 
@@ -27,5 +29,14 @@ std::string ReadFile(const std::string& path);
 // A golden file of the repository, parsed once per process and kept (e.g.
 // "training/tests/data/ptp_golden.json").
 const nlohmann::json& GoldenJson(const std::string& relative);
+
+// How far two runs' logits of the same positions are apart (rows of `vocab`
+// logits each): top-1 agreement and KL(a || b) of their softmaxes, mean and
+// max over the rows.
+struct LogitRowsGap {
+  double top1 = 0, kl_mean = 0, kl_max = 0;
+};
+LogitRowsGap CompareLogitRows(const std::vector<float>& a, const std::vector<float>& b,
+                              int64_t vocab);
 
 }  // namespace specline::testing

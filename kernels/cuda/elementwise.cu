@@ -237,45 +237,25 @@ __global__ void RopeKernel(T* __restrict__ rows, int n_rows, int heads, int head
   }
 }
 
-// ------------------------------------------------------------------ SwiGLU
+// ------------------------------------------------------- SwiGLU and GeGLU
 
-__device__ __forceinline__ float Silu(float g) { return g / (1.0f + expf(-g)); }
-
-template <typename T, bool kVector>
-__global__ void SwiGluKernel(const T* __restrict__ gate_up, int n, int h, T* __restrict__ out) {
-  constexpr int kStep = kVector ? kVec : 1;
-  const int per_row = h / kStep;
-  const int64_t total = static_cast<int64_t>(n) * per_row;
-  for (int64_t i = GlobalThread(); i < total; i += GridThreads()) {
-    const int64_t r = i / per_row;
-    const int c = static_cast<int>(i % per_row) * kStep;
-    const T* gate = gate_up + r * 2 * h + c;
-    const T* up = gate + h;
-    T* o = out + r * h + c;
-    if constexpr (kVector) {
-      float g[kVec], u[kVec];
-      Load8(gate, g);
-      Load8(up, u);
-#pragma unroll
-      for (int k = 0; k < kVec; ++k) g[k] = Silu(g[k]) * u[k];
-      Store8(o, g);
-    } else {
-      *o = FromF32<T>(Silu(ToF32(*gate)) * ToF32(*up));
-    }
+// The gate's activations: SiLU (Llama's SwiGLU) and gelu with the tanh
+// approximation (Gemma's gelu_pytorch_tanh, GeGLU).
+struct SiluAct {
+  __device__ __forceinline__ float operator()(float g) const { return g / (1.0f + expf(-g)); }
+};
+struct GeluTanhAct {
+  __device__ __forceinline__ float operator()(float g) const {
+    const float inner = 0.7978845608028654f * (g + 0.044715f * g * g * g);
+    return 0.5f * g * (1.0f + tanhf(inner));
   }
-}
+};
 
-// ------------------------------------------------------------------ GeGLU
-
-// gelu with the tanh approximation (Gemma's gelu_pytorch_tanh).
-__device__ __forceinline__ float GeluTanh(float g) {
-  const float inner = 0.7978845608028654f * (g + 0.044715f * g * g * g);
-  return 0.5f * g * (1.0f + tanhf(inner));
-}
-
-template <typename T, bool kVector>
-__global__ void GeGluKernel(const T* __restrict__ gate_up, int n, int h, T* __restrict__ out) {
+// out[r] = act(gate[r]) * up[r] over rows [gate | up] of gate_up.
+template <typename T, bool kVector, typename Act>
+__global__ void GatedKernel(const T* __restrict__ gate_up, int n, int h, T* __restrict__ out) {
   constexpr int kStep = kVector ? kVec : 1;
+  const Act act;
   const int per_row = h / kStep;
   const int64_t total = static_cast<int64_t>(n) * per_row;
   for (int64_t i = GlobalThread(); i < total; i += GridThreads()) {
@@ -289,10 +269,10 @@ __global__ void GeGluKernel(const T* __restrict__ gate_up, int n, int h, T* __re
       Load8(gate, g);
       Load8(up, u);
 #pragma unroll
-      for (int k = 0; k < kVec; ++k) g[k] = GeluTanh(g[k]) * u[k];
+      for (int k = 0; k < kVec; ++k) g[k] = act(g[k]) * u[k];
       Store8(o, g);
     } else {
-      *o = FromF32<T>(GeluTanh(ToF32(*gate)) * ToF32(*up));
+      *o = FromF32<T>(act(ToF32(*gate)) * ToF32(*up));
     }
   }
 }
@@ -500,8 +480,11 @@ void ApplyRope(DType t, void* rows, int n_rows, int heads, int head_dim, int str
   });
 }
 
-void SwiGlu(DType t, const void* gate_up, int n, int h, void* out, cudaStream_t stream) {
-  DispatchHalfType(t, "SwiGlu", [&](auto tag) {
+namespace {
+template <typename Act>
+void Gated(DType t, const char* name, const void* gate_up, int n, int h, void* out,
+           cudaStream_t stream) {
+  DispatchHalfType(t, name, [&](auto tag) {
     using T = decltype(tag);
     if (n <= 0 || h <= 0) return;
     const T* in = static_cast<const T*>(gate_up);
@@ -509,29 +492,21 @@ void SwiGlu(DType t, const void* gate_up, int n, int h, void* out, cudaStream_t 
     const bool vec = h % kVec == 0 && IsAligned(gate_up, 16) && IsAligned(out, 16);
     const int64_t work = static_cast<int64_t>(n) * (vec ? h / kVec : h);
     if (vec) {
-      SwiGluKernel<T, true><<<FlatBlocks(work), kFlatThreads, 0, stream>>>(in, n, h, o);
+      GatedKernel<T, true, Act><<<FlatBlocks(work), kFlatThreads, 0, stream>>>(in, n, h, o);
     } else {
-      SwiGluKernel<T, false><<<FlatBlocks(work), kFlatThreads, 0, stream>>>(in, n, h, o);
+      GatedKernel<T, false, Act><<<FlatBlocks(work), kFlatThreads, 0, stream>>>(in, n, h, o);
     }
     SPECLINE_CUDA_CHECK_LAUNCH();
   });
 }
+}  // namespace
+
+void SwiGlu(DType t, const void* gate_up, int n, int h, void* out, cudaStream_t stream) {
+  Gated<SiluAct>(t, "SwiGlu", gate_up, n, h, out, stream);
+}
 
 void GeGlu(DType t, const void* gate_up, int n, int h, void* out, cudaStream_t stream) {
-  DispatchHalfType(t, "GeGlu", [&](auto tag) {
-    using T = decltype(tag);
-    if (n <= 0 || h <= 0) return;
-    const T* in = static_cast<const T*>(gate_up);
-    T* o = static_cast<T*>(out);
-    const bool vec = h % kVec == 0 && IsAligned(gate_up, 16) && IsAligned(out, 16);
-    const int64_t work = static_cast<int64_t>(n) * (vec ? h / kVec : h);
-    if (vec) {
-      GeGluKernel<T, true><<<FlatBlocks(work), kFlatThreads, 0, stream>>>(in, n, h, o);
-    } else {
-      GeGluKernel<T, false><<<FlatBlocks(work), kFlatThreads, 0, stream>>>(in, n, h, o);
-    }
-    SPECLINE_CUDA_CHECK_LAUNCH();
-  });
+  Gated<GeluTanhAct>(t, "GeGlu", gate_up, n, h, out, stream);
 }
 
 void ScaleF32(float* x, int64_t count, float s, cudaStream_t stream) {
