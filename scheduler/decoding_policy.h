@@ -159,6 +159,10 @@ class DecodingPolicy {
   // Whether a token past the context length ends the sequence (false when
   // positions are not tokens, as PIPO's pairs).
   virtual bool LimitedByContext() const { return true; }
+  // Whether every token it emits is decided under the sequence's grammar
+  // mask (Sequence::grammar), drafts included (structured output). Policies
+  // that do not are refused requests with a response format.
+  virtual bool KeepsGrammar() const { return false; }
 
   // Drafting: whether the driver should ask for a draft now, the work, and
   // its result (dropped when the sequence moved meanwhile).

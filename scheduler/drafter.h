@@ -42,6 +42,9 @@ struct DraftJob {
   int32_t vocab_size = 0;
   std::vector<int32_t> chain;  // tokens of positions [0, end)
   SamplingParams sampling;
+  // The grammar's mask at position `end` (structured output; empty = every
+  // token allowed): a sampled draft is drawn from q restricted to it.
+  std::vector<uint32_t> allowed;
   std::vector<std::map<int, std::vector<float>>> taps;  // rows [first, end)
   Rng rng{0};                   // the sequence's draft rng; written back
   OracleDrafter* oracle = nullptr;  // set for oracle sequences

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "scheduler/head_factory.h"
 #include "scheduler/policies/registry.h"
+#include "proto/policy_names.h"
 #include "spdlog/spdlog.h"
 
 namespace specline::scheduler {
@@ -130,6 +131,11 @@ absl::Status Engine::Validate(const RequestOptions& spec) const {
   const DecodingPolicy* policy = PolicyFor(spec.mode);
   if (!policy) return NotServed(spec.mode);
   if (absl::Status st = policy->Validate(spec); !st.ok()) return st;
+  if (spec.grammar && !policy->KeepsGrammar()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "response_format: structured output is not available with policy ",
+        PolicyShortName(spec.mode), " (use ar, ppsd, spd or recycle)"));
+  }
   if (std::string err = spec.sampling.Validate(); !err.empty()) {
     return absl::InvalidArgumentError("sampling." + err);
   }

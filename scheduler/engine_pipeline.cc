@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "scheduler/engine.h"
+#include "scheduler/sequence_grammar.h"
 #include "spdlog/spdlog.h"
 
 namespace specline::scheduler {
@@ -247,7 +248,7 @@ void Engine::HandleResult(internal::MicroBatch batch) {
       }
       if (!r.needs_logits || s.finished() || r.epoch != s.epoch) continue;
       const SamplingParams& sp = s.sampling;
-      const bool greedy_only = sp.greedy() && sp.repetition_penalty == 1.0f && !want.logits;
+      const bool greedy_only = sp.greedy() && sp.repetition_penalty == 1.0f && !want.logits && !s.grammar;
       p.decide = want.used - want.aux;
       p.n_aux = want.aux;
       (greedy_only ? p.greedy : p.logits) = take(greedy_only ? greedy_rows : rows, row, p.decide);
@@ -337,10 +338,18 @@ void Engine::EmitTokenLocked(Sequence& s, int32_t token) {
     e.queue_seconds = Seconds(s.first_scheduled - s.arrival);
     e.cached_prompt_tokens = s.prefix.cached_tokens;
   }
+  if (s.grammar && !s.grammar->Verify(token)) {
+    // Every decision applies the grammar's mask: a forbidden token here is
+    // a policy that did not, and the output would break its format.
+    FinishLocked(s, FinishReason::kError,
+                 absl::InternalError(absl::StrCat("token ", token, " breaks the response format")));
+    return;
+  }
   s.tokens.push_back(token);
   metrics_->generation_tokens->Increment();
   FinishReason reason = FinishReason::kNone;
-  if (std::find(s.stop_ids.begin(), s.stop_ids.end(), token) != s.stop_ids.end()) {
+  if (std::find(s.stop_ids.begin(), s.stop_ids.end(), token) != s.stop_ids.end() ||
+      (s.grammar && s.grammar->Terminated())) {
     reason = FinishReason::kStop;
   } else if (s.generated() >= s.max_tokens ||
              (s.policy->LimitedByContext() &&

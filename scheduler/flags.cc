@@ -47,6 +47,7 @@ absl::StatusOr<SchedulerFlags> ParseSchedulerFlags(int argc, char** argv) {
   for (auto& [name, value] : values) {
     absl::Status st;
     if (name == "model") f.model = value;
+    else if (name == "tokenizer") f.tokenizer = value;
     else if (name == "stage-grpc" || name == "stages") {
       f.stage_grpc = absl::StrSplit(value, ',', absl::SkipEmpty());
     } else if (name == "data-listen") f.data_listen = value;

@@ -11,6 +11,9 @@ namespace specline::scheduler {
 
 struct SchedulerFlags {
   std::string model;
+  // Structured output's vocabulary ("" = the model's own tokenizer; none
+  // found: requests with a response format are refused).
+  std::string tokenizer;
   std::vector<std::string> stage_grpc;  // control addresses, pipeline order
   std::string data_listen = "tcp://127.0.0.1:0";
   std::string host = "127.0.0.1";  // gRPC and /metrics bind here
@@ -27,6 +30,8 @@ struct SchedulerFlags {
 
 inline constexpr const char* kSchedulerUsage =
     "usage: specline-scheduler --model PATH --stage-grpc HOST:PORT[,HOST:PORT...]\n"
+    "  [--tokenizer PATH]  the vocabulary structured output's grammars use (default:\n"
+    "                      the model's own, as the gateway's)\n"
     "  [--data-listen tcp://HOST:PORT] [--host H] [--grpc-port N] [--metrics-port N|-1]\n"
     "  [--port-file PATH] [--threads N] [--max-waiting N] [--max-batch-tokens N]\n"
     "  [--prefill-chunk N] [--max-inflight N] [--kv-capacity-tokens N] [--kv-block-size N]\n"

@@ -55,7 +55,17 @@ int Run(const SchedulerFlags& flags, const sigset_t& stop_signals) {
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  SchedulerService service(engine, flags.cluster_secret);
+  absl::StatusOr<std::unique_ptr<ResponseFormats>> formats =
+      ResponseFormats::Open(*model, flags.tokenizer);
+  if (!formats.ok()) {
+    if (!flags.tokenizer.empty()) {
+      spdlog::critical("--tokenizer {}: {}", flags.tokenizer, formats.status().ToString());
+      return 1;
+    }
+    spdlog::info("structured output is off: {}", formats.status().message());
+  }
+  SchedulerService service(engine, flags.cluster_secret,
+                           formats.ok() ? formats->get() : nullptr);
   grpc::ServerBuilder builder;
   // No SO_REUSEPORT: a second server on a taken port must fail to bind, not
   // share its connections (common/listen_error.h).

@@ -35,6 +35,17 @@ grpc::Status SchedulerService::Submit(grpc::ServerContext* ctx,
   }
   absl::StatusOr<RequestOptions> spec = ToRequestOptions(*req, engine_.default_mode());
   if (!spec.ok()) return ToGrpc(spec.status());
+  if (req->has_response_format()) {
+    if (!formats_) {
+      return ToGrpc(absl::FailedPreconditionError(
+          "response_format: this deployment has no tokenizer to compile grammars with"));
+    }
+    // On this gRPC thread, not the engine's: a new schema takes
+    // milliseconds to compile (cached after).
+    auto grammar = formats_->Compile(req->response_format());
+    if (!grammar.ok()) return ToGrpc(grammar.status());
+    spec->grammar = *std::move(grammar);
+  }
   const std::string rid = req->request_id();
   // Every event names the policy, so the gateway can mark each response
   // lossless or not (PIPO) as it streams.

@@ -7,6 +7,7 @@
 
 #include "scheduler/engine.h"
 #include "scheduler/request_convert.h"
+#include "scheduler/response_formats.h"
 #include "specline/internal/scheduler.grpc.pb.h"
 
 namespace specline::scheduler {
@@ -16,8 +17,11 @@ grpc::Status ToGrpc(const absl::Status& s);
 class SchedulerService final : public internal::Scheduler::Service {
  public:
   // Calls without `cluster_secret` are refused ("" = open; docs/security.md).
-  explicit SchedulerService(Engine& engine, std::string cluster_secret = "")
-      : engine_(engine), cluster_secret_(std::move(cluster_secret)) {}
+  // `formats` compiles structured output's grammars (null: requests with a
+  // response format are refused).
+  explicit SchedulerService(Engine& engine, std::string cluster_secret = "",
+                            ResponseFormats* formats = nullptr)
+      : engine_(engine), cluster_secret_(std::move(cluster_secret)), formats_(formats) {}
 
   // Streams one event per produced token; the last carries finish_reason.
   // Checks for client cancellation every few milliseconds and aborts the
@@ -32,6 +36,7 @@ class SchedulerService final : public internal::Scheduler::Service {
  private:
   Engine& engine_;
   const std::string cluster_secret_;
+  ResponseFormats* formats_;
 };
 
 }  // namespace specline::scheduler

@@ -1,6 +1,7 @@
 #include "scheduler/sequence.h"
 
 #include "scheduler/decoding_policy.h"
+#include "scheduler/sequence_grammar.h"
 
 namespace specline::scheduler {
 
@@ -36,6 +37,7 @@ Sequence::Sequence(uint64_t id_, RequestOptions spec)
       sampling(spec.sampling),
       cache_scope(std::move(spec.cache_scope)),
       rng(spec.sampling.seed),
+      grammar(spec.grammar ? std::make_unique<SequenceGrammar>(spec.grammar) : nullptr),
       arrival(Clock::now()),
       mode(spec.mode) {}
 

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "model/grammar/grammar_compiler.h"
 #include "model/runtime/sampler.h"
 #include "scheduler/spec_state.h"
 
@@ -32,6 +33,7 @@ namespace specline::scheduler {
 
 class DecodingPolicy;
 struct PolicyState;
+class SequenceGrammar;
 
 using Clock = std::chrono::steady_clock;
 
@@ -57,6 +59,9 @@ struct RequestOptions {
   // Prefix-cache namespace (SubmitRequest.cache_scope): only requests of
   // equal scopes share cached blocks; "" = the shared one.
   std::string cache_scope;
+  // Structured output: the grammar every generated token keeps to (null:
+  // free text). Compiled once per format (grammar::GrammarCompiler).
+  std::shared_ptr<const grammar::CompiledGrammar> grammar;
 };
 
 // Always held by shared_ptr (the engine's lists, in-flight batches):
@@ -90,6 +95,9 @@ struct Sequence : std::enable_shared_from_this<Sequence> {
   SamplingParams sampling;
   std::string cache_scope;  // salts its prefix-cache keys (RequestOptions)
   Rng rng;  // one stream per sequence, so results do not depend on batching
+  // The grammar's state along the chain (scheduler/sequence_grammar.h);
+  // null without structured output.
+  std::unique_ptr<SequenceGrammar> grammar;
 
   int32_t cached = 0;      // chain positions the stages hold (incl. in flight)
   uint32_t epoch = 0;      // bumped on flush (speculative rollback)

@@ -167,6 +167,7 @@ absl::StatusOr<PreparedRequest> PrepareRequest(const v1::GenerateRequest& r,
   for (int32_t id : r.stop_token_ids()) s.add_stop_token_ids(id);
   s.set_policy(r.policy());
   if (r.has_pipo_tau()) s.set_pipo_tau(r.pipo_tau());
+  if (r.has_response_format()) *s.mutable_response_format() = r.response_format();
   out.stop_strings.assign(r.stop().begin(), r.stop().end());
   out.detok_prev = prompt->back();
   out.cache_salt = r.cache_salt();

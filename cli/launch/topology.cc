@@ -175,6 +175,9 @@ Plan BuildPlan(const Topology& t, const Binaries& binaries, int n_layers,
   scheduler_heads(c.argv);
   device(c.argv);  // the output head runs there too
   Add(c.argv, "--log-level", t.log_level);
+  // Structured output compiles grammars over the vocabulary the gateway
+  // encodes with.
+  if (t.gateway) Add(c.argv, "--tokenizer", t.gateway->tokenizer);
 
   if (t.gateway) {
     const GatewayOptions& o = *t.gateway;

@@ -6,16 +6,19 @@
 #include "absl/strings/str_cat.h"
 #include "model/drafters/verify.h"
 #include "scheduler/policies/registry.h"
+#include "scheduler/sequence_grammar.h"
 #include "spdlog/spdlog.h"
 
 namespace specline::scheduler {
 namespace {
 
-// One drafter call, made on the driver thread without the engine lock.
+// One drafter call, made on the driver thread without the engine lock; or,
+// with no drafter, a draft already decided (a token the grammar forces).
 struct DrafterCall : DraftWork {
   Drafter* drafter = nullptr;
   DraftJob job;
   void Run() override {
+    if (!drafter) return;
     try {
       drafter->Propose(job);
     } catch (const std::exception& e) {
@@ -23,6 +26,24 @@ struct DrafterCall : DraftWork {
     }
   }
 };
+
+// Keeps q's mass on the tokens the grammar allows, renormalised: a draft
+// the grammar let through was drawn from q conditioned on being allowed,
+// and rejection sampling is lossless only against the q it came from.
+void RestrictToAllowed(TokenDistribution& q, std::span<const uint32_t> allowed) {
+  if (allowed.empty() || q.ids.empty()) return;
+  TokenDistribution kept;
+  double mass = 0;
+  for (size_t i = 0; i < q.ids.size(); ++i) {
+    if (!TokenAllowed(allowed, q.ids[i])) continue;
+    kept.ids.push_back(q.ids[i]);
+    kept.probs.push_back(q.probs[i]);
+    mass += q.probs[i];
+  }
+  if (kept.ids.size() == q.ids.size() || mass <= 0) return;
+  for (float& p : kept.probs) p = static_cast<float>(p / mass);
+  q = std::move(kept);
+}
 
 }  // namespace
 
@@ -109,6 +130,8 @@ bool PipelineDraftPolicy::WantsDraftLocked(const Sequence& s) const {
   // A draft for position p is useful only if p can still be generated.
   const int32_t p = s.chain_end();
   if (p >= host_.config().max_seq_len || p - s.prompt_len >= s.max_tokens) return false;
+  // A token the grammar forces is a draft with nothing to guess.
+  if (s.grammar && !s.grammar->Forced(1).empty()) return true;
   switch (rules_.when) {
     case DraftGate::kNever: return false;
     case DraftGate::kAlways: break;
@@ -131,6 +154,20 @@ std::unique_ptr<DraftWork> PipelineDraftPolicy::GatherDraftLocked(
   auto call = std::make_unique<DrafterCall>();
   call->drafter = st.drafter;
   DraftJob& j = call->job;
+  if (s.grammar) {
+    if (std::vector<int32_t> forced = s.grammar->Forced(1); !forced.empty()) {
+      call->drafter = nullptr;  // decided: no drafter call
+      j.seq_id = s.id;
+      j.epoch = s.epoch;
+      j.end = s.chain_end();
+      j.draft = DraftToken{forced[0], {}};
+      j.fed = st.spec.fed;
+      j.rng = st.spec.draft_rng;
+      return call;
+    }
+    const std::span<const uint32_t> allowed = s.grammar->ChainEndMask();
+    j.allowed.assign(allowed.begin(), allowed.end());
+  }
   j.seq_id = s.id;
   j.epoch = s.epoch;
   j.end = s.chain_end();
@@ -169,6 +206,15 @@ void PipelineDraftPolicy::ApplyDraftLocked(Sequence& s, DraftWork& work) {
   if (j.none) {
     sp.no_draft_at = j.end;
     return;
+  }
+  if (s.grammar) {
+    // Drafts the grammar forbids are cut here: position j.end is decided
+    // by the target alone.
+    if (!s.grammar->AddDraft(j.draft.token)) {
+      sp.no_draft_at = j.end;
+      return;
+    }
+    RestrictToAllowed(j.draft.q, s.grammar->MaskAt(s.grammar->drafts() - 1));
   }
   sp.draft_rng = j.rng;
   sp.fed = j.fed;
@@ -282,6 +328,7 @@ void PipelineDraftPolicy::FlushLocked(Sequence& s) {
   SpecState& sp = PolicyStateOf<DraftChainState>(s).spec;
   RecordDiscarded(s, static_cast<int64_t>(sp.drafts.size()));
   sp.drafts.clear();
+  if (s.grammar) s.grammar->DropDrafts();
   sp.chain_index = 0;
   const int32_t verified = static_cast<int32_t>(s.tokens.size());
   s.cached = verified;

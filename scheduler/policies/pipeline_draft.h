@@ -38,6 +38,7 @@ class PipelineDraftPolicy : public DecodingPolicy {
 
   v1::DecodingPolicy mode() const override { return mode_; }
   bool advertised() const override { return drafter_ != nullptr; }
+  bool KeepsGrammar() const override { return true; }
   absl::Status Validate(const RequestOptions& r) const override;
   absl::Status AvailableLocked(const RequestOptions& r) const override;
   void Attach(Sequence& s, const void* prepared) override;

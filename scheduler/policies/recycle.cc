@@ -5,6 +5,7 @@
 
 #include "model/drafters/verify.h"
 #include "model/runtime/sampler.h"
+#include "scheduler/sequence_grammar.h"
 
 namespace specline::scheduler {
 namespace {
@@ -23,6 +24,7 @@ class RecyclePolicy : public DecodingPolicy {
       : DecodingPolicy(host), rules_(rules), drafter_(std::move(drafter)) {}
 
   v1::DecodingPolicy mode() const override { return v1::DECODING_POLICY_RECYCLE; }
+  bool KeepsGrammar() const override { return true; }
 
   void Attach(Sequence& s, const void* /*prepared*/) override {
     DecodingPolicy::Attach(s, nullptr);
@@ -47,6 +49,7 @@ class RecyclePolicy : public DecodingPolicy {
     const auto verified = static_cast<int32_t>(s.tokens.size());
     // The drafts the budget left out are dropped: the call verifies what it carries.
     drafts.resize(std::max(0, r.first_pos + r.count - verified));
+    if (s.grammar) s.grammar->KeepDrafts(static_cast<int>(drafts.size()));
     for (int32_t i = 0; i < r.count; ++i) {
       const int32_t pos = r.first_pos + i;
       out.Add(s.id, pos, s.epoch, pos < verified ? s.tokens[pos] : drafts[pos - verified]);
@@ -62,6 +65,10 @@ class RecyclePolicy : public DecodingPolicy {
   void DecideLocked(Sequence& s, const SlotRun& r, const RunOutput& out) override;
 
  private:
+  // The next call's drafts: the tokens the grammar forces, then the
+  // matrix's guesses after them, cut at the first one the grammar forbids.
+  std::vector<int32_t> ProposeLocked(Sequence& s, int guesses, int most);
+
   // Drafts for the next call: none, a probe, or up to k by recent acceptance.
   int DraftCount(const RecycleState& st) const;
 
@@ -147,7 +154,27 @@ void RecyclePolicy::DecideLocked(Sequence& s, const SlotRun& r, const RunOutput&
   // A draft at position p is worth sending only if p can still be generated.
   const int room = s.limit - static_cast<int32_t>(s.tokens.size());
   const int n = std::min(DraftCount(st), room);
-  if (n > 0) st.drafts = drafter_->Propose(s.tokens, n).tokens;
+  if (s.grammar) {
+    st.drafts = ProposeLocked(s, n, std::min(room, rules_.max_drafts));
+  } else if (n > 0) {
+    st.drafts = drafter_->Propose(s.tokens, n).tokens;
+  }
+}
+
+std::vector<int32_t> RecyclePolicy::ProposeLocked(Sequence& s, int guesses, int most) {
+  // Forced tokens cost nothing to guess, so they are drafted whatever the
+  // gate says; the matrix's guesses only as many as the gate allows.
+  std::vector<int32_t> drafts = s.grammar->Forced(most);
+  const int more = std::min(guesses, most - static_cast<int>(drafts.size()));
+  if (more > 0) {
+    std::vector<int32_t> chain = s.tokens;
+    chain.insert(chain.end(), drafts.begin(), drafts.end());
+    for (int32_t t : drafter_->Propose(chain, more).tokens) drafts.push_back(t);
+  }
+  size_t kept = 0;
+  while (kept < drafts.size() && s.grammar->AddDraft(drafts[kept])) ++kept;
+  drafts.resize(kept);
+  return drafts;
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "proto/policy_names.h"
+#include "services/openai/response_format_request.h"
 
 namespace specline::openai {
 namespace {
@@ -50,10 +51,6 @@ std::optional<ApiError> RefuseUnlessDefault(const json& body, Endpoint endpoint)
     auto it = body.find(f.name);
     if (it != body.end() && !is_default(*it, f.dflt)) return Bad(f.name, f.why);
   }
-  if (auto it = body.find("response_format"); it != body.end() && !it->is_null()) {
-    if (!it->is_object() || it->value("type", "") != "text")
-      return Bad("response_format", "only {\"type\": \"text\"} is supported");
-  }
   return std::nullopt;
 }
 
@@ -64,7 +61,7 @@ const std::set<std::string>& KnownFields(Endpoint endpoint) {
       "model", "max_tokens", "temperature", "top_p", "stop", "seed", "stream",
       "stream_options", "n", "user", "top_k", "min_p", "repetition_penalty", "ignore_eos",
       "stop_token_ids", "policy", "pipo_tau", "frequency_penalty", "presence_penalty",
-      "logprobs", "top_logprobs", "logit_bias", "response_format", "cache_salt"};
+      "logprobs", "top_logprobs", "logit_bias", "cache_salt"};
   static const std::set<std::string> completions = [] {
     std::set<std::string> s = common;
     s.insert({"prompt", "echo", "best_of", "suffix"});
@@ -232,7 +229,9 @@ std::optional<ApiError> ParseRequest(Endpoint endpoint, std::string_view body_te
   }
   const auto& known = KnownFields(endpoint);
   for (const auto& [name, value] : body.items()) {
-    if (!known.count(name)) return Bad(name, "unrecognized request argument");
+    if (!known.count(name) && !ResponseFormatFields().count(name)) {
+      return Bad(name, "unrecognized request argument");
+    }
   }
   if (auto e = RefuseUnlessDefault(body, endpoint)) return e;
   v1::GenerateRequest& r = out->request;
@@ -279,6 +278,7 @@ std::optional<ApiError> ParseRequest(Endpoint endpoint, std::string_view body_te
   if (seed) s->set_seed(static_cast<uint64_t>(*seed));
   if (pipo_tau) r.set_pipo_tau(static_cast<float>(*pipo_tau));
 
+  if (auto e = ReadResponseFormat(body, &r)) return e;
   if (auto e = ReadStop(body, &r)) return e;
   if (auto it = body.find("stop_token_ids"); it != body.end() && !it->is_null()) {
     if (!it->is_array()) return Bad("stop_token_ids", "must be a list of token ids");
