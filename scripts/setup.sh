@@ -150,6 +150,11 @@ if ! "$HELM_VENV/bin/python" -c "import sys, helm_python; sys.exit(helm_python._
   fi
 fi
 
+# 5b. xgrammar's C++ core (structured output, model/grammar), built once
+#     from its pinned PyPI sdist into ~/.cache/specline/xgrammar-0.2.8
+#     (SPECLINE_XGRAMMAR_ROOT; about a minute; docs/dependencies.md).
+bash scripts/build_xgrammar.sh || fail_download "could not build xgrammar (scripts/build_xgrammar.sh; PyPI sdist xgrammar==0.2.8)"
+
 # 6. Build, with Ninja (an existing build folder keeps its generator).
 #    SPECLINE_WERROR=ON (CI) makes any compiler warning an error.
 GENERATOR=()

@@ -1,0 +1,80 @@
+#include "model/grammar/grammar_matcher.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include <dlpack/dlpack.h>
+
+namespace specline::grammar {
+
+GrammarMatcher::GrammarMatcher(std::shared_ptr<const CompiledGrammar> grammar)
+    : grammar_(std::move(grammar)), matcher_(grammar_->compiled) {}
+
+bool GrammarMatcher::FillAllowed(std::span<uint32_t> mask) {
+  const int32_t words = mask_words();
+  if (static_cast<int64_t>(mask.size()) < words) {
+    throw std::invalid_argument("GrammarMatcher::FillAllowed: mask too small");
+  }
+  if (IsTerminated()) {
+    std::fill(mask.begin(), mask.begin() + words, 0u);
+    return true;
+  }
+  // xgrammar's bitmask is int32 words with the same bit order.
+  int64_t shape[1] = {words};
+  int64_t strides[1] = {1};
+  DLTensor tensor{};
+  tensor.data = mask.data();
+  tensor.device = DLDevice{kDLCPU, 0};
+  tensor.ndim = 1;
+  tensor.dtype = DLDataType{kDLInt, 32, 1};
+  tensor.shape = shape;
+  tensor.strides = strides;
+  tensor.byte_offset = 0;
+  return matcher_.FillNextTokenBitmask(&tensor);
+}
+
+bool GrammarMatcher::Accept(int32_t token) {
+  const GrammarVocabulary& vocab = *grammar_->vocabulary;
+  if (IsTerminated() || token < 0 || token >= vocab.vocab_size()) return false;
+  // Rejected here so that xgrammar does not log a warning for each
+  // forbidden draft: control and padding tokens spell nothing.
+  if (vocab.bytes(token).empty() &&
+      std::find(vocab.stop_ids().begin(), vocab.stop_ids().end(), token) == vocab.stop_ids().end()) {
+    return false;
+  }
+  if (!matcher_.AcceptToken(token)) return false;
+  ++accepted_;
+  return true;
+}
+
+void GrammarMatcher::Rollback(int n) {
+  if (n < 0 || n > accepted_) {
+    throw std::out_of_range("GrammarMatcher::Rollback: " + std::to_string(n) + " of " +
+                            std::to_string(accepted_) + " accepted tokens");
+  }
+  if (n == 0) return;
+  matcher_.Rollback(n);
+  accepted_ -= n;
+}
+
+std::vector<int32_t> GrammarMatcher::ForcedTokens(int max) {
+  std::vector<int32_t> forced;
+  if (max <= 0 || IsTerminated()) return forced;
+  const std::string text = matcher_.FindJumpForwardString();
+  if (text.empty()) return forced;
+  for (int32_t id : grammar_->vocabulary->Spell(text)) {
+    if (static_cast<int>(forced.size()) == max || !Accept(id)) break;
+    forced.push_back(id);
+  }
+  Rollback(static_cast<int>(forced.size()));
+  return forced;
+}
+
+void GrammarMatcher::Reset() {
+  matcher_.Reset();
+  accepted_ = 0;
+}
+
+}  // namespace specline::grammar

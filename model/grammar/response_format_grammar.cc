@@ -1,0 +1,106 @@
+#include "model/grammar/response_format_grammar.h"
+
+#include <cstdio>
+#include <exception>
+#include <stdexcept>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace specline::grammar {
+namespace {
+
+xgrammar::Grammar LiteralGrammar(const std::string& text) {
+  return xgrammar::Grammar::FromEBNF("root ::= " + EbnfLiteral(text));
+}
+
+xgrammar::Grammar JsonSchemaGrammar(const std::string& schema, bool strict,
+                                    const JsonOptions& json) {
+  return xgrammar::Grammar::FromJSONSchema(
+      schema, json.any_whitespace, /*indent=*/std::nullopt, /*separators=*/std::nullopt,
+      /*strict_mode=*/strict,
+      json.any_whitespace ? std::optional<int>(json.max_whitespace) : std::nullopt);
+}
+
+// The format's own grammar, without prefix and suffix. Throws what xgrammar
+// throws on bad input.
+xgrammar::Grammar BodyGrammar(const v1::ResponseFormat& format, const JsonOptions& json) {
+  switch (format.grammar_case()) {
+    case v1::ResponseFormat::kJsonObject:
+      // Not strict: strict mode forbids properties a schema does not name,
+      // and {"type": "object"} names none.
+      return JsonSchemaGrammar(R"({"type": "object"})", /*strict=*/false, json);
+    case v1::ResponseFormat::kJsonSchema:
+      // Strict, as vLLM compiles OpenAI's json_schema: no property or item
+      // the schema does not describe.
+      return JsonSchemaGrammar(format.json_schema(), /*strict=*/true, json);
+    case v1::ResponseFormat::kRegex:
+      return xgrammar::Grammar::FromRegex(format.regex());
+    case v1::ResponseFormat::kEbnf:
+      return xgrammar::Grammar::FromEBNF(format.ebnf(), "root");
+    case v1::ResponseFormat::kChoice: {
+      std::string rule = "root ::= ";
+      const auto& choices = format.choice().choices();
+      for (int i = 0; i < choices.size(); ++i) {
+        rule += (i ? " | " : "") + EbnfLiteral(choices[i]);
+      }
+      return xgrammar::Grammar::FromEBNF(rule);
+    }
+    case v1::ResponseFormat::GRAMMAR_NOT_SET: break;
+  }
+  throw std::invalid_argument(
+      "no grammar set (one of json_object, json_schema, regex, ebnf, choice)");
+}
+
+const char* FormatName(const v1::ResponseFormat& format) {
+  switch (format.grammar_case()) {
+    case v1::ResponseFormat::kJsonObject: return "json_object";
+    case v1::ResponseFormat::kJsonSchema: return "json_schema";
+    case v1::ResponseFormat::kRegex: return "regex";
+    case v1::ResponseFormat::kEbnf: return "ebnf";
+    case v1::ResponseFormat::kChoice: return "choice";
+    case v1::ResponseFormat::GRAMMAR_NOT_SET: break;
+  }
+  return "response_format";
+}
+
+}  // namespace
+
+std::string EbnfLiteral(const std::string& text) {
+  // Bytes of 0x80 and above pass through: xgrammar reads the literal as
+  // UTF-8, and its \x escapes name code points, not bytes.
+  std::string out = "\"";
+  for (unsigned char c : text) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20 || c == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
+}
+
+absl::StatusOr<xgrammar::Grammar> GrammarOf(const v1::ResponseFormat& format,
+                                            const JsonOptions& json) {
+  if (format.grammar_case() == v1::ResponseFormat::kChoice &&
+      format.choice().choices().empty()) {
+    return absl::InvalidArgumentError("response_format choice: the list of choices is empty");
+  }
+  try {
+    std::vector<xgrammar::Grammar> parts;
+    if (!format.prefix().empty()) parts.push_back(LiteralGrammar(format.prefix()));
+    parts.push_back(BodyGrammar(format, json));
+    if (!format.suffix().empty()) parts.push_back(LiteralGrammar(format.suffix()));
+    return parts.size() == 1 ? parts[0] : xgrammar::Grammar::Concat(parts);
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(std::string("response_format ") + FormatName(format) +
+                                      ": " + e.what());
+  }
+}
+
+}  // namespace specline::grammar

@@ -1,0 +1,36 @@
+// A structured-output request (specline.v1.ResponseFormat) as an xgrammar
+// grammar over text: JSON (any object, or a JSON Schema), a regular
+// expression, an EBNF grammar or a list of choices, between an optional
+// literal prefix and suffix. Vocabulary-independent; GrammarCompiler turns
+// the grammar into token masks.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include <xgrammar/grammar.h>
+
+#include "absl/status/statusor.h"
+#include "specline/v1/generation.pb.h"
+
+namespace specline::grammar {
+
+struct JsonOptions {
+  // Whitespace wherever JSON allows it (vLLM's default), each run at most
+  // `max_whitespace` characters, so a model cannot stall in blanks. With
+  // any_whitespace false the output is one line, {"a": 1, "b": [2, 3]},
+  // and more of it is forced (jump-forward drafts).
+  bool any_whitespace = true;
+  int max_whitespace = 16;
+  bool operator==(const JsonOptions&) const = default;
+};
+
+// InvalidArgument naming what is wrong (a schema xgrammar cannot read, a
+// bad regex, an EBNF syntax error, no grammar set, an empty choice list).
+absl::StatusOr<xgrammar::Grammar> GrammarOf(const v1::ResponseFormat& format,
+                                            const JsonOptions& json = {});
+
+// `text` as an EBNF string literal.
+std::string EbnfLiteral(const std::string& text);
+
+}  // namespace specline::grammar
