@@ -33,7 +33,8 @@ const char kServeUsage[] = R"(usage: specline serve [options]
   --port N                 gateway gRPC port (default 50051; 0 = pick)
   --metrics-port N         gateway /metrics port (default: pick)
   --http-port N            gateway OpenAI-compatible HTTP/SSE API (/v1/completions,
-                           /v1/chat/completions, /v1/models, /health); default 8000,
+                           /v1/chat/completions, /v1/responses, /v1/models, /health);
+                           default 8000,
                            or a picked port when --port is 0; -1 = off
   --threads N              compute threads per process (default: cores / stages)
   --device D               cpu (default), cuda (stage i on GPU i % GPUs; the
@@ -65,6 +66,8 @@ const char kServeUsage[] = R"(usage: specline serve [options]
                            (default 5000; 0 = fail it at once)
   --max-attempts N         runs of such a request at most (default 3)
   --tls-cert PATH --tls-key PATH   serve TLS at the gateway
+  --cors-origins LIST      browser origins allowed to call the HTTP API (comma list
+                           of scheme://host[:port], or *); default none
   --port-file PATH         write every process's ports and pids as JSON
   --startup-timeout-s N    how long start-up may take (default 300)
   --ppsd-head DIR          enable DECODING_POLICY_PPSD with this early-exit head
@@ -101,7 +104,7 @@ int ServeCommand(int argc, char** argv) {
                  {"model", "tokenizer", "chat-template", "stages", "host", "port", "metrics-port", "http-port", "threads",
                   "kv-capacity-tokens", "max-waiting", "max-concurrent-streams",
                   "default-max-tokens", "drain-timeout-ms", "auth-token-file", "tls-cert",
-                  "tls-key", "port-file", "startup-timeout-s", "demo-prompt", "log-level",
+                  "tls-key", "cors-origins", "port-file", "startup-timeout-s", "demo-prompt", "log-level",
                   "ppsd-head", "spd-head", "default-policy", "spec-policy", "spec-max-drafts",
                   "allow-oracle", "device", "dtype", "ptp-head", "ptp-n-aux", "pipo-head",
                   "pipo-tau", "retry-window-ms", "max-attempts", "max-streams-per-principal",
@@ -165,6 +168,7 @@ int ServeCommand(int argc, char** argv) {
   g.metrics_per_principal = per_principal == "true" || per_principal == "1";
   g.tls_cert = args.Str("tls-cert");
   g.tls_key = args.Str("tls-key");
+  g.cors_origins = args.Str("cors-origins");
   const bool demo = args.Has("demo-prompt");
   // A demo shows the generation, so the processes only speak up for
   // warnings unless asked otherwise.

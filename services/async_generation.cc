@@ -2,26 +2,27 @@
 
 namespace specline {
 
-AsyncGeneration::AsyncGeneration(GenerationService& service, std::string principal,
+AsyncGeneration::AsyncGeneration(GenerationService& service, Api api, std::string principal,
                                  std::string id, PreparedRequest prepared,
                                  std::shared_ptr<grpc::ClientContext> call,
                                  std::shared_ptr<ActiveRequests::Entry> entry,
                                  std::shared_ptr<GenerationSink> sink)
     : service_(service),
+      api_(api),
       principal_(std::move(principal)),
       id_(std::move(id)),
       call_(std::move(call)),
       entry_(std::move(entry)),
       sink_(std::move(sink)),
-      stream_(service.model_, service.metrics_.For(Api::kOpenAi), id_, prepared,
+      stream_(service.model_, service.metrics_.For(api), id_, prepared,
               GenerationStream::Clock::now()),
-      submit_(service.StartSubmit(Api::kOpenAi, principal_, id_, prepared)) {}
+      submit_(service.StartSubmit(api, principal_, id_, prepared)) {}
 
-void AsyncGeneration::Start(GenerationService& service, std::string principal, std::string id,
+void AsyncGeneration::Start(GenerationService& service, Api api, std::string principal, std::string id,
                             PreparedRequest prepared, std::shared_ptr<grpc::ClientContext> call,
                             std::shared_ptr<ActiveRequests::Entry> entry,
                             std::shared_ptr<GenerationSink> sink) {
-  auto* self = new AsyncGeneration(service, std::move(principal), std::move(id),
+  auto* self = new AsyncGeneration(service, api, std::move(principal), std::move(id),
                                    std::move(prepared), std::move(call), std::move(entry),
                                    std::move(sink));
   service.scheduler_->async()->Submit(self->call_.get(), &self->submit_, self);
@@ -46,9 +47,9 @@ void AsyncGeneration::OnDone(const grpc::Status& status) {
   std::optional<v1::GenerateResponse> final_message;
   const bool gone = sink_->ClientGone();
   const int64_t retry_after = service_.SchedulerRejection(principal_, *call_, status);
-  grpc::Status end = service_.EndStatus(Api::kOpenAi, stream_, status, gone, entry_->aborted, &final_message);
+  grpc::Status end = service_.EndStatus(api_, stream_, status, gone, entry_->aborted, &final_message);
   if (final_message) sink_->OnMessage(*final_message);
-  service_.Release(Api::kOpenAi, principal_, id_, *entry_, stream_);
+  service_.Release(api_, principal_, id_, *entry_, stream_);
   sink_->OnEnd(end, retry_after);
   delete this;
 }

@@ -18,7 +18,7 @@ namespace specline {
 class AsyncGeneration final : public grpc::ClientReadReactor<internal::SubmitEvent> {
  public:
   // Starts the call; `entry` is the request's admission (already counted).
-  static void Start(GenerationService& service, std::string principal, std::string id,
+  static void Start(GenerationService& service, Api api, std::string principal, std::string id,
                     PreparedRequest prepared, std::shared_ptr<grpc::ClientContext> call,
                     std::shared_ptr<ActiveRequests::Entry> entry,
                     std::shared_ptr<GenerationSink> sink);
@@ -27,12 +27,13 @@ class AsyncGeneration final : public grpc::ClientReadReactor<internal::SubmitEve
   void OnDone(const grpc::Status& status) override;
 
  private:
-  AsyncGeneration(GenerationService& service, std::string principal, std::string id,
+  AsyncGeneration(GenerationService& service, Api api, std::string principal, std::string id,
                   PreparedRequest prepared, std::shared_ptr<grpc::ClientContext> call,
                   std::shared_ptr<ActiveRequests::Entry> entry,
                   std::shared_ptr<GenerationSink> sink);
 
   GenerationService& service_;
+  const Api api_;
   const std::string principal_;
   const std::string id_;
   std::shared_ptr<grpc::ClientContext> call_;

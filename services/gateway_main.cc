@@ -27,8 +27,12 @@ const char kUsage[] = R"(usage: specline-gateway --model PATH --scheduler HOST:P
   --port N                     gRPC port (0 = pick; default 0)
   --metrics-port N             Prometheus /metrics port (0 = pick; default 0)
   --http-port N                the OpenAI-compatible HTTP/SSE API (/v1/completions,
-                               /v1/chat/completions, /v1/models, /health); 0 = pick,
+                               /v1/chat/completions, /v1/responses, /v1/models,
+                               /health); 0 = pick,
                                default off
+  --cors-origins LIST          browser origins allowed to call the HTTP API (CORS):
+                               comma-separated scheme://host[:port], or * for any;
+                               default none (no Access-Control-* headers)
   --port-file PATH             write {"grpc":N,"metrics":M,"http":H,"pid":P} once listening
   --default-max-tokens N       max_tokens when a request gives 0 (default 256)
   --max-prompt-tokens N        longest prompt accepted (default: context length - 1)
@@ -91,6 +95,7 @@ bool ParseArgs(int argc, char** argv, specline::GatewayConfig* c) {
     else if (name == "cluster-secret-file") c->cluster_secret_file = v;
     else if (name == "tls-cert") c->tls_cert = v;
     else if (name == "tls-key") c->tls_key = v;
+    else if (name == "cors-origins") c->cors_origins = v;
     else if (name == "drain-timeout-ms") st = specline::ParseNumber(name, v, &c->drain_timeout_ms);
     else if (name == "log-level") spdlog::set_level(spdlog::level::from_str(v));
     else st = absl::InvalidArgumentError("unknown option: --" + name);

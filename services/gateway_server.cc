@@ -157,6 +157,7 @@ Gateway::Gateway(const GatewayConfig& config)
     http.port = config.http_port;
     http.tls_cert = config.tls_cert;
     http.tls_key = config.tls_key;
+    http.cors_origins = config.cors_origins;
     http_ = std::make_unique<openai::HttpServer>(*service_, http);
   }
   metrics_.Expose(config.host, config.metrics_port);
@@ -200,6 +201,7 @@ Gateway::Gateway(const GatewayConfig& config)
         // No per-stage list means the scheduler does not report stages.
         for (bool up : stats.stage_up()) ready = ready && up;
         service_->set_pipeline_ready(ready);
+        if (stats.kv_capacity_tokens() > 0) service_->set_kv_capacity_tokens(stats.kv_capacity_tokens());
         lock.lock();
         readiness_cv_.wait_for(lock, std::chrono::milliseconds(250), [&] { return stopping_; });
       }

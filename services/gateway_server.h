@@ -46,6 +46,7 @@ struct GatewayConfig {
   bool metrics_per_principal = false;  // /metrics series labelled by principal
   std::string cluster_secret_file;    // the internal plane's secret (docs/security.md)
   std::string tls_cert, tls_key;  // PEM files; both or neither
+  std::string cors_origins;       // the HTTP API's allowed browser origins ("" none, "*" any)
   int drain_timeout_ms = 30000;
 };
 

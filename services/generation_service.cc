@@ -3,6 +3,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
 
 #include <spdlog/spdlog.h>
 
@@ -11,13 +14,18 @@
 #include "common/cluster_secret.h"
 #include "common/flag_map.h"
 #include "services/async_generation.h"
+#include "services/choice_fanout.h"
 #include "services/request_parser.h"
 
 namespace specline {
 namespace {
 
+// An error code the request builder attached (context_length_exceeded)
+// travels as the status's details: the OpenAI API reads it from there.
 grpc::Status ToGrpc(const absl::Status& s) {
-  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+  auto code = s.GetPayload(kErrorCodePayload);  // absl::optional on Debian
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()),
+                      code ? std::string(*code) : std::string());
 }
 
 }  // namespace
@@ -114,7 +122,10 @@ grpc::Status GenerationService::Prepare(Api api, const v1::GenerateRequest& requ
   if (draining_)
     return Fail(api, grpc::Status(grpc::UNAVAILABLE,
                              "gateway is draining for shutdown; retry on another replica"));
-  auto result = PrepareRequest(request, model_);
+  RequestRules rules;
+  rules.kv_capacity_tokens = kv_capacity_tokens_;
+  rules.openai = api == Api::kOpenAi;
+  auto result = PrepareRequest(request, model_, rules);
   if (!result.ok()) {
     spdlog::debug("req={} rejected: {}", request.request_id(), std::string(result.status().message()));
     return Fail(api, ToGrpc(result.status()));
@@ -132,25 +143,115 @@ grpc::Status GenerationService::StartGenerate(const std::string& principal,
                                               std::shared_ptr<GenerationSink> sink,
                                               std::shared_ptr<grpc::ClientContext>* call,
                                               int64_t* retry_after_seconds) {
+  if (request.n() < 0 || request.n() > kMaxChoices) {
+    return Fail(Api::kOpenAi, grpc::Status(grpc::INVALID_ARGUMENT,
+                                           absl::StrCat("n: must be in [1, ", kMaxChoices,
+                                                        "] (0 = 1), got ", request.n())));
+  }
+  return StartChoices(Api::kOpenAi, principal, ExpandChoices(request), std::move(sink), call,
+                      retry_after_seconds);
+}
+
+grpc::Status GenerationService::StartChoices(Api api, const std::string& principal,
+                                             const std::vector<v1::GenerateRequest>& requests,
+                                             std::shared_ptr<GenerationSink> sink,
+                                             std::shared_ptr<grpc::ClientContext>* call,
+                                             int64_t* retry_after_seconds) {
+  *retry_after_seconds = 0;
+  if (requests.empty() || static_cast<int>(requests.size()) > kMaxChoices) {
+    return Fail(api, grpc::Status(grpc::INVALID_ARGUMENT,
+                                  absl::StrCat("n: at most ", kMaxChoices,
+                                               " choices (prompts x n) per request, got ",
+                                               requests.size())));
+  }
+  std::vector<ChoiceFanout::Choice> choices(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (grpc::Status s = Prepare(api, requests[i], &choices[i].id, &choices[i].prepared); !s.ok())
+      return s;
+  }
+  if (choices.size() == 1) {
+    auto upstream = std::make_shared<grpc::ClientContext>();
+    std::shared_ptr<ActiveRequests::Entry> entry;
+    if (grpc::Status s = Admit(api, principal, choices[0].id, choices[0].prepared, upstream.get(),
+                               &entry, retry_after_seconds);
+        !s.ok()) {
+      return s;
+    }
+    *call = upstream;
+    AsyncGeneration::Start(*this, api, principal, std::move(choices[0].id),
+                           std::move(choices[0].prepared), std::move(upstream), std::move(entry),
+                           std::move(sink));
+    return grpc::Status::OK;
+  }
+  auto fan = std::make_shared<ChoiceFanout>(*this, api, principal, std::move(choices), std::move(sink));
+  return fan->Start(call, retry_after_seconds);
+}
+
+grpc::Status GenerationService::PromptTokens(const v1::GenerateRequest& request, int* tokens) {
   std::string id;
   PreparedRequest prepared;
   if (grpc::Status s = Prepare(Api::kOpenAi, request, &id, &prepared); !s.ok()) return s;
-  auto upstream = std::make_shared<grpc::ClientContext>();
-  std::shared_ptr<ActiveRequests::Entry> entry;
-  if (grpc::Status s = Admit(Api::kOpenAi, principal, id, prepared, upstream.get(), &entry,
-                             retry_after_seconds);
-      !s.ok()) {
-    return s;
-  }
-  *call = upstream;
-  AsyncGeneration::Start(*this, principal, std::move(id), std::move(prepared), std::move(upstream),
-                         std::move(entry), std::move(sink));
+  *tokens = prepared.submit.prompt_size();
   return grpc::Status::OK;
+}
+
+grpc::Status GenerationService::GenerateChoices(grpc::ServerContext* ctx,
+                                                const std::string& principal,
+                                                const v1::GenerateRequest& request,
+                                                ResponseWriter* writer) {
+  // The choices' messages arrive on gRPC's callback threads; this handler's
+  // thread writes them (a sync writer takes one writer at a time) and
+  // watches the client's cancellation.
+  struct WriterSink final : GenerationSink {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<v1::GenerateResponse> pending;
+    std::optional<grpc::Status> end;
+    std::atomic<bool> gone{false};
+    void OnMessage(const v1::GenerateResponse& m) override {
+      std::lock_guard<std::mutex> lock(mu);
+      pending.push_back(m);
+      cv.notify_all();
+    }
+    void OnEnd(const grpc::Status& s, int64_t) override {
+      std::lock_guard<std::mutex> lock(mu);
+      end = s;
+      cv.notify_all();
+    }
+    bool ClientGone() const override { return gone; }
+  };
+  auto sink = std::make_shared<WriterSink>();
+  std::shared_ptr<grpc::ClientContext> call;
+  int64_t retry_after = 0;
+  grpc::Status started = StartChoices(Api::kGrpc, principal, ExpandChoices(request), sink, &call,
+                                      &retry_after);
+  if (!started.ok()) {
+    if (retry_after > 0) ctx->AddTrailingMetadata("retry-after", std::to_string(retry_after));
+    return started;
+  }
+  std::unique_lock<std::mutex> lock(sink->mu);
+  while (true) {
+    sink->cv.wait_for(lock, std::chrono::milliseconds(100),
+                      [&] { return !sink->pending.empty() || sink->end.has_value(); });
+    while (!sink->pending.empty()) {
+      v1::GenerateResponse m = std::move(sink->pending.front());
+      sink->pending.pop_front();
+      lock.unlock();
+      if (!sink->gone && !writer->Write(m)) sink->gone = true;
+      lock.lock();
+    }
+    if (sink->end) return *sink->end;
+    if (!sink->gone && ctx->IsCancelled()) sink->gone = true;
+    // Choice 0's call is cancelled at once; the others notice `gone` at
+    // their next event.
+    if (sink->gone) call->TryCancel();
+  }
 }
 
 grpc::Status GenerationService::Generate(grpc::ServerContext* ctx, const std::string& principal,
                                          const v1::GenerateRequest& request,
                                          ResponseWriter* writer) {
+  if (request.n() > 1 && request.n() <= kMaxChoices) return GenerateChoices(ctx, principal, request, writer);
   std::string id;
   PreparedRequest prepared;
   if (grpc::Status s = Prepare(Api::kGrpc, request, &id, &prepared); !s.ok()) return s;

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <optional>
 
@@ -63,10 +64,24 @@ class GenerationService final : public v1::Generation::Service {
   // returned (nothing was started), with `retry_after_seconds` set when a
   // quota says when to retry; on OK the sink gets the messages and then
   // exactly one OnEnd, and `call` can cancel it (client gone).
+  // `request.n` > 1 runs n choices (choice_fanout.h): the messages carry
+  // their choice's index and the sink's OnEnd comes once all have ended.
   grpc::Status StartGenerate(const std::string& principal, const v1::GenerateRequest& request,
                              std::shared_ptr<GenerationSink> sink,
                              std::shared_ptr<grpc::ClientContext>* call,
                              int64_t* retry_after_seconds);
+  // Several requests as the choices of one response (the completions API's
+  // list of prompts, each expanded by its n): choice i is `choices[i]`.
+  // Every choice is validated before any starts.
+  grpc::Status StartChoices(Api api, const std::string& principal,
+                            const std::vector<v1::GenerateRequest>& choices,
+                            std::shared_ptr<GenerationSink> sink,
+                            std::shared_ptr<grpc::ClientContext>* call,
+                            int64_t* retry_after_seconds);
+
+  // The OpenAI API's request `request` would have, validated as
+  // StartGenerate validates it, with nothing started (max_tokens: 0).
+  grpc::Status PromptTokens(const v1::GenerateRequest& request, int* tokens);
 
   // Refuse new Generate calls (UNAVAILABLE) from now on.
   void StartDrain() { draining_ = true; }
@@ -76,6 +91,10 @@ class GenerationService final : public v1::Generation::Service {
   // the pipeline is down.
   bool pipeline_ready() const { return pipeline_ready_; }
   void set_pipeline_ready(bool ready);
+  // KV positions a stage holds, from the same poll: requests are checked
+  // against it before anything is streamed (0: not known yet).
+  void set_kv_capacity_tokens(int64_t tokens) { kv_capacity_tokens_ = tokens; }
+  int64_t kv_capacity_tokens() const { return kv_capacity_tokens_; }
   const std::string& model_name() const { return options_.model_name; }
   const ServedModel& served_model() const { return model_; }
   // For failures counted outside the shared path (the HTTP API's own 4xx).
@@ -90,6 +109,11 @@ class GenerationService final : public v1::Generation::Service {
   // UNAUTHENTICATED.
   grpc::Status CheckAuth(const grpc::ServerContext& ctx, std::string* principal) const;
   friend class AsyncGeneration;
+  friend class ChoiceFanout;
+  // The gRPC API's n > 1: the choices run as in StartChoices, written to
+  // `writer` one message at a time.
+  grpc::Status GenerateChoices(grpc::ServerContext* ctx, const std::string& principal,
+                               const v1::GenerateRequest& request, ResponseWriter* writer);
   grpc::Status Fail(Api api, const grpc::Status& status);  // counts it, returns it
   // Validation shared by both APIs: draining, the request's fields.
   grpc::Status Prepare(Api api, const v1::GenerateRequest& request, std::string* id,
@@ -133,6 +157,7 @@ class GenerationService final : public v1::Generation::Service {
   TokenQuota quota_;
   std::atomic<bool> draining_{false};
   std::atomic<bool> pipeline_ready_{false};
+  std::atomic<int64_t> kv_capacity_tokens_{0};
 };
 
 }  // namespace specline

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <random>
 
+#include "absl/strings/cord.h"
+
 #include "absl/strings/str_cat.h"
 
 namespace specline {
@@ -37,9 +39,11 @@ absl::Status ValidatePolicy(int policy) {
 }
 
 absl::StatusOr<std::vector<int32_t>> TokenizePrompt(const v1::GenerateRequest& r,
-                                                    const ServedModel& m) {
+                                                    const ServedModel& m, const RequestRules& rules) {
   switch (r.prompt_case()) {
     case v1::GenerateRequest::kText: {
+      if (r.text().empty() && rules.openai && m.tokenizer && m.tokenizer->bos_id() >= 0)
+        return std::vector<int32_t>{m.tokenizer->bos_id()};
       if (r.text().empty()) return Invalid("prompt.text", "is empty");
       if (!m.tokenizer)
         return Invalid("prompt.text", "this deployment has no tokenizer; send token_ids");
@@ -101,8 +105,14 @@ absl::StatusOr<std::string> RenderChat(const v1::ChatMessages& chat, const Serve
   return text;
 }
 
+int32_t UsableContext(const ServedModel& m, const RequestRules& rules) {
+  if (rules.kv_capacity_tokens > 0 && rules.kv_capacity_tokens < m.context_length)
+    return static_cast<int32_t>(rules.kv_capacity_tokens);
+  return m.context_length;
+}
+
 absl::StatusOr<PreparedRequest> PrepareRequest(const v1::GenerateRequest& r,
-                                               const ServedModel& m) {
+                                               const ServedModel& m, const RequestRules& rules) {
   // Cheap checks first, so a bad request costs no tokenization.
   if (absl::Status s = ValidateSampling(r.sampling()); !s.ok()) return s;
   if (absl::Status s = ValidatePolicy(r.policy()); !s.ok()) return s;
@@ -131,21 +141,46 @@ absl::StatusOr<PreparedRequest> PrepareRequest(const v1::GenerateRequest& r,
       return Invalid(absl::StrCat("stop_token_ids[", i, "]"),
                      absl::StrCat("id ", id, " is outside the vocabulary [0, ", m.vocab_size, ")"));
   }
+  if (r.n() < 0 || r.n() > kMaxChoices)
+    return Invalid("n", absl::StrCat("must be in [1, ", kMaxChoices, "] (0 = 1), got ", r.n()));
   if (r.request_id().size() > 256) return Invalid("request_id", "longer than 256 bytes");
   if (r.cache_salt().size() > kMaxCacheSaltBytes)
     return Invalid("cache_salt", absl::StrCat("longer than ", kMaxCacheSaltBytes, " bytes"));
 
-  auto prompt = TokenizePrompt(r, m);
+  auto prompt = TokenizePrompt(r, m, rules);
   if (!prompt.ok()) return prompt.status();
   if (prompt->empty()) return Invalid("prompt", "encodes to no tokens");
   const int32_t n = static_cast<int32_t>(prompt->size());
+  const int32_t context = UsableContext(m, rules);
+  auto too_long = [&](const std::string& why) {
+    absl::Status st = Invalid("prompt", why);
+    st.SetPayload(kErrorCodePayload, absl::Cord(kContextLengthExceeded));
+    return st;
+  };
   // At least one position must remain for a generated token.
   const int32_t prompt_limit =
-      m.max_prompt_tokens > 0 ? std::min(m.max_prompt_tokens, m.context_length - 1)
-                              : m.context_length - 1;
-  if (n > prompt_limit)
-    return Invalid("prompt", absl::StrCat("has ", n, " tokens; the limit is ", prompt_limit,
-                                          " (context length ", m.context_length, ")"));
+      m.max_prompt_tokens > 0 ? std::min(m.max_prompt_tokens, context - 1) : context - 1;
+  if (n > prompt_limit) {
+    if (prompt_limit < context - 1)  // --max-prompt-tokens, not the context
+      return Invalid("prompt", absl::StrCat("has ", n, " tokens; the limit is ", prompt_limit,
+                                            " (--max-prompt-tokens; context length ", context, ")"));
+    return too_long(absl::StrCat("has ", n, " tokens; the limit is ", prompt_limit,
+                                 " (context length ", context,
+                                 ", one position is left for the completion)"));
+  }
+  // max_tokens: the gRPC API clamps it to what fits (finish reason LENGTH),
+  // as vLLM's and llama.cpp's servers clamp theirs; the OpenAI API refuses
+  // one that does not fit, as OpenAI does, and reads an unset one as
+  // "up to what fits".
+  int32_t max_tokens = r.max_tokens();
+  if (rules.openai && max_tokens > context - n) {
+    return too_long(absl::StrCat("has ", n, " tokens and max_tokens is ", max_tokens, ": ",
+                                 int64_t{n} + max_tokens, " tokens, more than the context length ",
+                                 context, " (at most ", context - n,
+                                 " completion tokens fit after this prompt)"));
+  }
+  if (max_tokens == 0) max_tokens = rules.openai ? context - n : m.default_max_tokens;
+  max_tokens = std::min(max_tokens, context - n);
 
   PreparedRequest out;
   internal::SubmitRequest& s = out.submit;
@@ -156,10 +191,6 @@ absl::StatusOr<PreparedRequest> PrepareRequest(const v1::GenerateRequest& r,
     static thread_local std::mt19937_64 rng{std::random_device{}()};
     s.mutable_sampling()->set_seed(rng());
   }
-  // max_tokens is clamped to what fits in the context (finish reason LENGTH),
-  // as vLLM and llama.cpp's server do, rather than refused.
-  int32_t max_tokens = r.max_tokens() > 0 ? r.max_tokens() : m.default_max_tokens;
-  max_tokens = std::min(max_tokens, m.context_length - n);
   s.set_max_tokens(max_tokens);
   if (!r.ignore_eos() && m.tokenizer) {
     for (int32_t id : m.tokenizer->stop_ids()) s.add_stop_token_ids(id);

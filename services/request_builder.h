@@ -36,6 +36,8 @@ inline constexpr int kMaxStopStringBytes = 256;
 inline constexpr int kMaxStopTokenIds = 64;
 // cache_salt is hashed into every prompt block's key: bounded like a stop string.
 inline constexpr int kMaxCacheSaltBytes = 256;
+// n (choices per request): each is a stream of its own in the scheduler.
+inline constexpr int kMaxChoices = 16;
 
 struct PreparedRequest {
   internal::SubmitRequest submit;  // request_id left for the caller
@@ -50,7 +52,31 @@ struct PreparedRequest {
 // /apply-template answers). INVALID_ARGUMENT naming the template's error.
 absl::StatusOr<std::string> RenderChat(const v1::ChatMessages& chat, const ServedModel& model);
 
+// How a request's limits are read; the gRPC API's and the OpenAI API's
+// differ where their public contracts do.
+struct RequestRules {
+  // KV positions a stage holds (the scheduler's stats; 0: not known yet).
+  // The context a request can use is the smaller of this and the model's.
+  int64_t kv_capacity_tokens = 0;
+  // OpenAI's contract: an unset max_tokens (0) means "up to what fits"
+  // (context - prompt), and a max_tokens that does not fit is refused
+  // (context_length_exceeded). The gRPC API's: 0 is --default-max-tokens,
+  // and either is clamped to what fits. OpenAI's completions also take an
+  // empty prompt (the BOS token alone); the gRPC API refuses it.
+  bool openai = false;
+};
+
+// The error code (absl payload kErrorCodePayload) of a request whose prompt,
+// or prompt + max_tokens, does not fit the context: the OpenAI API answers
+// it as `code: "context_length_exceeded"`.
+inline constexpr char kErrorCodePayload[] = "specline.dev/error-code";
+inline constexpr char kContextLengthExceeded[] = "context_length_exceeded";
+
+// The context a request can use under `rules` (positions, prompt included).
+int32_t UsableContext(const ServedModel& model, const RequestRules& rules);
+
 absl::StatusOr<PreparedRequest> PrepareRequest(const v1::GenerateRequest& request,
-                                               const ServedModel& model);
+                                               const ServedModel& model,
+                                               const RequestRules& rules = {});
 
 }  // namespace specline

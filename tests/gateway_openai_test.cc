@@ -5,7 +5,9 @@
 #include <nlohmann/json.hpp>
 
 #include "services/openai/openai_request.h"
+#include "services/openai/cors.h"
 #include "services/openai/openai_response.h"
+#include "services/openai/responses_api.h"
 
 namespace specline::openai {
 namespace {
@@ -70,7 +72,7 @@ TEST(OpenAiRequest, PromptShapes) {
   EXPECT_EQ(ParseOk(Endpoint::kCompletions, {{"prompt", {1, 2, 3}}}).request.token_ids().ids_size(), 3);
   EXPECT_EQ(ParseOk(Endpoint::kCompletions, {{"prompt", {"one"}}}).request.text(), "one");
   EXPECT_EQ(ParseOk(Endpoint::kCompletions, {{"prompt", {{4, 5}}}}).request.token_ids().ids(1), 5);
-  EXPECT_EQ(ParseFails(Endpoint::kCompletions, R"({"prompt": ["a", "b"]})").param, "prompt");
+  EXPECT_EQ(ParseFails(Endpoint::kCompletions, R"({"prompt": ["a", 5]})").param, "prompt");
   EXPECT_EQ(ParseFails(Endpoint::kCompletions, R"({"prompt": [1, -2]})").param, "prompt");
   EXPECT_EQ(ParseFails(Endpoint::kCompletions, R"({"prompt": 5})").param, "prompt");
 }
@@ -105,9 +107,9 @@ TEST(OpenAiRequest, ChatMessagesAndContentParts) {
 TEST(OpenAiRequest, UnsupportedFieldsAreRefusedByName) {
   for (const char* body :
        {R"({"prompt": "x", "frequency_penalty": 0.1})", R"({"prompt": "x", "presence_penalty": -1})",
-        R"({"prompt": "x", "logprobs": 1})", R"({"prompt": "x", "echo": true})",
+        R"({"prompt": "x", "logprobs": 1})",
         R"({"prompt": "x", "best_of": 3})", R"({"prompt": "x", "logit_bias": {"5": 1}})",
-        R"({"prompt": "x", "n": 3})", R"({"prompt": "x", "suffix": "y"})",
+        R"({"prompt": "x", "suffix": "y"})", R"({"prompt": "x", "modalities": ["audio"]})",
         R"({"prompt": "x", "response_format": {"type": "json_object"}})",
         R"({"prompt": "x", "whatever": 1})"}) {
     const ApiError e = ParseFails(Endpoint::kCompletions, body);
@@ -133,7 +135,7 @@ TEST(OpenAiRequest, TypeAndRangeErrorsNameTheField) {
   for (const Case& c : {Case{R"({"prompt": "x", "temperature": 2.5})", "temperature"},
                         Case{R"({"prompt": "x", "temperature": "warm"})", "temperature"},
                         Case{R"({"prompt": "x", "max_tokens": 1.5})", "max_tokens"},
-                        Case{R"({"prompt": "x", "max_tokens": 0})", "max_tokens"},
+                        Case{R"({"prompt": "x", "max_tokens": -1})", "max_tokens"},
                         Case{R"({"prompt": "x", "top_k": -5})", "top_k"},
                         Case{R"({"prompt": "x", "stop": [1]})", "stop[0]"},
                         Case{R"({"prompt": "x", "stream": "yes"})", "stream"},
@@ -182,18 +184,20 @@ TEST(OpenAiRequest, ValidationMessagesUseOpenAiNames) {
 }
 
 TEST(OpenAiResponse, ChunksResponsesAndErrors) {
-  const ResponseIdentity chat{Endpoint::kChatCompletions, "chatcmpl-1", 1700000000, "m"};
-  v1::GenerateResponse msg;
-  msg.set_text("Hi");
-  json first = json::parse(StreamChunk(chat, msg, true));
-  EXPECT_EQ(first["object"], "chat.completion.chunk");
-  EXPECT_EQ(first["choices"][0]["delta"]["role"], "assistant");
-  EXPECT_EQ(first["choices"][0]["delta"]["content"], "Hi");
-  EXPECT_TRUE(first["choices"][0]["finish_reason"].is_null());
-  msg.set_text("");
-  msg.set_finish_reason(v1::FINISH_REASON_LENGTH);
-  json last = json::parse(StreamChunk(chat, msg, false));
-  EXPECT_FALSE(last["choices"][0]["delta"].contains("content"));
+  const ResponseIdentity chat{Endpoint::kChatCompletions, "chatcmpl-1", 1700000000, "m", "fp_x"};
+  // OpenAI's framing: a role-only first chunk, text chunks with a null
+  // finish_reason, and an empty-delta chunk that carries the finish.
+  json role = json::parse(RoleChunk(chat, 0));
+  EXPECT_EQ(role["object"], "chat.completion.chunk");
+  EXPECT_EQ(role["system_fingerprint"], "fp_x");
+  EXPECT_EQ(role["choices"][0]["delta"], json({{"role", "assistant"}, {"content", ""}}));
+  EXPECT_TRUE(role["choices"][0]["finish_reason"].is_null());
+  json text = json::parse(TextChunk(chat, 2, "Hi"));
+  EXPECT_EQ(text["choices"][0]["index"], 2);
+  EXPECT_EQ(text["choices"][0]["delta"], json({{"content", "Hi"}}));
+  EXPECT_TRUE(text["choices"][0]["finish_reason"].is_null());
+  json last = json::parse(FinishChunk(chat, 0, v1::FINISH_REASON_LENGTH));
+  EXPECT_EQ(last["choices"][0]["delta"], json::object());
   EXPECT_EQ(last["choices"][0]["finish_reason"], "length");
 
   v1::Usage usage;
@@ -203,19 +207,21 @@ TEST(OpenAiResponse, ChunksResponsesAndErrors) {
   EXPECT_TRUE(u["choices"].empty());
   EXPECT_EQ(u["usage"]["total_tokens"], 8);
 
-  const ResponseIdentity cmpl{Endpoint::kCompletions, "cmpl-1", 1700000000, "m"};
-  json whole = json::parse(FullResponse(cmpl, "text", v1::FINISH_REASON_STOP, usage));
+  const ResponseIdentity cmpl{Endpoint::kCompletions, "cmpl-1", 1700000000, "m", "fp_x"};
+  json whole = json::parse(FullResponse(cmpl, {{"text", v1::FINISH_REASON_STOP}}, usage));
+  EXPECT_EQ(whole["system_fingerprint"], "fp_x");
   EXPECT_EQ(whole["object"], "text_completion");
   EXPECT_EQ(whole["choices"][0]["text"], "text");
   EXPECT_EQ(whole["choices"][0]["finish_reason"], "stop");
-  json chat_whole = json::parse(FullResponse(chat, "text", v1::FINISH_REASON_LENGTH, usage));
+  json chat_whole = json::parse(FullResponse(
+      chat, {{"a", v1::FINISH_REASON_LENGTH}, {"b", v1::FINISH_REASON_STOP}}, usage));
   EXPECT_EQ(chat_whole["object"], "chat.completion");
-  EXPECT_EQ(chat_whole["choices"][0]["message"]["role"], "assistant");
+  ASSERT_EQ(chat_whole["choices"].size(), 2u);
+  EXPECT_EQ(chat_whole["choices"][1]["index"], 1);
+  EXPECT_EQ(chat_whole["choices"][1]["message"], json({{"role", "assistant"}, {"content", "b"}}));
 
   // Invalid UTF-8 from the model cannot break the JSON.
-  v1::GenerateResponse bad;
-  bad.set_text(std::string("\xff", 1));
-  EXPECT_FALSE(json::parse(StreamChunk(cmpl, bad, false), nullptr, false).is_discarded());
+  EXPECT_FALSE(json::parse(TextChunk(cmpl, 0, std::string("\xff", 1)), nullptr, false).is_discarded());
 
   const ApiError e = ErrorFromStatus(Endpoint::kCompletions, 3, "sampling.top_k: must be >= 0");
   EXPECT_EQ(e.http_status, 400);
@@ -227,6 +233,167 @@ TEST(OpenAiResponse, ChunksResponsesAndErrors) {
   EXPECT_EQ(ErrorFromStatus(Endpoint::kCompletions, 8, "full").http_status, 429);
   EXPECT_EQ(ErrorFromStatus(Endpoint::kCompletions, 14, "draining").http_status, 503);
   EXPECT_EQ(ErrorFromStatus(Endpoint::kCompletions, 16, "who").http_status, 401);
+  // The request builder's context error: OpenAI's code, the prompt's field.
+  const ApiError ctx = ErrorFromStatus(Endpoint::kChatCompletions, 3,
+                                       "prompt: has 900 tokens; the limit is 511 (context length 512)",
+                                       "context_length_exceeded");
+  EXPECT_EQ(ctx.code, "context_length_exceeded");
+  EXPECT_EQ(ctx.param, "messages");
+  EXPECT_EQ(ErrorFromStatus(Endpoint::kCompletions, 3, "prompt: has 9 tokens", "context_length_exceeded").param,
+            "prompt");
+}
+
+TEST(OpenAiResponse, SystemFingerprintIsStablePerModel) {
+  const std::string a = SystemFingerprint("smollm2", 49152, 8192);
+  EXPECT_EQ(a, SystemFingerprint("smollm2", 49152, 8192));
+  EXPECT_NE(a, SystemFingerprint("other", 49152, 8192));
+  EXPECT_EQ(a.rfind("fp_specline-", 0), 0u) << a;
+}
+
+// What OpenAI accepts and ignores is accepted; what would change the output
+// and is not supported is refused by name.
+TEST(OpenAiRequest, AcceptsOpenAiFieldsThatDoNotChangeTheOutput) {
+  const json chat = {{"messages", {{{"role", "user"}, {"content", "hi"}}}},
+                     {"store", false},
+                     {"metadata", {{"k", "v"}}},
+                     {"service_tier", "auto"},
+                     {"modalities", {"text"}},
+                     {"reasoning_effort", "low"},
+                     {"user", "u"}};
+  ParseOk(Endpoint::kChatCompletions, chat);
+  json audio = chat;
+  audio["modalities"] = {"text", "audio"};
+  EXPECT_EQ(ParseFails(Endpoint::kChatCompletions, audio.dump()).param, "modalities");
+}
+
+TEST(OpenAiRequest, AssistantContentMayBeNull) {
+  const ParsedRequest p = ParseOk(
+      Endpoint::kChatCompletions,
+      {{"messages", {{{"role", "user"}, {"content", "hi"}}, {{"role", "assistant"}, {"content", nullptr}},
+                     {{"role", "assistant"}}, {{"role", "user"}, {"content", "again"}}}}});
+  ASSERT_EQ(p.request.chat().messages_size(), 4);
+  EXPECT_TRUE(p.request.chat().messages(1).content_null());
+  EXPECT_EQ(p.request.chat().messages(1).content(), "");
+  EXPECT_TRUE(p.request.chat().messages(2).content_null());
+  EXPECT_FALSE(p.request.chat().messages(0).content_null());
+  // A user's content is still required.
+  EXPECT_EQ(ParseFails(Endpoint::kChatCompletions, R"({"messages": [{"role": "user", "content": null}]})").param,
+            "messages[0].content");
+}
+
+TEST(OpenAiRequest, CompletionsExtrasAndN) {
+  const ParsedRequest batch =
+      ParseOk(Endpoint::kCompletions, {{"prompt", {"a", "b", json({1, 2})}}, {"n", 2}, {"echo", true}});
+  ASSERT_EQ(batch.prompts.size(), 3u);
+  EXPECT_EQ(batch.prompts[1].text(), "b");
+  EXPECT_EQ(batch.prompts[2].token_ids().ids_size(), 2);
+  EXPECT_EQ(batch.n, 2);
+  EXPECT_EQ(batch.request.n(), 2);
+  EXPECT_TRUE(batch.echo);
+  // A list of one prompt is that prompt.
+  const ParsedRequest one = ParseOk(Endpoint::kCompletions, {{"prompt", {"only"}}});
+  EXPECT_TRUE(one.prompts.empty());
+  EXPECT_EQ(one.request.text(), "only");
+  EXPECT_EQ(ParseOk(Endpoint::kCompletions, {{"prompt", ""}}).request.text(), "");
+  const ParsedRequest zero = ParseOk(Endpoint::kCompletions, {{"prompt", "x"}, {"max_tokens", 0}, {"echo", true}});
+  EXPECT_TRUE(zero.max_tokens_zero);
+  // Chat keeps max_tokens >= 1.
+  EXPECT_EQ(ParseFails(Endpoint::kChatCompletions,
+                       R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 0})")
+                .param,
+            "max_tokens");
+  const ApiError suffix = ParseFails(Endpoint::kCompletions, R"({"prompt": "x", "suffix": "y"})");
+  EXPECT_EQ(suffix.param, "suffix");
+  EXPECT_NE(suffix.message.find("FIM"), std::string::npos) << suffix.message;
+}
+
+}  // namespace
+}  // namespace specline::openai
+
+namespace specline::openai {
+namespace {
+
+TEST(OpenAiCors, OriginsAreMatchedExactly) {
+  EXPECT_FALSE(CorsPolicy().enabled());
+  EXPECT_FALSE(CorsPolicy().AllowOrigin("https://a.example").has_value());
+  const CorsPolicy list = CorsPolicy::Parse("https://a.example, http://localhost:3000").value();
+  EXPECT_TRUE(list.enabled());
+  EXPECT_EQ(list.AllowOrigin("https://a.example").value_or(""), "https://a.example");
+  EXPECT_EQ(list.AllowOrigin("http://localhost:3000").value_or(""), "http://localhost:3000");
+  EXPECT_FALSE(list.AllowOrigin("https://evil.example").has_value());
+  EXPECT_FALSE(list.AllowOrigin("").has_value());
+  EXPECT_EQ(CorsPolicy::Parse("*").value().AllowOrigin("https://any.example").value_or(""), "*");
+  EXPECT_FALSE(CorsPolicy::Parse("https://a.example/path").ok());
+  EXPECT_FALSE(CorsPolicy::Parse("a.example").ok());
+}
+
+TEST(OpenAiResponses, InputAndInstructionsBecomeChat) {
+  ParsedRequest p;
+  ASSERT_FALSE(ParseResponsesRequest(
+      R"({"model": "m", "input": "Hi", "instructions": "Be brief.", "max_output_tokens": 7,
+          "temperature": 0, "store": false, "metadata": {"a": "b"}})",
+      &p));
+  ASSERT_EQ(p.request.chat().messages_size(), 2);
+  EXPECT_EQ(p.request.chat().messages(0).role(), "system");
+  EXPECT_EQ(p.request.chat().messages(1).content(), "Hi");
+  EXPECT_EQ(p.request.max_tokens(), 7);
+  ParsedRequest list;
+  ASSERT_FALSE(ParseResponsesRequest(
+      R"({"input": [{"role": "user", "content": [{"type": "input_text", "text": "a"}]},
+                    {"type": "message", "role": "assistant", "content": "b"}]})",
+      &list));
+  EXPECT_EQ(list.request.chat().messages_size(), 2);
+  ParsedRequest bad;
+  auto e = ParseResponsesRequest(R"({"input": "x", "max_output_tokens": 0})", &bad);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->param, "max_output_tokens");
+  e = ParseResponsesRequest(R"({"input": [{"type": "input_image", "role": "user"}]})", &bad);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->param, "input[0].type");
+  e = ParseResponsesRequest(R"({"input": "x", "previous_response_id": "resp_1"})", &bad);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->param, "previous_response_id");
+  EXPECT_TRUE(ParseResponsesRequest(R"({"instructions": "x"})", &bad));
+}
+
+TEST(OpenAiResponses, StreamedEventsInOrder) {
+  ParsedRequest p;
+  ASSERT_FALSE(ParseResponsesRequest(R"({"input": "Hi", "stream": true})", &p));
+  ResponsesRender r({Endpoint::kResponses, "resp_abc", 1700000000, "m", "fp"}, p);
+  v1::Usage usage;
+  usage.set_prompt_tokens(4);
+  usage.set_completion_tokens(2);
+  const std::string all = r.Opening() + r.Delta("He") + r.Delta("llo") + r.Closing(v1::FINISH_REASON_STOP, usage);
+  std::vector<std::string> types;
+  std::vector<json> data;
+  for (size_t pos = 0; pos < all.size();) {
+    const size_t end = all.find("\n\n", pos);
+    ASSERT_NE(end, std::string::npos);
+    const std::string ev = all.substr(pos, end - pos);
+    const size_t nl = ev.find('\n');
+    ASSERT_EQ(ev.rfind("event: ", 0), 0u) << ev;
+    types.push_back(ev.substr(7, nl - 7));
+    data.push_back(json::parse(ev.substr(nl + 7)));
+    EXPECT_EQ(data.back()["type"], types.back());
+    EXPECT_EQ(data.back()["sequence_number"], static_cast<int>(data.size()) - 1);
+    pos = end + 2;
+  }
+  EXPECT_EQ(types, (std::vector<std::string>{
+                       "response.created", "response.output_item.added", "response.content_part.added",
+                       "response.output_text.delta", "response.output_text.delta",
+                       "response.output_text.done", "response.content_part.done",
+                       "response.output_item.done", "response.completed"}));
+  EXPECT_EQ(data[5]["text"], "Hello");
+  const json& done = data.back()["response"];
+  EXPECT_EQ(done["status"], "completed");
+  EXPECT_EQ(done["output"][0]["content"][0]["text"], "Hello");
+  EXPECT_EQ(done["usage"]["input_tokens"], 4);
+  EXPECT_EQ(done["usage"]["output_tokens"], 2);
+  const json whole = json::parse(r.Whole("Hello", v1::FINISH_REASON_LENGTH, usage));
+  EXPECT_EQ(whole["object"], "response");
+  EXPECT_EQ(whole["output_text"], "Hello");
+  EXPECT_EQ(whole["status"], "incomplete");
+  EXPECT_EQ(whole["incomplete_details"]["reason"], "max_output_tokens");
 }
 
 }  // namespace

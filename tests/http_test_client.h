@@ -2,6 +2,7 @@
 // the SSE helpers they check the server's event stream with.
 #pragma once
 
+#include <cctype>
 #include <map>
 #include <string>
 #include <vector>
@@ -20,6 +21,7 @@ struct HttpResult {
   std::string retry_after;  // the Retry-After header; "" when absent
   std::string body;  // de-chunked
   bool chunked = false;
+  std::map<std::string, std::string> headers;  // every header, names lower-cased
   nlohmann::json Json() const { return nlohmann::json::parse(body, nullptr, false); }
 };
 
@@ -59,6 +61,11 @@ class HttpConnection {
     out.retry_after = std::string(res[http::field::retry_after]);
     out.chunked = res.chunked();
     out.body = res.body();
+    for (const auto& field : res) {
+      std::string name(field.name_string());
+      for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      out.headers[name] = std::string(field.value());
+    }
     return out;
   }
 

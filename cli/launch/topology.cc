@@ -207,6 +207,7 @@ Plan BuildPlan(const Topology& t, const Binaries& binaries, int n_layers,
     if (o.metrics_per_principal) Append(g.argv, {"--metrics-per-principal", "true"});
     Add(g.argv, "--tls-cert", o.tls_cert);
     Add(g.argv, "--tls-key", o.tls_key);
+    Add(g.argv, "--cors-origins", o.cors_origins);
     AddPositive(g.argv, "--max-concurrent-streams", o.max_concurrent_streams);
     AddPositive(g.argv, "--default-max-tokens", o.default_max_tokens);
     Add(g.argv, "--log-level", t.log_level);

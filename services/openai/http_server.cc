@@ -21,7 +21,10 @@
 #include "absl/strings/str_cat.h"
 #include "common/cluster_secret.h"
 #include "common/listen_error.h"
+#include "services/choice_fanout.h"
+#include "services/openai/cors.h"
 #include "services/openai/openai_request.h"
+#include "services/openai/responses_api.h"
 #include "services/openai/openai_response.h"
 
 namespace specline::openai {
@@ -54,6 +57,7 @@ struct HttpServer::Impl {
   net::io_context ioc;
   tcp::acceptor acceptor{ioc};
   std::optional<ssl::context> tls;
+  CorsPolicy cors;
   std::vector<std::thread> threads;
   // Responses whose last bytes are not written yet (Stop waits for them).
   std::atomic<int> open_responses{0};
@@ -111,16 +115,29 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   void OnGenerationMessage(const v1::GenerateResponse& message) {
     if (!gen_) return;
     Generation& g = *gen_;
-    if (message.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
-      g.finish = message.finish_reason();
-      g.usage = message.usage();
+    const int i = static_cast<int>(message.index());
+    if (i < 0 || i >= static_cast<int>(g.choices.size())) return;
+    ChoiceResult& c = g.choices[i];
+    const bool last = message.finish_reason() != v1::FINISH_REASON_UNSPECIFIED;
+    if (last) {
+      c.finish = message.finish_reason();
+      // n samples of one prompt count its tokens once.
+      if (i % g.n == 0) {
+        g.usage.set_prompt_tokens(g.usage.prompt_tokens() + message.usage().prompt_tokens());
+        g.usage.set_cached_tokens(g.usage.cached_tokens() + message.usage().cached_tokens());
+      }
+      g.usage.set_completion_tokens(g.usage.completion_tokens() + message.usage().completion_tokens());
     }
     if (!g.stream) {
-      g.text += message.text();
+      c.text += message.text();
       return;
     }
-    QueueChunk(SseEvent(StreamChunk(g.who, message, !g.sent_first)));
-    g.sent_first = true;
+    if (g.responses) {
+      if (!message.text().empty()) QueueChunk(g.responses->Delta(message.text()));
+      return;
+    }
+    if (!message.text().empty()) QueueChunk(SseEvent(TextChunk(g.who, i, message.text())));
+    if (last) QueueChunk(SseEvent(FinishChunk(g.who, i, c.finish)));
   }
 
   void OnGenerationEnd(const grpc::Status& status, int64_t retry_after_seconds) {
@@ -128,9 +145,20 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     Generation g = std::move(*gen_);
     gen_.reset();
     if (g.stream) {
+      if (g.responses) {
+        if (!status.ok()) {
+          QueueChunk(g.responses->Failed(ErrorFromStatus(g.who.endpoint, status.error_code(),
+                                                         status.error_message(),
+                                                         status.error_details())));
+        } else {
+          QueueChunk(g.responses->Closing(g.choices[0].finish, g.usage));
+        }
+        Queue(Item{Item::kLastChunk, {}});
+        return;
+      }
       if (!status.ok()) {
-        QueueChunk(SseEvent(ErrorBody(
-            ErrorFromStatus(g.who.endpoint, status.error_code(), status.error_message()))));
+        QueueChunk(SseEvent(ErrorBody(ErrorFromStatus(g.who.endpoint, status.error_code(),
+                                                      status.error_message(), status.error_details()))));
       } else if (g.include_usage) {
         QueueChunk(SseEvent(UsageChunk(g.who, g.usage)));
       }
@@ -141,11 +169,16 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     if (!status.ok()) {
       // Not streamed: the status line is still ours to choose, so a limit
       // that said when to retry answers 429 with Retry-After.
-      ApiError e = ErrorFromStatus(g.who.endpoint, status.error_code(), status.error_message());
+      ApiError e = ErrorFromStatus(g.who.endpoint, status.error_code(), status.error_message(),
+                                   status.error_details());
       e.retry_after_seconds = retry_after_seconds;
       return SendError(e);
     }
-    SendJson(http::status::ok, FullResponse(g.who, g.text, g.finish, g.usage));
+    if (g.responses) return SendJson(http::status::ok, g.responses->Whole(g.choices[0].text, g.choices[0].finish, g.usage));
+    for (size_t i = 0; i < g.choices.size(); ++i) {
+      if (!g.echo.empty()) g.choices[i].text = g.echo[i / g.n] + g.choices[i].text;
+    }
+    SendJson(http::status::ok, FullResponse(g.who, g.choices, g.usage));
   }
 
  private:
@@ -155,10 +188,11 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     ResponseIdentity who;
     bool stream = false;
     bool include_usage = false;
-    bool sent_first = false;
-    std::string text;  // non-streamed: the whole completion
-    v1::FinishReason finish = v1::FINISH_REASON_UNSPECIFIED;
-    v1::Usage usage;
+    int n = 1;                          // samples per prompt: choice i is prompt i / n's
+    std::vector<ChoiceResult> choices;  // non-streamed: each choice's whole text
+    std::vector<std::string> echo;      // completions' echo: each prompt's text
+    std::optional<ResponsesRender> responses;  // POST /v1/responses
+    v1::Usage usage;                    // summed over the choices
     std::shared_ptr<SessionSink<Session>> sink;
     std::shared_ptr<grpc::ClientContext> call;
   };
@@ -202,6 +236,12 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     const std::string target(request_.target().data(), request_.target().size());
     const std::string path = target.substr(0, target.find('?'));
     const http::verb verb = request_.method();
+    cors_origin_ = server_.cors.AllowOrigin(std::string(request_[http::field::origin]));
+    // A browser's CORS preflight: answered before authentication (it
+    // carries no credentials), and only for origins --cors-origins allows.
+    if (verb == http::verb::options && request_.find(http::field::origin) != request_.end() &&
+        server_.cors.enabled())
+      return Preflight();
     if (path == "/health") {
       if (verb != http::verb::get && verb != http::verb::head) return MethodNotAllowed("GET");
       // 200 when serving; 503 while draining, and while the pipeline is not
@@ -215,13 +255,25 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     if (path == "/v1/models") {
       if (verb != http::verb::get) return MethodNotAllowed("GET");
       if (!Authenticate()) return;
-      nlohmann::json model = {{"id", server_.service.model_name()},
-                              {"object", "model"},
-                              {"created", started_},
-                              {"owned_by", "specline"}};
-      nlohmann::json list = {{"object", "list"}, {"data", nlohmann::json::array({model})}};
+      nlohmann::json list = {{"object", "list"}, {"data", nlohmann::json::array({ModelJson()})}};
       return SendJson(http::status::ok, list.dump());
     }
+    if (path.rfind("/v1/models/", 0) == 0) {
+      if (verb != http::verb::get) return MethodNotAllowed("GET");
+      if (!Authenticate()) return;
+      const std::string id = path.substr(11);
+      if (id != server_.service.model_name()) {
+        ApiError e;
+        e.http_status = 404;
+        e.param = "model";
+        e.code = "model_not_found";
+        e.message = absl::StrCat("The model '", id, "' does not exist; this server serves '",
+                                 server_.service.model_name(), "'");
+        return SendError(e);
+      }
+      return SendJson(http::status::ok, ModelJson().dump());
+    }
+    if (path == "/v1/responses") return Generate(Endpoint::kResponses);
     if (path == "/v1/completions") return Generate(Endpoint::kCompletions);
     if (path == "/v1/chat/completions") return Generate(Endpoint::kChatCompletions);
     if (path == "/apply-template") return ApplyTemplate();
@@ -230,6 +282,44 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     e.type = "not_found_error";
     e.message = absl::StrCat("no route for ", std::string(request_.method_string().data(), request_.method_string().size()), " ", path);
     SendError(e);
+  }
+
+  nlohmann::json ModelJson() const {
+    return {{"id", server_.service.model_name()},
+            {"object", "model"},
+            {"created", started_},
+            {"owned_by", "specline"}};
+  }
+
+  // 204 with the Access-Control-* headers for an allowed origin; 403 (and
+  // no such header, so the browser refuses the call) for another.
+  void Preflight() {
+    http::response<http::empty_body> res{cors_origin_ ? http::status::no_content : http::status::forbidden,
+                                         request_.version()};
+    if (cors_origin_) {
+      res.set(http::field::access_control_allow_origin, *cors_origin_);
+      if (*cors_origin_ != "*") res.set(http::field::vary, "Origin");
+      res.set(http::field::access_control_allow_methods, CorsPolicy::kAllowMethods);
+      // Echo what the browser asks to send (the SDKs add their own x-stainless-*
+      // headers), else the usual two.
+      const auto asked = request_[http::field::access_control_request_headers];
+      res.set(http::field::access_control_allow_headers,
+              asked.empty() ? std::string(CorsPolicy::kDefaultAllowHeaders)
+                            : std::string(asked.data(), asked.size()));
+      res.set(http::field::access_control_max_age, CorsPolicy::kMaxAgeSeconds);
+    }
+    res.keep_alive(keep_alive_);
+    res.prepare_payload();
+    std::ostringstream out;
+    out << res;
+    Queue(Item{Item::kWhole, out.str()});
+  }
+
+  template <class Response>
+  void SetCorsHeaders(Response& res) const {
+    if (!cors_origin_) return;
+    res.set(http::field::access_control_allow_origin, *cors_origin_);
+    if (*cors_origin_ != "*") res.set(http::field::vary, "Origin");
   }
 
   void MethodNotAllowed(const char* allowed) {
@@ -280,7 +370,8 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       SendError(e);
       return false;
     }
-    if (auto e = ParseRequest(endpoint, request_.body(), parsed)) {
+    if (auto e = endpoint == Endpoint::kResponses ? ParseResponsesRequest(request_.body(), parsed)
+                                                  : ParseRequest(endpoint, request_.body(), parsed)) {
       server_.service.metrics(Api::kOpenAi).CountFailure("INVALID_ARGUMENT");
       SendError(*e);
       return false;
@@ -319,24 +410,67 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       server_.service.metrics(Api::kOpenAi).CountFailure("NOT_FOUND");
       return SendError(e);
     }
+    if (parsed.n > kMaxChoices) {
+      server_.service.metrics(Api::kOpenAi).CountFailure("INVALID_ARGUMENT");
+      ApiError e;
+      e.param = "n";
+      e.message = absl::StrCat("n: must be in [1, ", kMaxChoices, "], got ", parsed.n);
+      return SendError(e);
+    }
+    static constexpr const char* kIdPrefix[] = {"cmpl-", "chatcmpl-", "resp_"};
+    const ServedModel& model = server_.service.served_model();
     Generation g;
-    g.who = {endpoint, (endpoint == Endpoint::kChatCompletions ? "chatcmpl-" : "cmpl-") + RandomHex(12),
-             UnixSeconds(), served};
+    g.who = {endpoint, kIdPrefix[static_cast<int>(endpoint)] + RandomHex(12), UnixSeconds(), served,
+             SystemFingerprint(served, model.vocab_size, model.context_length)};
     parsed.request.set_request_id(g.who.id);
     g.stream = parsed.stream;
     g.include_usage = parsed.include_usage;
+    g.n = std::max(1, parsed.n);
+    if (endpoint == Endpoint::kResponses) g.responses.emplace(g.who, parsed);
+    // The choices: each prompt of a list, n times (choice_fanout.h).
+    std::vector<v1::GenerateRequest> prompts;
+    if (parsed.prompts.empty()) {
+      prompts.push_back(parsed.request);
+    } else {
+      for (const v1::GenerateRequest& p : parsed.prompts) {
+        v1::GenerateRequest one = parsed.request;
+        if (p.has_token_ids()) *one.mutable_token_ids() = p.token_ids();
+        else one.set_text(p.text());
+        prompts.push_back(std::move(one));
+      }
+    }
+    std::vector<v1::GenerateRequest> choices;
+    for (size_t p = 0; p < prompts.size(); ++p) {
+      if (parsed.echo) g.echo.push_back(PromptText(prompts[p]));
+      for (v1::GenerateRequest& c : ExpandChoices(prompts[p])) {
+        if (p > 0) c.set_request_id(absl::StrCat(g.who.id, ".p", p, c.request_id().substr(g.who.id.size())));
+        choices.push_back(std::move(c));
+      }
+    }
+    g.choices.resize(choices.size());
     g.sink = std::make_shared<SessionSink<Session>>(this->shared_from_this());
     if (!parsed.user.empty()) spdlog::info("req={} user={}", g.who.id, parsed.user);
     gen_ = std::move(g);
     ++serial_;
-    // The generation may answer on gRPC's threads at once; its messages are
-    // posted to this strand, so they run after this handler returns.
+    grpc::Status started;
     int64_t retry_after = 0;
-    const grpc::Status started = server_.service.StartGenerate(principal_, parsed.request,
-                                                               gen_->sink, &gen_->call, &retry_after);
+    if (parsed.max_tokens_zero) {
+      // Nothing to generate: each choice is its prompt's echo (or empty),
+      // validated and counted as a generation's would be.
+      started = CountPrompts(choices);
+    } else {
+      // The generation may answer on gRPC's threads at once; its messages
+      // are posted to this strand, so they run after this handler returns.
+      // Everything that can refuse the request (validation, the context,
+      // admission) has answered by the time StartChoices returns: its
+      // error is a plain HTTP error, before any stream byte.
+      started = server_.service.StartChoices(Api::kOpenAi, principal_, choices, gen_->sink,
+                                             &gen_->call, &retry_after);
+    }
     if (!started.ok()) {
       gen_.reset();
-      ApiError e = ErrorFromStatus(endpoint, started.error_code(), started.error_message());
+      ApiError e = ErrorFromStatus(endpoint, started.error_code(), started.error_message(),
+                                   started.error_details());
       e.retry_after_seconds = retry_after;
       return SendError(e);
     }
@@ -346,13 +480,54 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       http::response<http::empty_body> header{http::status::ok, request_.version()};
       header.set(http::field::content_type, "text/event-stream");
       header.set(http::field::cache_control, "no-cache");
+      SetCorsHeaders(header);
       header.keep_alive(keep_alive_);
       header.chunked(true);
       std::ostringstream out;
       out << header.base();
       Queue(Item{Item::kHeader, out.str()});
+      Generation& g = *gen_;
+      if (g.responses) {
+        QueueChunk(g.responses->Opening());
+      } else {
+        // OpenAI opens each chat choice with a role-only chunk; echo comes
+        // before a completion's text.
+        for (size_t i = 0; i < g.choices.size(); ++i) {
+          if (endpoint == Endpoint::kChatCompletions) QueueChunk(SseEvent(RoleChunk(g.who, static_cast<int>(i))));
+          if (!g.echo.empty()) QueueChunk(SseEvent(TextChunk(g.who, static_cast<int>(i), g.echo[i / g.n])));
+        }
+      }
+    }
+    if (parsed.max_tokens_zero) {
+      for (size_t i = 0; i < gen_->choices.size(); ++i) {
+        v1::GenerateResponse done;
+        done.set_index(static_cast<uint32_t>(i));
+        done.set_finish_reason(v1::FINISH_REASON_LENGTH);
+        done.mutable_usage()->set_prompt_tokens(prompt_counts_[i]);
+        OnGenerationMessage(done);
+      }
+      return OnGenerationEnd(grpc::Status::OK, 0);
     }
     WatchForDisconnect();
+  }
+
+  // The text of a completions prompt, for echo: token ids are decoded.
+  std::string PromptText(const v1::GenerateRequest& r) const {
+    if (!r.has_token_ids()) return r.text();
+    const Tokenizer* tokenizer = server_.service.served_model().tokenizer;
+    if (!tokenizer) return "";
+    return tokenizer->Decode(std::vector<int32_t>(r.token_ids().ids().begin(), r.token_ids().ids().end()));
+  }
+
+  // max_tokens: 0: each choice's prompt length, through the same validation.
+  grpc::Status CountPrompts(const std::vector<v1::GenerateRequest>& choices) {
+    prompt_counts_.clear();
+    for (const v1::GenerateRequest& c : choices) {
+      int n = 0;
+      if (grpc::Status s = server_.service.PromptTokens(c, &n); !s.ok()) return s;
+      prompt_counts_.push_back(n);
+    }
+    return grpc::Status::OK;
   }
 
   // A client sends nothing while its response is pending, so a socket that
@@ -387,6 +562,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   void SendJson(http::status status, std::string body, int64_t retry_after_seconds = 0) {
     http::response<http::string_body> res{status, request_.version()};
     res.set(http::field::content_type, "application/json");
+    SetCorsHeaders(res);
     if (retry_after_seconds > 0) res.set(http::field::retry_after, std::to_string(retry_after_seconds));
     res.keep_alive(keep_alive_);
     res.body() = std::move(body);
@@ -496,9 +672,11 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   http::request<http::string_body> request_;
   bool keep_alive_ = true;
   std::string principal_;
+  std::optional<std::string> cors_origin_;  // this request's Access-Control-Allow-Origin
   std::optional<Generation> gen_;
   bool counted_ = false;  // counted in open_responses
   uint64_t serial_ = 0;   // generations started on this connection
+  std::vector<int> prompt_counts_;  // max_tokens: 0's prompt lengths
   std::deque<Item> queue_;
   bool writing_ = false;
   std::array<char, 16384> discard_;
@@ -528,6 +706,9 @@ void HttpServer::Impl::Accept() {
 HttpServer::HttpServer(GenerationService& service, Options options)
     : impl_(std::make_unique<Impl>(service, std::move(options))) {
   Impl& s = *impl_;
+  absl::StatusOr<CorsPolicy> cors = CorsPolicy::Parse(s.options.cors_origins);
+  if (!cors.ok()) throw std::invalid_argument(std::string(cors.status().message()));
+  s.cors = *std::move(cors);
   if (s.options.tls_cert.empty() != s.options.tls_key.empty())
     throw std::invalid_argument("--tls-cert and --tls-key go together");
   if (!s.options.tls_cert.empty()) {

@@ -1,6 +1,7 @@
 // The gateway's OpenAI-compatible HTTP/SSE API on its own port:
-//   POST /v1/completions, POST /v1/chat/completions (streamed or not),
-//   GET /v1/models, GET /health.
+//   POST /v1/completions, POST /v1/chat/completions, POST /v1/responses
+//   (streamed or not), GET /v1/models, GET /v1/models/{id}, GET /health,
+//   and CORS preflights (OPTIONS) for the origins --cors-origins allows.
 // Boost.Beast over Asio (docs/dependencies.md): a few I/O threads serve
 // every connection, and a streaming request waits for tokens in gRPC's
 // callback API (async_generation.h), so an open stream holds no thread.
@@ -26,6 +27,9 @@ class HttpServer {
     int io_threads = 2;
     size_t max_body_bytes = 1 << 20;  // larger bodies get 413
     std::string tls_cert, tls_key;    // PEM files; both or neither
+    // Browser origins allowed to call the API (cors.h): "" none, "*" any,
+    // or a comma-separated list.
+    std::string cors_origins;
   };
 
   // Listens at once (ListenError when the port is taken).

@@ -37,9 +37,8 @@ std::optional<ApiError> RefuseUnlessDefault(const json& body, Endpoint endpoint)
       {"logprobs", endpoint == Endpoint::kChatCompletions ? json(false) : json(0),
        "log probabilities are not supported by this server"},
       {"top_logprobs", 0, "log probabilities are not supported by this server"},
-      {"echo", false, "is not supported by this server"},
       {"best_of", 1, "only 1 is supported"},
-      {"suffix", "", "is not supported by this server"},
+      {"suffix", "", "(fill-in-the-middle) is not supported: the served models carry no FIM tokens"},
       {"logit_bias", json::object(), "is not supported by this server"},
       {"tools", json::array(), "tool calls are not supported by this server"},
       {"tool_choice", "none", "tool calls are not supported by this server"},
@@ -61,7 +60,9 @@ const std::set<std::string>& KnownFields(Endpoint endpoint) {
       "model", "max_tokens", "temperature", "top_p", "stop", "seed", "stream",
       "stream_options", "n", "user", "top_k", "min_p", "repetition_penalty", "ignore_eos",
       "stop_token_ids", "policy", "pipo_tau", "frequency_penalty", "presence_penalty",
-      "logprobs", "top_logprobs", "logit_bias", "cache_salt"};
+      "logprobs", "top_logprobs", "logit_bias", "cache_salt",
+      // OpenAI's fields that do not change the output: accepted, ignored.
+      "store", "metadata", "service_tier", "modalities", "reasoning_effort"};
   static const std::set<std::string> completions = [] {
     std::set<std::string> s = common;
     s.insert({"prompt", "echo", "best_of", "suffix"});
@@ -120,13 +121,9 @@ std::optional<ApiError> ReadPrompt(const json& body, v1::GenerateRequest* r) {
   }
   if (!p.is_array() || p.empty())
     return Bad("prompt", "must be a string, a list of token ids, or a list of one of those");
-  // A list of one prompt is that prompt; several are a batch.
-  if (p[0].is_string() || p[0].is_array()) {
-    if (p.size() != 1)
-      return Bad("prompt", "several prompts in one request are not supported; send one per request");
-    json one = {{"prompt", p[0]}};
-    return ReadPrompt(one, r);
-  }
+  if (p[0].is_string() || p[0].is_array())
+    return Bad("prompt", "must be a string or a list of token ids here");
+
   auto* ids = r->mutable_token_ids();
   for (size_t i = 0; i < p.size(); ++i) {
     if (!p[i].is_number_integer() || p[i].get<int64_t>() < 0 ||
@@ -135,6 +132,29 @@ std::optional<ApiError> ReadPrompt(const json& body, v1::GenerateRequest* r) {
     ids->add_ids(p[i].get<int32_t>());
   }
   return std::nullopt;
+}
+
+// A list of prompts (strings or token-id lists): one per entry of `out`,
+// each holding only its prompt. A single prompt leaves `out` empty.
+std::optional<ApiError> ReadPrompts(const json& body, v1::GenerateRequest* r,
+                                    std::vector<v1::GenerateRequest>* out) {
+  auto it = body.find("prompt");
+  if (it != body.end() && it->is_array() && !it->empty() && ((*it)[0].is_string() || (*it)[0].is_array())) {
+    for (size_t i = 0; i < it->size(); ++i) {
+      if (!(*it)[i].is_string() && !(*it)[i].is_array())
+        return Bad("prompt", absl::StrCat("entry ", i, " must be a string or a list of token ids"));
+      json one = {{"prompt", (*it)[i]}};
+      v1::GenerateRequest prompt;
+      if (auto e = ReadPrompt(one, &prompt)) return e;
+      out->push_back(std::move(prompt));
+    }
+    if (out->size() == 1) {
+      r->MergeFrom(out->front());
+      out->clear();
+    }
+    return std::nullopt;
+  }
+  return ReadPrompt(body, r);
 }
 
 std::optional<ApiError> ReadMessages(const json& body, v1::GenerateRequest* r) {
@@ -156,9 +176,13 @@ std::optional<ApiError> ReadMessages(const json& body, v1::GenerateRequest* r) {
       return Bad(at + ".role", absl::StrCat("'", role_name,
                                             "' is not supported (system, developer, user, assistant, tool)"));
     std::string text;
+    bool content_null = false;
     auto content = m.find("content");
     if (content == m.end() || content->is_null()) {
-      return Bad(at + ".content", "is required");
+      // OpenAI's assistant content is optional (a turn of tool calls has
+      // none): it renders as empty content.
+      if (role_name != "assistant") return Bad(at + ".content", "is required");
+      content_null = true;
     } else if (content->is_string()) {
       text = content->get<std::string>();
     } else if (content->is_array()) {
@@ -182,6 +206,7 @@ std::optional<ApiError> ReadMessages(const json& body, v1::GenerateRequest* r) {
     // written before it, know only "system".
     msg->set_role(role_name == "developer" ? "system" : role_name);
     msg->set_content(std::move(text));
+    msg->set_content_null(content_null);
   }
   // vLLM's and llama-server's extensions: extra template variables
   // ({"enable_thinking": false} for Qwen3), and a prompt without the
@@ -240,14 +265,30 @@ std::optional<ApiError> ParseRequest(Endpoint endpoint, std::string_view body_te
     if (!it->is_string()) return Bad("model", "must be a string");
     out->model = it->get<std::string>();
   }
-  if (auto e = endpoint == Endpoint::kChatCompletions ? ReadMessages(body, &r) : ReadPrompt(body, &r))
+  if (auto e = endpoint == Endpoint::kChatCompletions ? ReadMessages(body, &r)
+                                                    : ReadPrompts(body, &r, &out->prompts))
     return e;
+  if (endpoint == Endpoint::kCompletions) {
+    if (auto e = ReadBool(body, "echo", &out->echo)) return e;
+  }
+  if (auto it = body.find("modalities"); it != body.end() && !it->is_null()) {
+    if (*it != json::array({"text"})) return Bad("modalities", "only [\"text\"] is supported");
+  }
 
   std::optional<int64_t> n, max_tokens, max_completion_tokens, top_k, seed;
-  if (auto e = ReadInt(body, "n", 1, 1 << 20, &n)) return e;
-  if (n && *n != 1) return Bad("n", "only n = 1 is supported; send n requests");
-  if (auto e = ReadInt(body, "max_tokens", 1, std::numeric_limits<int32_t>::max(), &max_tokens))
+  // n's upper bound is the gateway's (request_builder.h: kMaxChoices).
+  if (auto e = ReadInt(body, "n", 1, std::numeric_limits<int32_t>::max(), &n)) return e;
+  if (n) {
+    out->n = static_cast<int>(*n);
+    r.set_n(static_cast<int32_t>(*n));
+  }
+  // Completions' max_tokens: 0 generates nothing (with echo: the prompt
+  // alone, OpenAI's way to read a prompt back).
+  const int64_t min_max_tokens = endpoint == Endpoint::kCompletions ? 0 : 1;
+  if (auto e = ReadInt(body, "max_tokens", min_max_tokens, std::numeric_limits<int32_t>::max(),
+                       &max_tokens))
     return e;
+  out->max_tokens_zero = max_tokens && *max_tokens == 0;
   if (auto e = ReadInt(body, "max_completion_tokens", 1, std::numeric_limits<int32_t>::max(),
                        &max_completion_tokens))
     return e;
@@ -335,7 +376,9 @@ std::string ToOpenAiMessage(Endpoint endpoint, const std::string& grpc_message,
     return grpc_message;
   }
   std::string field = grpc_message.substr(0, colon);
-  const std::string prompt_name = endpoint == Endpoint::kChatCompletions ? "messages" : "prompt";
+  const std::string prompt_name = endpoint == Endpoint::kChatCompletions ? "messages"
+                                  : endpoint == Endpoint::kResponses     ? "input"
+                                                                         : "prompt";
   auto starts = [&](const char* p) { return field.rfind(p, 0) == 0; };
   if (starts("sampling.")) {
     field = field.substr(9);

@@ -12,12 +12,13 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "specline/v1/generation.pb.h"
 
 namespace specline::openai {
 
-enum class Endpoint { kCompletions, kChatCompletions };
+enum class Endpoint { kCompletions, kChatCompletions, kResponses };
 
 // An error in OpenAI's shape: {"error": {"message", "type", "param", "code"}}.
 struct ApiError {
@@ -35,6 +36,13 @@ struct ParsedRequest {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   std::string user;            // logged, not interpreted
+  // Completions: a list of several prompts, each holding only its prompt
+  // (text or token_ids); `request` then has none. Choice i of the response
+  // is prompt i / n's (i % n)-th sample.
+  std::vector<v1::GenerateRequest> prompts;
+  bool echo = false;             // completions: the prompt's text comes first
+  bool max_tokens_zero = false;  // completions' max_tokens: 0 (nothing generated)
+  int n = 1;
 };
 
 // Parses and checks a request body. On success `error` is empty.

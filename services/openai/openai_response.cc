@@ -1,5 +1,7 @@
 #include "services/openai/openai_response.h"
 
+#include <cstdio>
+
 #include <nlohmann/json.hpp>
 
 namespace specline::openai {
@@ -12,7 +14,15 @@ json Envelope(const ResponseIdentity& who, bool chunk) {
   return {{"id", who.id},
           {"object", chat ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion"},
           {"created", who.created},
-          {"model", who.model}};
+          {"model", who.model},
+          {"system_fingerprint", who.system_fingerprint.empty() ? json(nullptr)
+                                                                : json(who.system_fingerprint)}};
+}
+
+json ChunkWithChoice(const ResponseIdentity& who, json choice) {
+  json j = Envelope(who, true);
+  j["choices"] = json::array({std::move(choice)});
+  return j;
 }
 
 json UsageJson(const v1::Usage& usage) {
@@ -42,20 +52,44 @@ const char* FinishReasonName(v1::FinishReason reason) {
   }
 }
 
-std::string StreamChunk(const ResponseIdentity& who, const v1::GenerateResponse& message,
-                        bool first) {
-  json j = Envelope(who, true);
-  json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", FinishJson(message.finish_reason())}};
-  if (who.endpoint == Endpoint::kChatCompletions) {
-    json delta = json::object();
-    if (first) delta["role"] = "assistant";
-    if (!message.text().empty() || first) delta["content"] = message.text();
-    choice["delta"] = std::move(delta);
-  } else {
-    choice["text"] = message.text();
+std::string SystemFingerprint(const std::string& model_name, int64_t vocab_size,
+                              int64_t context_length) {
+  // FNV-1a: stable across processes and builds (std::hash is not).
+  uint64_t h = 1469598103934665603ull;
+  for (char c : model_name + "/" + std::to_string(vocab_size) + "/" + std::to_string(context_length)) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 1099511628211ull;
   }
-  j["choices"] = json::array({std::move(choice)});
-  return Dump(j);
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(h));
+  return std::string("fp_specline-") + SPECLINE_VERSION + "-" + std::string(hex, 10);
+}
+
+std::string RoleChunk(const ResponseIdentity& who, int index) {
+  return Dump(ChunkWithChoice(who, {{"index", index},
+                                    {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                    {"logprobs", nullptr},
+                                    {"finish_reason", nullptr}}));
+}
+
+std::string TextChunk(const ResponseIdentity& who, int index, const std::string& text) {
+  json choice = {{"index", index}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
+  if (who.endpoint == Endpoint::kChatCompletions) {
+    choice["delta"] = {{"content", text}};
+  } else {
+    choice["text"] = text;
+  }
+  return Dump(ChunkWithChoice(who, std::move(choice)));
+}
+
+std::string FinishChunk(const ResponseIdentity& who, int index, v1::FinishReason finish) {
+  json choice = {{"index", index}, {"logprobs", nullptr}, {"finish_reason", FinishJson(finish)}};
+  if (who.endpoint == Endpoint::kChatCompletions) {
+    choice["delta"] = json::object();
+  } else {
+    choice["text"] = "";
+  }
+  return Dump(ChunkWithChoice(who, std::move(choice)));
 }
 
 std::string UsageChunk(const ResponseIdentity& who, const v1::Usage& usage) {
@@ -65,16 +99,19 @@ std::string UsageChunk(const ResponseIdentity& who, const v1::Usage& usage) {
   return Dump(j);
 }
 
-std::string FullResponse(const ResponseIdentity& who, const std::string& text,
-                         v1::FinishReason finish, const v1::Usage& usage) {
+std::string FullResponse(const ResponseIdentity& who, const std::vector<ChoiceResult>& choices,
+                         const v1::Usage& usage) {
   json j = Envelope(who, false);
-  json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", FinishJson(finish)}};
-  if (who.endpoint == Endpoint::kChatCompletions) {
-    choice["message"] = {{"role", "assistant"}, {"content", text}};
-  } else {
-    choice["text"] = text;
+  j["choices"] = json::array();
+  for (size_t i = 0; i < choices.size(); ++i) {
+    json choice = {{"index", i}, {"logprobs", nullptr}, {"finish_reason", FinishJson(choices[i].finish)}};
+    if (who.endpoint == Endpoint::kChatCompletions) {
+      choice["message"] = {{"role", "assistant"}, {"content", choices[i].text}};
+    } else {
+      choice["text"] = choices[i].text;
+    }
+    j["choices"].push_back(std::move(choice));
   }
-  j["choices"] = json::array({std::move(choice)});
   j["usage"] = UsageJson(usage);
   return Dump(j);
 }
@@ -87,7 +124,8 @@ std::string ErrorBody(const ApiError& error) {
   return Dump(json{{"error", std::move(e)}});
 }
 
-ApiError ErrorFromStatus(Endpoint endpoint, int grpc_code, const std::string& message) {
+ApiError ErrorFromStatus(Endpoint endpoint, int grpc_code, const std::string& message,
+                         const std::string& details) {
   // gRPC code -> the HTTP status and error type OpenAI clients expect.
   struct Mapping {
     int grpc_code, http_status;
@@ -117,6 +155,7 @@ ApiError ErrorFromStatus(Endpoint endpoint, int grpc_code, const std::string& me
   }
   if (grpc_code == 3 || grpc_code == 11) e.message = ToOpenAiMessage(endpoint, message, &e.param);
   if (grpc_code == 9) e.param = "policy";
+  if (grpc_code == 3 && details == "context_length_exceeded") e.code = details;
   return e;
 }
 
