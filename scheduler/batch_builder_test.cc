@@ -18,7 +18,7 @@ class NoEngine : public PolicyHost {
   std::string StageName(int) const override { return "stage"; }
   int max_inflight() const override { return 1; }
   int RunningLocked() const override { return 0; }
-  void EmitTokenLocked(Sequence&, int32_t) override { ADD_FAILURE(); }
+  void EmitTokenLocked(Sequence&, int32_t, std::span<const float>) override { ADD_FAILURE(); }
   void FinishLocked(Sequence&, FinishReason, absl::Status) override { ADD_FAILURE(); }
   void NoticeEpochLocked(const Sequence&) override { ADD_FAILURE(); }
   SchedulerMetrics::Spec& SpecMetrics(const std::string& policy) override {

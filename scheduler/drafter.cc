@@ -89,7 +89,7 @@ class PpsdDrafter : public Drafter {
     logits_.resize(head_.vocab_size());
     job.status = head_.LastLogits(slots, hidden.data(), logits_.data());
     if (!job.status.ok()) return;
-    job.draft = DraftFromLogits(logits_, job.sampling, job.chain, job.rng);
+    job.draft = DraftFromLogits(logits_, job.sampling, {job.chain, job.prompt_len, {}}, job.rng);
     job.fed = job.end;  // features after layer E never change: every row is final
   }
   void Release(uint64_t seq_id) override { head_.Release(seq_id); }
@@ -103,10 +103,12 @@ class PpsdDrafter : public Drafter {
 }  // namespace
 
 DraftToken DraftFromLogits(std::span<const float> logits, const SamplingParams& sampling,
-                           std::span<const int32_t> history, Rng& rng) {
-  if (sampling.greedy()) return {Sample(logits, sampling, history, rng), {}};
+                           const SamplingContext& ctx, Rng& rng) {
+  // The drafter's row gets the target's processing (bias, mask, penalties):
+  // q then drafts what p can accept.
+  if (sampling.greedy()) return {Sample(logits, sampling, ctx, rng), {}};
   DraftToken d;
-  d.q = Warp(logits, sampling, history);
+  d.q = Warp(logits, sampling, ctx);
   d.token = d.q.InverseCdf(rng.Uniform());
   return d;
 }

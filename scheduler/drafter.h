@@ -80,7 +80,7 @@ class Drafter {
 // point mass); sampled ones draw from q = Warp(logits) and keep q for the
 // verifier.
 DraftToken DraftFromLogits(std::span<const float> logits, const SamplingParams& sampling,
-                           std::span<const int32_t> history, Rng& rng);
+                           const SamplingContext& ctx, Rng& rng);
 
 // The oracle under a mode's timing: PPSD waits for tap E of the newest
 // token (exit_layer > 0); SPD (exit_layer 0) drafts at once.

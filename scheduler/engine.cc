@@ -8,6 +8,7 @@
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
+#include "model/runtime/logprobs.h"
 #include "scheduler/head_factory.h"
 #include "scheduler/policies/registry.h"
 #include "proto/policy_names.h"
@@ -136,8 +137,12 @@ absl::Status Engine::Validate(const RequestOptions& spec) const {
         "response_format: structured output is not available with policy ",
         PolicyShortName(spec.mode), " (use ar, ppsd, spd or recycle)"));
   }
-  if (std::string err = spec.sampling.Validate(); !err.empty()) {
+  if (std::string err = spec.sampling.Validate(c.vocab_size); !err.empty()) {
     return absl::InvalidArgumentError("sampling." + err);
+  }
+  if (spec.top_logprobs > kMaxTopLogprobs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("logprobs.top_logprobs: must be in [0, ", kMaxTopLogprobs, "]"));
   }
   return absl::OkStatus();
 }

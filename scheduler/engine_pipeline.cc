@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "scheduler/emitted_logprobs.h"
 #include "scheduler/engine.h"
 #include "scheduler/sequence_grammar.h"
 #include "spdlog/spdlog.h"
@@ -248,7 +249,10 @@ void Engine::HandleResult(internal::MicroBatch batch) {
       }
       if (!r.needs_logits || s.finished() || r.epoch != s.epoch) continue;
       const SamplingParams& sp = s.sampling;
-      const bool greedy_only = sp.greedy() && sp.repetition_penalty == 1.0f && !want.logits && !s.grammar;
+      // Ship the argmax alone only when the raw row's argmax is the token
+      // and nobody reads the row (its logprobs included).
+      const bool greedy_only = sp.ArgmaxSuffices() && !want.logits && !s.wants_logprobs() &&
+                               !s.grammar;
       p.decide = want.used - want.aux;
       p.n_aux = want.aux;
       (greedy_only ? p.greedy : p.logits) = take(greedy_only ? greedy_rows : rows, row, p.decide);
@@ -328,10 +332,14 @@ void Engine::SendNotices(std::vector<Notice> notices) {
 // Appends a sampled token, streams it, and ends the sequence when the token
 // is a stop id, max_tokens is reached, or the context is full (the same
 // rules, in the same order, as Generate in model/runtime/generator.cc).
-void Engine::EmitTokenLocked(Sequence& s, int32_t token) {
+void Engine::EmitTokenLocked(Sequence& s, int32_t token, std::span<const float> row) {
   const auto now = Clock::now();
   StreamEvent e;
   e.tokens.push_back(token);
+  if (s.wants_logprobs()) {
+    // s.tokens is still the history the row was processed with.
+    e.logprobs.push_back(LogprobOfRow(s, token, row));
+  }
   if (s.generated() == 0) {
     s.first_token = now;
     s.state = SeqState::kDecode;

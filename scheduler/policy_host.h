@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 
 #include "absl/status/status.h"
@@ -23,8 +24,12 @@ class PolicyHost {
   virtual int max_inflight() const = 0;
   virtual int RunningLocked() const = 0;
   // Appends a token, streams it, and ends the sequence on a stop id, its
-  // max_tokens or the context length.
-  virtual void EmitTokenLocked(Sequence& s, int32_t token) = 0;
+  // max_tokens or the context length. `row` is the target model's logits
+  // row that decided the token (the verified row, for an accepted draft
+  // too): its log-probabilities are streamed with it when the request asked
+  // for them. Empty only where the request did not (greedy rows may ship
+  // as an argmax alone, see Engine's plan of rows).
+  virtual void EmitTokenLocked(Sequence& s, int32_t token, std::span<const float> row) = 0;
   virtual void FinishLocked(Sequence& s, FinishReason reason, absl::Status error) = 0;
   // s.epoch changed: tell every stage to drop this sequence's older slots.
   virtual void NoticeEpochLocked(const Sequence& s) = 0;

@@ -1,9 +1,11 @@
 #include "scheduler/request_convert.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "model/runtime/logprobs.h"
 
 namespace specline::scheduler {
 
@@ -65,6 +67,24 @@ absl::StatusOr<RequestOptions> ToRequestOptions(const internal::SubmitRequest& r
   out.sampling.top_p = p.top_p() == 0.0f ? 1.0f : p.top_p();
   out.sampling.min_p = p.min_p();
   out.sampling.repetition_penalty = p.repetition_penalty() == 0.0f ? 1.0f : p.repetition_penalty();
+  out.sampling.presence_penalty = p.presence_penalty();
+  out.sampling.frequency_penalty = p.frequency_penalty();
+  // A proto map has no order: sort by id (SamplingParams::logit_bias), and
+  // refuse a large map before copying it.
+  if (p.logit_bias_size() > SamplingParams::kMaxLogitBias) {
+    return absl::InvalidArgumentError(absl::StrCat("sampling.logit_bias: at most ",
+                                                   SamplingParams::kMaxLogitBias, " entries"));
+  }
+  out.sampling.logit_bias.assign(p.logit_bias().begin(), p.logit_bias().end());
+  std::sort(out.sampling.logit_bias.begin(), out.sampling.logit_bias.end());
+  if (req.has_logprobs() && req.logprobs().enabled()) {
+    const int32_t top = req.logprobs().top_logprobs();
+    if (top < 0 || top > kMaxTopLogprobs) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("logprobs.top_logprobs: must be in [0, ", kMaxTopLogprobs, "]"));
+    }
+    out.top_logprobs = top;
+  }
   if (p.has_seed()) {
     out.sampling.seed = p.seed();
   } else {

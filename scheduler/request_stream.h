@@ -18,6 +18,8 @@ namespace specline::scheduler {
 
 struct StreamEvent {
   std::vector<int32_t> tokens;
+  // One per token when the request asked for logprobs.
+  std::vector<v1::TokenLogprob> logprobs;
   FinishReason finish = FinishReason::kNone;  // set on the last event
   double queue_seconds = -1;                  // >= 0 on the first event
   int32_t cached_prompt_tokens = 0;           // on the first event: prompt positions reused

@@ -75,6 +75,7 @@ grpc::Status SchedulerService::Submit(grpc::ServerContext* ctx,
     if (e->finish == FinishReason::kError) return ToGrpc(e->error);
     internal::SubmitEvent out;
     out.mutable_tokens()->Add(e->tokens.begin(), e->tokens.end());
+    for (v1::TokenLogprob& lp : e->logprobs) *out.add_logprobs() = std::move(lp);
     out.set_finish_reason(ToProto(e->finish));
     if (e->queue_seconds >= 0) {
       out.set_queue_seconds(e->queue_seconds);

@@ -35,6 +35,7 @@ Sequence::Sequence(uint64_t id_, RequestOptions spec)
       max_tokens(spec.max_tokens),
       stop_ids(std::move(spec.stop_ids)),
       sampling(spec.sampling),
+      top_logprobs(spec.top_logprobs),
       cache_scope(std::move(spec.cache_scope)),
       rng(spec.sampling.seed),
       grammar(spec.grammar ? std::make_unique<SequenceGrammar>(spec.grammar) : nullptr),

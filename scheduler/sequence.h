@@ -22,6 +22,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -62,6 +63,9 @@ struct RequestOptions {
   // Structured output: the grammar every generated token keeps to (null:
   // free text). Compiled once per format (grammar::GrammarCompiler).
   std::shared_ptr<const grammar::CompiledGrammar> grammar;
+  // Log-probabilities of each emitted token with this many alternatives
+  // (0..20); -1 = none asked for.
+  int top_logprobs = -1;
 };
 
 // Always held by shared_ptr (the engine's lists, in-flight batches):
@@ -93,6 +97,7 @@ struct Sequence : std::enable_shared_from_this<Sequence> {
   int max_tokens = 0;
   std::vector<int32_t> stop_ids;
   SamplingParams sampling;
+  int top_logprobs = -1;  // RequestOptions::top_logprobs
   std::string cache_scope;  // salts its prefix-cache keys (RequestOptions)
   Rng rng;  // one stream per sequence, so results do not depend on batching
   // The grammar's state along the chain (scheduler/sequence_grammar.h);
@@ -139,6 +144,13 @@ struct Sequence : std::enable_shared_from_this<Sequence> {
   int32_t limit = 0;
 
   int generated() const { return static_cast<int>(tokens.size()) - prompt_len; }
+  bool wants_logprobs() const { return top_logprobs >= 0; }
+  // What sampling the position after `history` (tokens, then drafts or
+  // accepted proposals) depends on besides the parameters. Every policy
+  // builds its contexts here, so all of them process a row alike.
+  SamplingContext SamplingContextFor(std::span<const int32_t> history) const {
+    return {history, prompt_len, {}};
+  }
   // Length of the chain of inputs: verified tokens, then whatever the
   // policy sends ahead of them (drafts; PIPO: pairs).
   int32_t chain_end() const;

@@ -99,6 +99,7 @@ inline Reference Generate1(const ModelSource& model, const scheduler::RequestOpt
 
 struct StreamResult {
   std::vector<int32_t> tokens;
+  std::vector<v1::TokenLogprob> logprobs;  // when the request asked for them
   scheduler::StreamEvent last;
   int events = 0;
   double queue_seconds = -1;
@@ -118,6 +119,7 @@ inline StreamResult Collect(scheduler::RequestStream& s) {
       r.cached_prompt_tokens = e->cached_prompt_tokens;
     }
     r.tokens.insert(r.tokens.end(), e->tokens.begin(), e->tokens.end());
+    r.logprobs.insert(r.logprobs.end(), e->logprobs.begin(), e->logprobs.end());
     if (e->last()) {
       r.last = *std::move(e);
       return r;

@@ -88,7 +88,7 @@ TEST(Sampler, RepetitionPenaltyDividesPositiveAndMultipliesNegative) {
   EXPECT_FLOAT_EQ(z[2], -4.0f);
   EXPECT_FLOAT_EQ(z[0], 1.0f);
   SamplingParams p{.repetition_penalty = 2.0f};
-  EXPECT_EQ(Warp(Logits(), p, history).ids[0], 5);  // 1 is penalised, 5 wins
+  EXPECT_EQ(Warp(Logits(), p, {history, 0, {}}).ids[0], 5);  // 1 is penalised, 5 wins
 }
 
 TEST(Sampler, SameSeedSameTokens) {

@@ -35,6 +35,7 @@
 #include <cstdlib>
 #include <cstdint>
 #include <map>
+#include <tuple>
 #include <mutex>
 #include <span>
 #include <ostream>
@@ -188,11 +189,23 @@ std::vector<int32_t> Prompt(bool cached_prefix = false) {
   return p;
 }
 
-SamplingParams Sampling(uint64_t seed) {
+// `penalised`: with every logit processing step too (repetition, presence
+// and frequency penalties, and a logit_bias over 40 tokens that raises some
+// and lowers others), which the exact distribution applies as Warp does.
+SamplingParams Sampling(uint64_t seed, bool penalised = false) {
   SamplingParams s;
   s.temperature = 0.8f;
   s.top_k = 6;  // each step has at most 6 outcomes: (t1, t2) at most 36 cells
   s.seed = seed;
+  if (penalised) {
+    s.repetition_penalty = 1.2f;
+    s.presence_penalty = 1.0f;
+    s.frequency_penalty = 0.7f;
+    const int32_t vocab = SchedulerTestConfig().vocab_size;
+    std::map<int32_t, float> bias;
+    for (int i = 0; i < 40; ++i) bias[(i * 37 + 3) % vocab] = static_cast<float>((i % 7) - 3) * 0.8f;
+    s.logit_bias.assign(bias.begin(), bias.end());
+  }
   return s;
 }
 
@@ -242,11 +255,13 @@ std::string SamplingModelPath(const std::string& model) {
   return model == "gemma3" ? GemmaSamplingModel() : SchedulerTestModel();
 }
 
-const Exact& ExactDistribution(bool cached_prefix = false, const std::string& model_name = "") {
-  static std::map<std::pair<bool, std::string>, Exact> cache;
+const Exact& ExactDistribution(bool cached_prefix = false, const std::string& model_name = "",
+                               bool penalised = false) {
+  static std::map<std::tuple<bool, std::string, bool>, Exact> cache;
   static std::mutex mu;
   std::lock_guard<std::mutex> lock(mu);
-  const auto key = std::make_pair(cached_prefix, model_name);
+  const auto key = std::make_tuple(cached_prefix, model_name, penalised);
+  const int32_t prompt_len = static_cast<int32_t>(Prompt(cached_prefix).size());
   if (auto it = cache.find(key); it != cache.end()) return it->second;
   const Exact exact = [&] {
     auto model = OpenModel(SamplingModelPath(model_name));
@@ -263,7 +278,7 @@ const Exact& ExactDistribution(bool cached_prefix = false, const std::string& mo
       std::vector<float> logits(local.head().vocab_size());
       local.head().Logits(out.hidden.data() + (history.size() - 1) * dim, 1, logits.data());
       local.Release(seq++);
-      return Warp(logits, Sampling(0), history);
+      return Warp(logits, Sampling(0, penalised), {history, prompt_len, {}});
     };
     Exact e;
     std::vector<int32_t> h = Prompt(cached_prefix);
@@ -306,6 +321,22 @@ TEST(ExactDistribution, IsAProperNonDegenerateDistribution) {
   double top = 0;
   for (const auto& [k, p] : e.t1) top = std::max(top, p);
   EXPECT_LT(top, 0.9);
+}
+
+// The penalised cases test something: their distribution is far from the
+// plain one (total variation of the (t1, t2) joint).
+TEST(ExactDistribution, PenaltiesAndBiasChangeIt) {
+  const Exact& plain = ExactDistribution();
+  const Exact& penalised = ExactDistribution(false, "", /*penalised=*/true);
+  std::map<int64_t, double> diff;
+  for (const auto& [k, p] : plain.joint12) diff[k] += p;
+  for (const auto& [k, p] : penalised.joint12) diff[k] -= p;
+  double tv = 0;
+  for (const auto& [k, d] : diff) tv += std::abs(d) / 2;
+  EXPECT_GT(tv, 0.2);
+  double s = 0;
+  for (const auto& [k, p] : penalised.joint12) s += p;
+  EXPECT_NEAR(s, 1.0, 1e-5);
 }
 
 // Negative control (no engine): samples from a deliberately wrong
@@ -368,6 +399,7 @@ struct ModeCase {
   int n_requests;
   bool cached_prefix = false;  // the prompt starts with blocks the prefix cache holds
   std::string model = "";      // "" (the scheduler test model), "gemma3" or "moe"
+  bool penalised = false;      // Sampling(seed, /*penalised=*/true)
 };
 
 // gtest prints the case in ctest's log.
@@ -398,7 +430,7 @@ Outputs DrawOutputs(InprocPipeline& p, const ModeCase& c, const std::vector<int3
     for (int i = base; i < std::min(c.n_requests, base + kWindow); ++i) {
       scheduler::RequestOptions r;
       r.prompt = Prompt(c.cached_prefix);
-      r.sampling = Sampling(static_cast<uint64_t>(i));
+      r.sampling = Sampling(static_cast<uint64_t>(i), c.penalised);
       r.max_tokens = kMaxTokens;
       r.mode = c.mode;
       if (c.oracle) r.oracle = {true, 0.5, reference};
@@ -440,7 +472,7 @@ TEST_P(SampledOutput, MatchesTheExactDistribution) {
   ModeCase c = GetParam();
   // For investigating a suspicion at higher power: SPECLINE_SAMPLING_REQUESTS=N.
   if (const char* env = std::getenv("SPECLINE_SAMPLING_REQUESTS")) c.n_requests = std::atoi(env);
-  const Exact& exact = ExactDistribution(c.cached_prefix, c.model);
+  const Exact& exact = ExactDistribution(c.cached_prefix, c.model, c.penalised);
   scheduler::EngineOptions o;
   o.spec.policy = scheduler::DraftGate::kAlways;
   o.spec.allow_oracle = true;
@@ -539,7 +571,20 @@ INSTANTIATE_TEST_SUITE_P(
         ModeCase{"recycle_gemma3", 2, v1::DECODING_POLICY_RECYCLE, false, "", "", kRequests, false,
                  "gemma3"},
         ModeCase{"spd_oracle_gemma3", 2, v1::DECODING_POLICY_SPD, true, "", "", kRequests, false,
-                 "gemma3"}),
+                 "gemma3"},
+        // Penalties and logit_bias: the processed distribution, on the
+        // autoregressive path and the speculative ones (the verifier, the
+        // drafters' q and PTP's coupled sampling process rows alike).
+        ModeCase{"autoregressive_penalised", 2, v1::DECODING_POLICY_AUTOREGRESSIVE, false, "", "",
+                 kRequests, false, "", true},
+        ModeCase{"spd_oracle_penalised", 2, v1::DECODING_POLICY_SPD, true, "", "", kRequests, false,
+                 "", true},
+        ModeCase{"ppsd_layer_head_penalised", 2, v1::DECODING_POLICY_PPSD, false, "ppsd-layer", "",
+                 kRequests, false, "", true},
+        ModeCase{"recycle_penalised", 2, v1::DECODING_POLICY_RECYCLE, false, "", "", kRequests,
+                 false, "", true},
+        ModeCase{"ptp_adapter_penalised", 2, v1::DECODING_POLICY_PTP, false, "", "", kRequests,
+                 false, "", true}),
     [](const auto& info) { return info.param.name; });
 
 // A mixture-of-experts model: verifying drafts routes each row as its own

@@ -256,8 +256,8 @@ TEST(VerifyDraftTest, WarpedDistributions) {
       target[i] = static_cast<float>(4 * rng.Uniform() - 2);
       draft[i] = target[i] + static_cast<float>(2 * rng.Uniform() - 1);
     }
-    const TokenDistribution p = Warp(target, settings[s], history);
-    const TokenDistribution q = Warp(draft, settings[s], history);
+    const TokenDistribution p = Warp(target, settings[s], {history, 0, {}});
+    const TokenDistribution q = Warp(draft, settings[s], {history, 0, {}});
     CheckLossless(p, q, vocab, 600 + s, "warp setting " + std::to_string(s));
   }
 }

@@ -68,10 +68,11 @@ absl::StatusOr<GenerationResult> Generate(LocalPipeline& model, uint64_t seq,
   auto t_decode = std::chrono::steady_clock::now();
   result.finish_reason = "length";
   for (int i = 0; i < options.max_tokens; ++i) {
+    const SamplingContext ctx{history, static_cast<int32_t>(prompt.size()), {}};
     const int32_t token =
         options.coupled
-            ? CoupledSample(logits, options.sampling, history, PtpUniform(options.sampling.seed, i))
-            : Sample(logits, options.sampling, history, rng);
+            ? CoupledSample(logits, options.sampling, ctx, PtpUniform(options.sampling.seed, i))
+            : Sample(logits, options.sampling, ctx, rng);
     if (i == 0) {
       result.prefill_seconds = SecondsSince(t0);
       t_decode = std::chrono::steady_clock::now();

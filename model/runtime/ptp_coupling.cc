@@ -76,12 +76,12 @@ int32_t CoupledToken(std::span<const float> logits, float temperature, int top_k
 }
 
 int32_t CoupledSample(std::span<const float> logits, const SamplingParams& params,
-                      std::span<const int32_t> history, double u) {
-  std::vector<float> penalised;
-  if (params.repetition_penalty != 1.0f) {
-    penalised.assign(logits.begin(), logits.end());
-    ApplyRepetitionPenalty(penalised, params.repetition_penalty, history);
-    logits = penalised;
+                      const SamplingContext& ctx, double u) {
+  std::vector<float> processed;
+  if (!params.ArgmaxSuffices() || !ctx.allowed.empty()) {
+    processed.assign(logits.begin(), logits.end());
+    ProcessLogits(processed, params, ctx);
+    logits = processed;
   }
   const std::vector<double> p =
       CoupledDistribution(logits, params.temperature, params.top_k, params.top_p, params.min_p);

@@ -39,12 +39,13 @@ int32_t CoupledPick(std::span<const double> probs, double u);
 // CoupledPick(CoupledDistribution(...), u).
 int32_t CoupledToken(std::span<const float> logits, float temperature, int top_k, float top_p, double u);
 
-// The token a request's sampler settings give at u: repetition penalty over
-// `history` (as Warp applies it), then CoupledToken with its temperature,
-// top-k, top-p and min-p. What the scheduler uses for every token of a PTP
-// request, so PTP's output equals plain decoding at the same u.
+// The token a request's sampler settings give at u: ProcessLogits (bias,
+// mask, repetition, presence and frequency penalties, as Warp applies
+// them), then CoupledToken with its temperature, top-k, top-p and min-p.
+// What the scheduler uses for every token of a PTP request, so PTP's output
+// equals plain decoding at the same u.
 int32_t CoupledSample(std::span<const float> logits, const SamplingParams& params,
-                      std::span<const int32_t> history, double u);
+                      const SamplingContext& ctx, double u);
 
 struct PtpVerdict {
   int accepted = 0;             // proposals kept

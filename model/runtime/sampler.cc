@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <stdexcept>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "model/splitmix64.h"
@@ -18,13 +20,30 @@ int32_t ArgmaxOf(std::span<const float> v) {
 
 }  // namespace
 
-std::string SamplingParams::Validate() const {
+std::string SamplingParams::Validate(int32_t vocab_size) const {
   if (!std::isfinite(temperature) || temperature < 0) return "temperature must be >= 0";
   if (top_k < 0) return "top_k must be >= 0 (0 disables it)";
   if (!(top_p > 0.0f && top_p <= 1.0f)) return "top_p must be in (0, 1]";
   if (!(min_p >= 0.0f && min_p <= 1.0f)) return "min_p must be in [0, 1]";
   if (!(repetition_penalty > 0.0f) || !std::isfinite(repetition_penalty)) {
     return "repetition_penalty must be > 0";
+  }
+  if (!(presence_penalty >= -2.0f && presence_penalty <= 2.0f)) {
+    return "presence_penalty must be in [-2, 2]";
+  }
+  if (!(frequency_penalty >= -2.0f && frequency_penalty <= 2.0f)) {
+    return "frequency_penalty must be in [-2, 2]";
+  }
+  if (logit_bias.size() > static_cast<size_t>(kMaxLogitBias)) {
+    return "logit_bias may have at most 300 entries";
+  }
+  for (size_t i = 0; i < logit_bias.size(); ++i) {
+    const auto [id, bias] = logit_bias[i];
+    if (id < 0 || (vocab_size > 0 && id >= vocab_size)) {
+      return "logit_bias: token id " + std::to_string(id) + " is not in the vocabulary";
+    }
+    if (i > 0 && logit_bias[i - 1].first >= id) return "logit_bias: ids must ascend, each once";
+    if (!(bias >= -100.0f && bias <= 100.0f)) return "logit_bias values must be in [-100, 100]";
   }
   return "";
 }
@@ -77,10 +96,41 @@ void ApplyRepetitionPenalty(std::span<float> logits, float penalty,
   }
 }
 
+void ProcessLogits(std::span<float> logits, const SamplingParams& params,
+                   const SamplingContext& ctx) {
+  const int32_t vocab = static_cast<int32_t>(logits.size());
+  for (const auto& [id, bias] : params.logit_bias) {
+    if (id >= 0 && id < vocab) logits[id] += bias;
+  }
+  if (!ctx.allowed.empty()) {
+    bool any = false;
+    for (int32_t t = 0; t < vocab; ++t) {
+      if (TokenAllowed(ctx.allowed, t)) {
+        any = true;
+      } else {
+        logits[t] = -INFINITY;
+      }
+    }
+    if (!any) throw std::invalid_argument("ProcessLogits: the token mask allows no token");
+  }
+  ApplyRepetitionPenalty(logits, params.repetition_penalty, ctx.history);
+  if (params.presence_penalty != 0.0f || params.frequency_penalty != 0.0f) {
+    const size_t from = std::min<size_t>(std::max<int32_t>(ctx.prompt_len, 0), ctx.history.size());
+    std::unordered_map<int32_t, int32_t> count;
+    for (size_t i = from; i < ctx.history.size(); ++i) {
+      const int32_t id = ctx.history[i];
+      if (id >= 0 && id < vocab) ++count[id];
+    }
+    for (const auto& [id, c] : count) {
+      logits[id] -= params.presence_penalty + params.frequency_penalty * static_cast<float>(c);
+    }
+  }
+}
+
 TokenDistribution Warp(std::span<const float> logits, const SamplingParams& params,
-                       std::span<const int32_t> history) {
+                       const SamplingContext& ctx) {
   std::vector<float> z(logits.begin(), logits.end());
-  ApplyRepetitionPenalty(z, params.repetition_penalty, history);
+  ProcessLogits(z, params, ctx);
   TokenDistribution d;
   if (params.greedy()) {
     d.ids = {ArgmaxOf(z)};
@@ -110,6 +160,9 @@ TokenDistribution Warp(std::span<const float> logits, const SamplingParams& para
 
   std::vector<size_t> order(cand.size());
   std::iota(order.begin(), order.end(), 0);
+  // Masked tokens are out of the distribution, not merely improbable: a
+  // draw that rounds past the last bin must not land on one.
+  std::erase_if(order, [&](size_t i) { return z[cand[i]] == -INFINITY; });
   if (params.top_p < 1.0f) {
     std::sort(order.begin(), order.end(),
               [&](size_t a, size_t b) { return by_logit(cand[a], cand[b]); });
@@ -141,9 +194,9 @@ TokenDistribution Warp(std::span<const float> logits, const SamplingParams& para
 }
 
 int32_t Sample(std::span<const float> logits, const SamplingParams& params,
-               std::span<const int32_t> history, Rng& rng) {
-  if (params.greedy() && params.repetition_penalty == 1.0f) return ArgmaxOf(logits);
-  TokenDistribution d = Warp(logits, params, history);
+               const SamplingContext& ctx, Rng& rng) {
+  if (params.ArgmaxSuffices() && ctx.allowed.empty()) return ArgmaxOf(logits);
+  TokenDistribution d = Warp(logits, params, ctx);
   return params.greedy() ? d.ids[0] : d.InverseCdf(rng.Uniform());
 }
 

@@ -268,7 +268,9 @@ void PipelineDraftPolicy::DecideLocked(Sequence& s, const SlotRun& r, const RunO
   if (d && d->WantsLogits() && !out.logits.empty()) {
     d->Observe(s.tokens.back(), out.logits.first(host_.config().vocab_size));
   }
-  DecideTokenLocked(s, out.logits, out.greedy.empty() ? -1 : out.greedy[0]);
+  const std::span<const float> row =
+      out.logits.empty() ? out.logits : out.logits.first(host_.config().vocab_size);
+  DecideTokenLocked(s, row, out.greedy.empty() ? -1 : out.greedy[0]);
 }
 
 void PipelineDraftPolicy::DecideTokenLocked(Sequence& s, std::span<const float> logits,
@@ -278,12 +280,13 @@ void PipelineDraftPolicy::DecideTokenLocked(Sequence& s, std::span<const float> 
   const int n = host_.n_stages();
   // Greedy (with or without penalty) consumes no randomness.
   auto target = [&] {
-    return greedy_token >= 0 ? greedy_token : Sample(logits, s.sampling, s.tokens, s.rng);
+    return greedy_token >= 0 ? greedy_token
+                             : Sample(logits, s.sampling, s.SamplingContextFor(s.tokens), s.rng);
   };
   if (sp.drafts.empty()) {
     stats.cycles += n;  // decided by a token that crossed the whole pipeline alone
     ++sp.tokens_since_draft;
-    host_.EmitTokenLocked(s, target());
+    host_.EmitTokenLocked(s, target(), logits);
     return;
   }
   DraftToken d = std::move(sp.drafts.front());
@@ -292,7 +295,7 @@ void PipelineDraftPolicy::DecideTokenLocked(Sequence& s, std::span<const float> 
   if (s.sampling.greedy()) {
     v = VerifyGreedy(target(), d.token);
   } else {
-    const TokenDistribution p = Warp(logits, s.sampling, s.tokens);
+    const TokenDistribution p = Warp(logits, s.sampling, s.SamplingContextFor(s.tokens));
     if (d.q.ids.empty()) d.q = {{d.token}, {1.0f}};  // a point-mass draft
     v = VerifyDraft(p, d.q, d.token, s.rng);
   }
@@ -317,7 +320,9 @@ void PipelineDraftPolicy::DecideTokenLocked(Sequence& s, std::span<const float> 
     FlushLocked(s);
   }
   if (sp.drafts.empty()) sp.chain_index = 0;
-  host_.EmitTokenLocked(s, v.token);
+  // The verified row decides the token, accepted draft or replacement: its
+  // logprobs are the target's.
+  host_.EmitTokenLocked(s, v.token, logits);
 }
 
 // Rejection: every draft in flight is void. The replacement goes next at

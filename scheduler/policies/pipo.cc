@@ -132,6 +132,7 @@ void PipoPolicy::DecideLocked(Sequence& s, const SlotRun& run, const RunOutput& 
   for (int32_t k = 0; k < n - (step ? 1 : 0); ++k) token1[k] = p.stream[2 * (first + k) + 2];
 
   std::vector<float> logits;
+  std::vector<float> row1;  // t1's row, for its logprobs
   std::vector<float> confidence(n);
   absl::Status st;
   {
@@ -139,7 +140,9 @@ void PipoPolicy::DecideLocked(Sequence& s, const SlotRun& run, const RunOutput& 
     logits.resize(model_->vocab_size());
     if (step) {
       model_->Logits1(h_b.data() + int64_t{n - 1} * dim, 1, logits.data());
-      token1[n - 1] = Sample(logits, s.sampling, s.tokens, s.rng);
+      token1[n - 1] = Sample(logits, s.sampling, s.SamplingContextFor(s.tokens), s.rng);
+      // Mtp overwrites the row with the second token's: keep the first's.
+      if (s.wants_logprobs()) row1 = logits;
     }
     st = model_->Mtp(s.id, first, token1, h_b, step ? logits.data() : nullptr, confidence.data());
   }
@@ -156,7 +159,7 @@ void PipoPolicy::DecideLocked(Sequence& s, const SlotRun& run, const RunOutput& 
   if (accept) {
     std::vector<int32_t> history = s.tokens;
     history.push_back(t1);
-    t2 = Sample(logits, s.sampling, history, s.rng);  // logits now hold l2
+    t2 = Sample(logits, s.sampling, s.SamplingContextFor(history), s.rng);  // logits now hold l2
   }
 
   SpecStats& stats = s.stats;
@@ -176,8 +179,10 @@ void PipoPolicy::DecideLocked(Sequence& s, const SlotRun& run, const RunOutput& 
   }
   stats.cycles += host_.n_stages();
 
-  host_.EmitTokenLocked(s, t1);
-  if (accept && !s.finished()) host_.EmitTokenLocked(s, t2);
+  // PIPO's rows are its own model's (it has no separate target): t2's is
+  // the MTP head's, the distribution t2 was drawn from.
+  host_.EmitTokenLocked(s, t1, row1);
+  if (accept && !s.finished()) host_.EmitTokenLocked(s, t2, logits);
   if (s.finished()) return;
   p.stream.insert(p.stream.end(), {t1, t2});
   if (p.pairs() >= host_.config().max_seq_len) {

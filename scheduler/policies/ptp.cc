@@ -107,13 +107,13 @@ int32_t PtpPolicy::TeacherToken(const Sequence& s, std::span<const int32_t> acce
   // accepted before this one (committed too once the call is decided).
   std::vector<int32_t> history;
   std::span<const int32_t> h = s.tokens;
-  if (s.sampling.repetition_penalty != 1.0f && !accepted.empty()) {
+  if (!s.sampling.ArgmaxSuffices() && !accepted.empty()) {
     history = s.tokens;
     history.insert(history.end(), accepted.begin(), accepted.end());
     h = history;
   }
   const int64_t t = static_cast<int64_t>(s.tokens.size() + accepted.size()) - s.prompt_len;
-  return CoupledSample(logits, s.sampling, h, PtpUniform(s.sampling.seed, t));
+  return CoupledSample(logits, s.sampling, s.SamplingContextFor(h), PtpUniform(s.sampling.seed, t));
 }
 
 void PtpPolicy::DecideLocked(Sequence& s, const SlotRun& r, const RunOutput& out) {
@@ -147,8 +147,13 @@ void PtpPolicy::DecideLocked(Sequence& s, const SlotRun& r, const RunOutput& out
   // The stages keep positions up to the call's last row; the next call
   // starts at the newest committed token and overwrites the rest there
   // (implicit rollback: docs/ptp.md, "Truncate the KV cache to n+a").
-  for (int i = 0; i < a && !s.finished(); ++i) host_.EmitTokenLocked(s, proposals[i]);
-  if (!s.finished()) host_.EmitTokenLocked(s, c);
+  // Token i was decided by teacher row i; the rows ship as logits whenever
+  // the request wants logprobs (an argmax alone otherwise).
+  auto row = [&](int i) {
+    return out.logits.empty() ? out.logits : out.logits.subspan(int64_t{i} * vocab, vocab);
+  };
+  for (int i = 0; i < a && !s.finished(); ++i) host_.EmitTokenLocked(s, proposals[i], row(i));
+  if (!s.finished()) host_.EmitTokenLocked(s, c, row(a));
   if (s.finished()) return;
   s.cached = static_cast<int32_t>(s.tokens.size()) - 1;
   // The auxiliary rows assumed every proposal was right: their proposals

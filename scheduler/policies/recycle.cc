@@ -115,14 +115,15 @@ void RecyclePolicy::DecideLocked(Sequence& s, const SlotRun& r, const RunOutput&
   for (int i = 0;; ++i) {
     drafter_->Observe(history.back(), row(i));
     if (i == m) {
-      next = Sample(row(i), s.sampling, history, s.rng);  // the bonus token
+      next = Sample(row(i), s.sampling, s.SamplingContextFor(history), s.rng);  // the bonus token
       break;
     }
     VerifyResult v;
     if (s.sampling.greedy()) {
-      v = VerifyGreedy(Sample(row(i), s.sampling, history, s.rng), drafts[i]);
+      v = VerifyGreedy(Sample(row(i), s.sampling, s.SamplingContextFor(history), s.rng), drafts[i]);
     } else {
-      v = VerifyDraft(Warp(row(i), s.sampling, history), {{drafts[i]}, {1.0f}}, drafts[i], s.rng);
+      v = VerifyDraft(Warp(row(i), s.sampling, s.SamplingContextFor(history)), {{drafts[i]}, {1.0f}},
+                      drafts[i], s.rng);
     }
     if (!v.accepted) {
       next = v.token;
@@ -145,8 +146,9 @@ void RecyclePolicy::DecideLocked(Sequence& s, const SlotRun& r, const RunOutput&
   st.tokens_since_draft += a + 1;
   s.stats.cycles += host_.n_stages();  // a call crosses the whole pipeline once
 
-  for (int i = 0; i < a && !s.finished(); ++i) host_.EmitTokenLocked(s, drafts[i]);
-  if (!s.finished()) host_.EmitTokenLocked(s, next);
+  // Token i was decided by row i (the target's verified row).
+  for (int i = 0; i < a && !s.finished(); ++i) host_.EmitTokenLocked(s, drafts[i], row(i));
+  if (!s.finished()) host_.EmitTokenLocked(s, next, row(a));
   if (s.finished()) return;
   // The stages hold the call's rows; the next call starts at the newest
   // token and overwrites the rejected drafts' positions.

@@ -1,0 +1,157 @@
+"""Drives one OpenAI-compatible server for bench/structured_output.sh, or
+(--report) joins two servers' results into the table and JSON.
+
+Per configuration, every prompt is sent `repeats` times, one request at a
+time, streamed, greedy; TPOT = (time of the last content chunk - time of the
+first) / (completion tokens - 1), from the client's clock, the same way for
+both servers. Configurations:
+  free        unconstrained, ignore_eos, max_tokens = the JSON run's length
+  json        the JSON schema (OpenAI response_format), plain decoding
+  json+spec   the same with specline's recycle policy (specline only)
+The JSON runs also check that the output validates against the schema.
+"""
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+import urllib.request
+
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 24},
+        "age": {"type": "integer", "minimum": 0, "maximum": 120},
+        "city": {"type": "string", "maxLength": 24},
+        "hobbies": {"type": "array", "items": {"type": "string", "maxLength": 16},
+                    "minItems": 1, "maxItems": 3},
+        "employed": {"type": "boolean"},
+    },
+    "required": ["name", "age", "city", "hobbies", "employed"],
+    "additionalProperties": False,
+}
+PROMPTS = [
+    "Describe a fictional person who lives by the sea.",
+    "Invent a character for a detective novel.",
+    "Give me the profile of a retired teacher.",
+    "Describe a young programmer from Berlin.",
+]
+
+
+def stream(port, body):
+    """(first-chunk time, last-chunk time, text, completion tokens)."""
+    body = dict(body, stream=True, stream_options={"include_usage": True})
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions",
+                                 data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    first = last = None
+    text, tokens = "", 0
+    with urllib.request.urlopen(req, timeout=600) as r:
+        for raw in r:
+            line = raw.decode().strip()
+            if not line.startswith("data:") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[5:])
+            if chunk.get("usage"):
+                tokens = chunk["usage"]["completion_tokens"]
+            for c in chunk.get("choices", []):
+                piece = (c.get("delta") or {}).get("content")
+                if piece:
+                    now = time.perf_counter()
+                    first = first or now
+                    last = now
+                    text += piece
+    return first, last, text, tokens
+
+
+def validate(text):
+    try:
+        import jsonschema
+    except ImportError:
+        jsonschema = None
+    value = json.loads(text)
+    if jsonschema:
+        jsonschema.validate(value, SCHEMA)
+    else:
+        assert set(SCHEMA["required"]) <= set(value), text
+
+
+def run(args):
+    configs = {"json": {"response_format": {"type": "json_schema",
+                                            "json_schema": {"name": "person", "schema": SCHEMA}}}}
+    if args.server == "specline":
+        configs["json"]["policy"] = "ar"
+        configs["json+spec"] = dict(configs["json"], policy="recycle")
+    results = {}
+    lengths = {}
+    for name in ["json"] + [c for c in configs if c != "json"] + ["free"]:
+        tpots, valid, total = [], 0, 0
+        for rep in range(args.repeats):
+            for i, prompt in enumerate(PROMPTS):
+                body = {"messages": [{"role": "user", "content": prompt}], "temperature": 0,
+                        "max_tokens": 200}
+                if name == "free":
+                    body.update(max_tokens=lengths.get(i, 100), ignore_eos=True)
+                    if args.server == "specline":
+                        body["policy"] = "ar"
+                else:
+                    body.update(configs[name])
+                first, last, text, tokens = stream(args.port, body)
+                if name == "json":
+                    lengths[i] = max(tokens, 8)
+                if name != "free":
+                    total += 1
+                    try:
+                        validate(text)
+                        valid += 1
+                    except Exception as e:  # noqa: BLE001 - reported, not fatal
+                        print(f"{args.server} {name}: invalid output {text!r}: {e}", file=sys.stderr)
+                if tokens > 1 and first is not None and last > first:
+                    tpots.append((last - first) / (tokens - 1))
+        results[name] = {"tpot_ms_median": 1e3 * statistics.median(tpots), "requests": len(tpots)}
+        if name != "free":
+            results[name]["valid"] = f"{valid}/{total}"
+        print(f"{args.server} {name}: TPOT {results[name]['tpot_ms_median']:.2f} ms", file=sys.stderr)
+    json.dump({"server": args.server, "results": results}, open(args.json, "w"), indent=1)
+
+
+def report(args):
+    ours, peer = (json.load(open(p))["results"] for p in args.report)
+    rows = []
+
+    def row(what, a, b):
+        rows.append({"what": what, "a_ms": a, "b_ms": b, "ratio": a / b})
+        print(f"| {what} | {a:.2f} | {b:.2f} | {a / b:.3f} |")
+
+    print("| comparison | TPOT a (ms) | TPOT b (ms) | a / b |")
+    print("|---|---|---|---|")
+    row("specline: JSON schema / free text", ours["json"]["tpot_ms_median"], ours["free"]["tpot_ms_median"])
+    row("specline: JSON schema + recycle / free-text AR", ours["json+spec"]["tpot_ms_median"],
+        ours["free"]["tpot_ms_median"])
+    row("specline: JSON schema + recycle / JSON schema AR", ours["json+spec"]["tpot_ms_median"],
+        ours["json"]["tpot_ms_median"])
+    row("llama-server: JSON schema / free text", peer["json"]["tpot_ms_median"], peer["free"]["tpot_ms_median"])
+    row("JSON schema: specline AR / llama-server", ours["json"]["tpot_ms_median"], peer["json"]["tpot_ms_median"])
+    row("JSON schema: specline recycle / llama-server", ours["json+spec"]["tpot_ms_median"],
+        peer["json"]["tpot_ms_median"])
+    out = {"date": time.strftime("%Y-%m-%d"), "machine": platform.processor() or platform.machine(),
+           "model": args.model, "specline": ours, "llama_server": peer, "rows": rows}
+    json.dump(out, open(args.out, "w"), indent=1)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--server")
+    p.add_argument("--port", type=int)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--json")
+    p.add_argument("--report", nargs=2)
+    p.add_argument("--model", default="")
+    p.add_argument("--out")
+    args = p.parse_args()
+    report(args) if args.report else run(args)
+
+
+if __name__ == "__main__":
+    main()
