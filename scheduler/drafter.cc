@@ -89,7 +89,7 @@ class PpsdDrafter : public Drafter {
     logits_.resize(head_.vocab_size());
     job.status = head_.LastLogits(slots, hidden.data(), logits_.data());
     if (!job.status.ok()) return;
-    job.draft = DraftFromLogits(logits_, job.sampling, {job.chain, job.prompt_len, {}}, job.rng);
+    job.draft = DraftFromLogits(logits_, job.sampling, {job.chain, job.prompt_len, job.allowed}, job.rng);
     job.fed = job.end;  // features after layer E never change: every row is final
   }
   void Release(uint64_t seq_id) override { head_.Release(seq_id); }

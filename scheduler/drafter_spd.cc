@@ -85,7 +85,7 @@ class SpdDrafter : public Drafter {
     logits_.resize(module_.vocab_size());
     job.status = module_.Forward(job.seq_id, in, logits_.data());
     if (!job.status.ok()) return;
-    job.draft = DraftFromLogits(logits_, job.sampling, {job.chain, job.prompt_len, {}}, job.rng);
+    job.draft = DraftFromLogits(logits_, job.sampling, {job.chain, job.prompt_len, job.allowed}, job.rng);
     job.fed = fed;
   }
 

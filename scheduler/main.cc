@@ -62,7 +62,7 @@ int Run(const SchedulerFlags& flags, const sigset_t& stop_signals) {
       spdlog::critical("--tokenizer {}: {}", flags.tokenizer, formats.status().ToString());
       return 1;
     }
-    spdlog::info("structured output is off: {}", formats.status().message());
+    spdlog::info("structured output is off: {}", std::string(formats.status().message()));
   }
   SchedulerService service(engine, flags.cluster_secret,
                            formats.ok() ? formats->get() : nullptr);

@@ -44,6 +44,11 @@ Sequence::Sequence(uint64_t id_, RequestOptions spec)
 
 Sequence::~Sequence() = default;
 
+SamplingContext Sequence::SamplingContextFor(std::span<const int32_t> history,
+                                             int draft_index) const {
+  return {history, prompt_len, grammar ? grammar->MaskAt(draft_index) : std::span<const uint32_t>{}};
+}
+
 int32_t Sequence::chain_end() const {
   return policy ? policy->ChainEnd(*this) : static_cast<int32_t>(tokens.size());
 }

@@ -148,9 +148,10 @@ struct Sequence : std::enable_shared_from_this<Sequence> {
   // What sampling the position after `history` (tokens, then drafts or
   // accepted proposals) depends on besides the parameters. Every policy
   // builds its contexts here, so all of them process a row alike.
-  SamplingContext SamplingContextFor(std::span<const int32_t> history) const {
-    return {history, prompt_len, {}};
-  }
+  // `draft_index` i: the position is the verified end plus i drafts, all
+  // accepted so far (history = tokens and those drafts); its grammar mask
+  // is SequenceGrammar::MaskAt(i).
+  SamplingContext SamplingContextFor(std::span<const int32_t> history, int draft_index = 0) const;
   // Length of the chain of inputs: verified tokens, then whatever the
   // policy sends ahead of them (drafts; PIPO: pairs).
   int32_t chain_end() const;

@@ -54,6 +54,9 @@ class SequenceGrammar {
   // is complete.
   bool Terminated() const { return drafts_.empty() && matcher_.IsTerminated(); }
   int drafts() const { return static_cast<int>(drafts_.size()); }
+  // The grammar ended at the chain's end (its last draft was a stop token):
+  // nothing may be drafted after it.
+  bool ChainEndTerminated() const { return matcher_.IsTerminated(); }
 
  private:
   grammar::GrammarMatcher matcher_;  // at the chain's end

@@ -27,6 +27,7 @@
 #include "model/runtime/sampler.h"
 #include "model/tokenizer/model_tokenizer.h"
 #include "tests/inproc_pipeline.h"
+#include "tests/spec_heads.h"
 #include "tests/test_util.h"
 
 namespace specline::testing {
@@ -227,16 +228,28 @@ TEST(GrammarServing, OutputKeepsToTheSchemaAndForcedTokensAreDrafted) {
   EXPECT_GT(got.last.spec.accepted_tokens, 0) << "no forced token was drafted and accepted";
 }
 
-TEST(GrammarServing, PoliciesThatCannotKeepAGrammarRefuseIt) {
-  InprocPipeline p(2, Options(), InprocPipeline::kStageKvTokens, 0us, SharedModelPath(kStoriesModel));
-  auto g = Compile(Choices());
-  for (v1::DecodingPolicy mode : {v1::DECODING_POLICY_PTP, v1::DECODING_POLICY_PIPO}) {
-    scheduler::RequestOptions r = Request(StoryPrompt("Once"), g, 8);
-    r.mode = mode;
-    auto stream = p.engine().Submit(r);
-    ASSERT_FALSE(stream.ok());
-    EXPECT_NE(stream.status().message().find("response_format"), std::string::npos) << stream.status();
-  }
+// PTP samples several tokens from one pass (coupled, not one mask per
+// token): a format is refused, naming the field. (PIPO, not lossless, keeps
+// the default KeepsGrammar() == false the same way.) The random scheduler
+// test model with a random PTP adapter; the grammar's vocabulary does not
+// matter to the refusal.
+TEST(GrammarServing, PtpRefusesAResponseFormat) {
+  scheduler::EngineOptions o;
+  o.spec.ptp_head = HeadDir("ptp", 2);
+  InprocPipeline p(2, o);
+  scheduler::RequestOptions r;
+  r.prompt = MakePrompt(5, 1);
+  r.max_tokens = 4;
+  r.grammar = Compile(Choices());
+  r.mode = v1::DECODING_POLICY_PTP;
+  auto stream = p.engine().Submit(r);
+  ASSERT_FALSE(stream.ok());
+  EXPECT_EQ(stream.status().code(), absl::StatusCode::kInvalidArgument) << stream.status();
+  EXPECT_NE(stream.status().message().find("response_format"), std::string::npos) << stream.status();
+  r.grammar = nullptr;  // the same request without it runs
+  auto plain = p.engine().Submit(r);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(Collect(**plain).tokens.size(), 4u);
 }
 
 // ---------------------------------------------------------------------------

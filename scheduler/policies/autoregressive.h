@@ -11,6 +11,7 @@ class AutoregressivePolicy : public DecodingPolicy {
  public:
   using DecodingPolicy::DecodingPolicy;
   v1::DecodingPolicy mode() const override { return v1::DECODING_POLICY_AUTOREGRESSIVE; }
+  bool KeepsGrammar() const override { return true; }
   void DecideLocked(Sequence& s, const SlotRun& r, const RunOutput& out) override;
 };
 

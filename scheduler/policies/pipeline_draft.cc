@@ -130,8 +130,11 @@ bool PipelineDraftPolicy::WantsDraftLocked(const Sequence& s) const {
   // A draft for position p is useful only if p can still be generated.
   const int32_t p = s.chain_end();
   if (p >= host_.config().max_seq_len || p - s.prompt_len >= s.max_tokens) return false;
-  // A token the grammar forces is a draft with nothing to guess.
-  if (s.grammar && !s.grammar->Forced(1).empty()) return true;
+  if (s.grammar) {
+    if (s.grammar->ChainEndTerminated()) return false;
+    // A token the grammar forces is a draft with nothing to guess.
+    if (!s.grammar->Forced(1).empty()) return true;
+  }
   switch (rules_.when) {
     case DraftGate::kNever: return false;
     case DraftGate::kAlways: break;

@@ -115,14 +115,14 @@ void RecyclePolicy::DecideLocked(Sequence& s, const SlotRun& r, const RunOutput&
   for (int i = 0;; ++i) {
     drafter_->Observe(history.back(), row(i));
     if (i == m) {
-      next = Sample(row(i), s.sampling, s.SamplingContextFor(history), s.rng);  // the bonus token
+      next = Sample(row(i), s.sampling, s.SamplingContextFor(history, i), s.rng);  // the bonus token
       break;
     }
     VerifyResult v;
     if (s.sampling.greedy()) {
-      v = VerifyGreedy(Sample(row(i), s.sampling, s.SamplingContextFor(history), s.rng), drafts[i]);
+      v = VerifyGreedy(Sample(row(i), s.sampling, s.SamplingContextFor(history, i), s.rng), drafts[i]);
     } else {
-      v = VerifyDraft(Warp(row(i), s.sampling, s.SamplingContextFor(history)), {{drafts[i]}, {1.0f}},
+      v = VerifyDraft(Warp(row(i), s.sampling, s.SamplingContextFor(history, i)), {{drafts[i]}, {1.0f}},
                       drafts[i], s.rng);
     }
     if (!v.accepted) {
