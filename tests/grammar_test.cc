@@ -290,6 +290,34 @@ TEST_P(GrammarTest, MasksAllowExactlyTheRightTokens) {
   EXPECT_FALSE(choice.CanEnd());
 }
 
+// xgrammar 0.2.8 lets raw control characters into length-bounded strings
+// and UTF-8 surrogates into any string (both found by the fuzz check);
+// response_format_grammar.cc narrows them: JSON parsers reject both.
+TEST_P(GrammarTest, JsonStringsRefuseControlCharactersAndSurrogates) {
+  const GrammarVocabulary& vocab = *v_->vocab;
+  for (const std::string schema :
+       {R"({"type": "string", "maxLength": 5})", R"({"type": "string"})"}) {
+    GrammarMatcher m(Compile(Schema(schema)));
+    for (int32_t id : vocab.Spell("\"a")) ASSERT_TRUE(m.Accept(id)) << schema;
+    for (int32_t id : Allowed(m)) {
+      const std::string& b = vocab.bytes(id);
+      EXPECT_TRUE(std::none_of(b.begin(), b.end(), [](char c) {
+        return static_cast<unsigned char>(c) < 0x20;
+      })) << schema << ": token " << id << " has a control character";
+    }
+    // ED 9F BF is U+D7FF, the last code point before the surrogates.
+    const std::vector<int32_t> ed = vocab.Spell("\xed");
+    ASSERT_EQ(ed.size(), 1u);
+    ASSERT_TRUE(m.Accept(ed[0])) << schema;
+    const std::vector<int32_t> surrogate = vocab.Spell("\xad");
+    ASSERT_EQ(surrogate.size(), 1u);
+    EXPECT_FALSE(m.Accept(surrogate[0])) << schema << ": ED AD starts a surrogate";
+    const std::vector<int32_t> ok = vocab.Spell("\x9f");
+    ASSERT_EQ(ok.size(), 1u);
+    EXPECT_TRUE(m.Accept(ok[0])) << schema;
+  }
+}
+
 TEST_P(GrammarTest, ControlAndPaddingTokensAreNeverAllowed) {
   const Tokenizer& tok = *v_->tokenizer;
   const GrammarVocabulary& vocab = *v_->vocab;

@@ -32,7 +32,12 @@ bool GrammarMatcher::FillAllowed(std::span<uint32_t> mask) {
   tensor.shape = shape;
   tensor.strides = strides;
   tensor.byte_offset = 0;
-  return matcher_.FillNextTokenBitmask(&tensor);
+  const bool constrained = matcher_.FillNextTokenBitmask(&tensor);
+  // xgrammar fills whole words: ids past the vocabulary may read as allowed.
+  if (const int32_t tail = grammar_->vocabulary->vocab_size() % 32) {
+    mask[words - 1] &= (uint32_t{1} << tail) - 1;
+  }
+  return constrained;
 }
 
 bool GrammarMatcher::Accept(int32_t token) {

@@ -30,7 +30,8 @@ class GrammarMatcher {
 
   // Writes the tokens allowed next: bit t % 32 of word t / 32 set means
   // token t is allowed. `mask` holds at least mask_words() words. Returns
-  // false when every token is allowed (the mask need not be applied). Once
+  // false when every token is allowed (the mask need not be applied). Bits
+  // past vocab_size are 0. Once
   // terminated, nothing is allowed. Cost: the adaptive mask cache's lookup
   // for the current state plus a check of its few undecided tokens.
   bool FillAllowed(std::span<uint32_t> mask);
