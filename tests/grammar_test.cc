@@ -5,6 +5,7 @@
 // what the masks let through is text the format accepts.
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <map>
 #include <memory>
 #include <regex>
@@ -466,6 +467,19 @@ TEST_P(GrammarTest, CompilerCachesByTheWholeFormat) {
   for (auto& th : threads) th.join();
   EXPECT_EQ(ok.load(), 12);
   EXPECT_LE(compiler.cached_entries(), 2u);
+}
+
+TEST(MaskLogits, ForbiddenTokensGetMinusInfinity) {
+  std::vector<uint32_t> mask = {0xffffffffu, 0x00000005u};  // 0-31, 32 and 34 allowed
+  std::vector<float> logits(40, 1.0f);
+  MaskLogits(mask, logits);
+  for (int t = 0; t < 40; ++t) {
+    const bool allowed = t < 32 || t == 32 || t == 34;
+    EXPECT_EQ(std::isinf(logits[t]) && logits[t] < 0, !allowed) << t;
+  }
+  std::vector<float> shorter(33, 2.0f);  // logits narrower than the mask
+  MaskLogits(mask, shorter);
+  EXPECT_EQ(shorter[32], 2.0f);
 }
 
 INSTANTIATE_TEST_SUITE_P(Vocabularies, GrammarTest, ::testing::Values("smollm2", "llama2"),

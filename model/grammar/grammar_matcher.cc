@@ -1,6 +1,7 @@
 #include "model/grammar/grammar_matcher.h"
 
 #include <algorithm>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -75,6 +76,23 @@ std::vector<int32_t> GrammarMatcher::ForcedTokens(int max) {
   }
   Rollback(static_cast<int>(forced.size()));
   return forced;
+}
+
+void MaskLogits(std::span<const uint32_t> mask, std::span<float> logits) {
+  const size_t n = std::min(logits.size(), mask.size() * 32);
+  const float forbidden = -std::numeric_limits<float>::infinity();
+  for (size_t w = 0; w * 32 < n; ++w) {
+    const uint32_t bits = mask[w];
+    if (bits == ~0u) continue;
+    const size_t end = std::min(n, w * 32 + 32);
+    if (bits == 0) {  // most words, where the grammar allows a few tokens
+      std::fill(logits.begin() + w * 32, logits.begin() + end, forbidden);
+      continue;
+    }
+    for (size_t t = w * 32; t < end; ++t) {
+      if (!(bits >> (t % 32) & 1)) logits[t] = forbidden;
+    }
+  }
 }
 
 void GrammarMatcher::Reset() {

@@ -70,4 +70,11 @@ class GrammarMatcher {
   int accepted_ = 0;
 };
 
+// Sets the logits of the tokens `mask` forbids to -infinity, in place (what
+// a sampler does with FillAllowed's mask; whole words at a time where they
+// are all allowed or all forbidden).
+// `logits` may be shorter than the mask's vocabulary (a model without
+// padding); ids past it are ignored.
+void MaskLogits(std::span<const uint32_t> mask, std::span<float> logits);
+
 }  // namespace specline::grammar

@@ -140,7 +140,9 @@ def main():
             continue
         for out in a["outputs"]:
             tokens += out["tokens"]
-            if out["mismatches"]:
+            if "invalid_utf8_hex" in out:
+                bad.append((s, bytes.fromhex(out["invalid_utf8_hex"]), "not well-formed UTF-8"))
+            elif out["mismatches"]:
                 bad.append((s, out["text"], "the mask allowed a token Accept refused"))
             elif not out["terminated"]:
                 at_limit.append((s, out["text"]))
