@@ -388,6 +388,39 @@ TEST_P(GrammarTest, RollbackRestoresMasks) {
   EXPECT_TRUE(c.CanEnd());
 }
 
+TEST_P(GrammarTest, DraftMasksCutTheDraftAtTheFirstForbiddenToken) {
+  GrammarMatcher m(Compile(Schema(kNestedSchema.dump())));
+  WalkOptions o;
+  o.seed = 11;
+  Walk w = RandomWalk(m, o);
+  ASSERT_GT(w.tokens.size(), 8u);
+  m.Reset();
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(m.Accept(w.tokens[i]));
+  // A draft of 4 tokens the grammar allows, then one it does not (a control
+  // token, or a second "{" where a value was started), then one more.
+  std::vector<int32_t> draft(w.tokens.begin() + 3, w.tokens.begin() + 7);
+  const int32_t forbidden = v_->vocab->Spell("\x01").at(0);
+  draft.push_back(forbidden);
+  draft.push_back(w.tokens[7]);
+  const int words = m.mask_words();
+  std::vector<uint32_t> masks((draft.size() + 1) * words);
+  std::vector<uint32_t> before(words);
+  m.FillAllowed(before);
+  EXPECT_EQ(m.DraftMasks(draft, masks), 4);
+  EXPECT_EQ(m.accepted(), 3) << "the state is left as it was";
+  std::vector<uint32_t> mask(words);
+  m.FillAllowed(mask);
+  EXPECT_EQ(mask, before);
+  for (int i = 0; i <= 4; ++i) {
+    m.FillAllowed(mask);
+    EXPECT_TRUE(std::equal(mask.begin(), mask.end(), masks.begin() + i * words)) << "mask " << i;
+    if (i < 4) {
+      ASSERT_TRUE(m.Accept(draft[i]));
+    }
+  }
+  EXPECT_FALSE(m.Accept(forbidden));
+}
+
 TEST_P(GrammarTest, ForcedTokensSpellWhatTheGrammarForces) {
   CompilerOptions compact;
   compact.json.any_whitespace = false;

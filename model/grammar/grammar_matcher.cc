@@ -65,6 +65,22 @@ void GrammarMatcher::Rollback(int n) {
   accepted_ -= n;
 }
 
+int GrammarMatcher::DraftMasks(std::span<const int32_t> draft, std::span<uint32_t> masks) {
+  const size_t words = static_cast<size_t>(mask_words());
+  if (masks.size() < (draft.size() + 1) * words) {
+    throw std::invalid_argument("GrammarMatcher::DraftMasks: masks too small");
+  }
+  int n = 0;
+  FillAllowed(masks.subspan(0, words));
+  for (int32_t id : draft) {
+    if (!Accept(id)) break;
+    ++n;
+    FillAllowed(masks.subspan(n * words, words));
+  }
+  Rollback(n);
+  return n;
+}
+
 std::vector<int32_t> GrammarMatcher::ForcedTokens(int max) {
   std::vector<int32_t> forced;
   if (max <= 0 || IsTerminated()) return forced;

@@ -41,6 +41,16 @@ class GrammarMatcher {
   // state unchanged, when it does not (control tokens never are).
   bool Accept(int32_t token);
 
+  // Speculative verification's masks: walks `draft` tentatively, stopping
+  // at the first token the grammar forbids, and writes mask i (the tokens
+  // allowed after draft[0..i)) at masks[i * mask_words()] for i = 0..n,
+  // where n, the count returned, is how many draft tokens the grammar
+  // allows: the draft is cut there, and the target samples each of the n+1
+  // positions under its mask. `masks` holds (draft.size() + 1) *
+  // mask_words() words. The state is left as it was: Accept what
+  // verification keeps.
+  int DraftMasks(std::span<const int32_t> draft, std::span<uint32_t> masks);
+
   // Undoes the last `n` accepted tokens (a terminating stop token included).
   // n must not exceed accepted().
   void Rollback(int n);
