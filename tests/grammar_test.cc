@@ -459,7 +459,7 @@ TEST_P(GrammarTest, BadFormatsAreInvalidArgument) {
   not_json.set_json_schema("{\"type\": \"object\",");
   expect_invalid(not_json, "json_schema");
   expect_invalid(Schema(R"({"type": "no-such-type"})"), "json_schema");
-  expect_invalid(Regex("[0-9"), "regex");
+  expect_invalid(Regex("[0-9"), "regex: Regex parsing error at position 5: Unclosed '['");
   expect_invalid(Ebnf("root ::= \"a\" | "), "ebnf");
   expect_invalid(Ebnf("start ::= \"a\""), "ebnf");  // no root rule
   expect_invalid(Choice({}), "choice");

@@ -87,6 +87,22 @@ const char* FormatName(const v1::ResponseFormat& format) {
 
 }  // namespace
 
+std::string XgrammarMessage(const std::exception& e) {
+  std::string message = e.what();
+  if (!message.empty() && message[0] == '[') {
+    const size_t source = message.find(".cc:");
+    const size_t colon = source == std::string::npos ? source : message.find(": ", source);
+    if (colon != std::string::npos) message = message.substr(colon + 2);
+  }
+  // An XGRAMMAR_CHECK's condition says nothing to the user; its text does.
+  if (message.rfind("Check failed: ", 0) == 0) {
+    const size_t text = message.find(" is false: ");
+    if (text != std::string::npos) message = message.substr(text + 11);
+  }
+  while (!message.empty() && (message.back() == '\n' || message.back() == ' ')) message.pop_back();
+  return message;
+}
+
 std::string EbnfLiteral(const std::string& text) {
   // Bytes of 0x80 and above pass through: xgrammar reads the literal as
   // UTF-8, and its \x escapes name code points, not bytes.
@@ -120,7 +136,7 @@ absl::StatusOr<xgrammar::Grammar> GrammarOf(const v1::ResponseFormat& format,
     return parts.size() == 1 ? parts[0] : xgrammar::Grammar::Concat(parts);
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(std::string("response_format ") + FormatName(format) +
-                                      ": " + e.what());
+                                      ": " + XgrammarMessage(e));
   }
 }
 
