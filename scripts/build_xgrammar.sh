@@ -57,7 +57,7 @@ cmake -S "$src" -B "$src/build" "${generator[@]}" "${launcher[@]}" \
   -DCMAKE_POSITION_INDEPENDENT_CODE=ON -DCMAKE_INSTALL_PREFIX="$PREFIX" \
   -DCMAKE_INSTALL_LIBDIR=lib >&2
 cmake --build "$src/build" -j"$(nproc)" >&2
-rm -rf "$PREFIX"
+# Over what is there (never a removal: the prefix may be the user's own).
 cmake --install "$src/build" >&2
 cp "$src/LICENSE" "$PREFIX/LICENSE"
 touch "$STAMP"

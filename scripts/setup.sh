@@ -153,7 +153,10 @@ fi
 # 5b. xgrammar's C++ core (structured output, model/grammar), built once
 #     from its pinned PyPI sdist into ~/.cache/specline/xgrammar-0.2.8
 #     (SPECLINE_XGRAMMAR_ROOT; about a minute; docs/dependencies.md).
-bash scripts/build_xgrammar.sh || fail_download "could not build xgrammar (scripts/build_xgrammar.sh; PyPI sdist xgrammar==0.2.8)"
+if ! bash scripts/build_xgrammar.sh; then
+  echo "setup: ERROR: scripts/build_xgrammar.sh failed (the PyPI sdist xgrammar==0.2.8, or its build)" >&2
+  exit 1
+fi
 
 # 6. Build, with Ninja (an existing build folder keeps its generator).
 #    SPECLINE_WERROR=ON (CI) makes any compiler warning an error.

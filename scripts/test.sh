@@ -7,8 +7,9 @@
 #                  tests run): ASan+UBSan (-O0) and TSan (-O1) builds of the
 #                  suites labelled asan / tsan, nothing else
 #   release tests  ctest over the Release build (all but the asan suites)
-#   python         the training recipes' tests, the model-writer check and
-#                  the chat template engine's conformance check against jinja2
+#   python         the training recipes' tests, the model-writer check, the
+#                  chat template engine's conformance check against jinja2 and
+#                  the structured-output fuzz check against jsonschema
 #   asan / tsan tests   ctest -L asan / -L tsan on those builds
 # No check may pass by not running: an empty ctest selection fails
 # (--no-tests=error), and so does a skipped test outside
@@ -86,7 +87,11 @@ python_checks() {
   "$py" scripts/reference/check_writers.py "$WRITER_SAMPLES" || return
   # The chat template engine against jinja2 on random conversations over
   # every template in tests/data/jinja/templates (fixed seed, about 20 s).
-  "$py" scripts/reference/jinja_fuzz.py --bin "$BUILD_DIR/model/jinja/jinja_conformance"
+  "$py" scripts/reference/jinja_fuzz.py --bin "$BUILD_DIR/model/jinja/jinja_conformance" || return
+  # Structured output: constrained random walks through 300 random JSON
+  # Schemas on the default vocabulary, each output validated with jsonschema
+  # (fixed seed, about 20 s; the issue's 1000-schema run is in docs/testing.md).
+  "$py" scripts/reference/grammar_fuzz.py --bin "$BUILD_DIR/model/grammar/grammar_walk" --schemas 300
 }
 phase python python_checks
 

@@ -5,6 +5,7 @@
 // what the masks let through is text the format accepts.
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <map>
 #include <memory>
 #include <regex>
@@ -290,6 +291,34 @@ TEST_P(GrammarTest, MasksAllowExactlyTheRightTokens) {
   EXPECT_FALSE(choice.CanEnd());
 }
 
+// xgrammar 0.2.8 lets raw control characters into length-bounded strings
+// and UTF-8 surrogates into any string (both found by the fuzz check);
+// response_format_grammar.cc narrows them: JSON parsers reject both.
+TEST_P(GrammarTest, JsonStringsRefuseControlCharactersAndSurrogates) {
+  const GrammarVocabulary& vocab = *v_->vocab;
+  for (const std::string schema :
+       {R"({"type": "string", "maxLength": 5})", R"({"type": "string"})"}) {
+    GrammarMatcher m(Compile(Schema(schema)));
+    for (int32_t id : vocab.Spell("\"a")) ASSERT_TRUE(m.Accept(id)) << schema;
+    for (int32_t id : Allowed(m)) {
+      const std::string& b = vocab.bytes(id);
+      EXPECT_TRUE(std::none_of(b.begin(), b.end(), [](char c) {
+        return static_cast<unsigned char>(c) < 0x20;
+      })) << schema << ": token " << id << " has a control character";
+    }
+    // ED 9F BF is U+D7FF, the last code point before the surrogates.
+    const std::vector<int32_t> ed = vocab.Spell("\xed");
+    ASSERT_EQ(ed.size(), 1u);
+    ASSERT_TRUE(m.Accept(ed[0])) << schema;
+    const std::vector<int32_t> surrogate = vocab.Spell("\xad");
+    ASSERT_EQ(surrogate.size(), 1u);
+    EXPECT_FALSE(m.Accept(surrogate[0])) << schema << ": ED AD starts a surrogate";
+    const std::vector<int32_t> ok = vocab.Spell("\x9f");
+    ASSERT_EQ(ok.size(), 1u);
+    EXPECT_TRUE(m.Accept(ok[0])) << schema;
+  }
+}
+
 TEST_P(GrammarTest, ControlAndPaddingTokensAreNeverAllowed) {
   const Tokenizer& tok = *v_->tokenizer;
   const GrammarVocabulary& vocab = *v_->vocab;
@@ -359,6 +388,39 @@ TEST_P(GrammarTest, RollbackRestoresMasks) {
   EXPECT_TRUE(c.CanEnd());
 }
 
+TEST_P(GrammarTest, DraftMasksCutTheDraftAtTheFirstForbiddenToken) {
+  GrammarMatcher m(Compile(Schema(kNestedSchema.dump())));
+  WalkOptions o;
+  o.seed = 11;
+  Walk w = RandomWalk(m, o);
+  ASSERT_GT(w.tokens.size(), 8u);
+  m.Reset();
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(m.Accept(w.tokens[i]));
+  // A draft of 4 tokens the grammar allows, then one it does not (a control
+  // token, or a second "{" where a value was started), then one more.
+  std::vector<int32_t> draft(w.tokens.begin() + 3, w.tokens.begin() + 7);
+  const int32_t forbidden = v_->vocab->Spell("\x01").at(0);
+  draft.push_back(forbidden);
+  draft.push_back(w.tokens[7]);
+  const int words = m.mask_words();
+  std::vector<uint32_t> masks((draft.size() + 1) * words);
+  std::vector<uint32_t> before(words);
+  m.FillAllowed(before);
+  EXPECT_EQ(m.DraftMasks(draft, masks), 4);
+  EXPECT_EQ(m.accepted(), 3) << "the state is left as it was";
+  std::vector<uint32_t> mask(words);
+  m.FillAllowed(mask);
+  EXPECT_EQ(mask, before);
+  for (int i = 0; i <= 4; ++i) {
+    m.FillAllowed(mask);
+    EXPECT_TRUE(std::equal(mask.begin(), mask.end(), masks.begin() + i * words)) << "mask " << i;
+    if (i < 4) {
+      ASSERT_TRUE(m.Accept(draft[i]));
+    }
+  }
+  EXPECT_FALSE(m.Accept(forbidden));
+}
+
 TEST_P(GrammarTest, ForcedTokensSpellWhatTheGrammarForces) {
   CompilerOptions compact;
   compact.json.any_whitespace = false;
@@ -397,7 +459,7 @@ TEST_P(GrammarTest, BadFormatsAreInvalidArgument) {
   not_json.set_json_schema("{\"type\": \"object\",");
   expect_invalid(not_json, "json_schema");
   expect_invalid(Schema(R"({"type": "no-such-type"})"), "json_schema");
-  expect_invalid(Regex("[0-9"), "regex");
+  expect_invalid(Regex("[0-9"), "regex: Regex parsing error at position 5: Unclosed '['");
   expect_invalid(Ebnf("root ::= \"a\" | "), "ebnf");
   expect_invalid(Ebnf("start ::= \"a\""), "ebnf");  // no root rule
   expect_invalid(Choice({}), "choice");
@@ -438,6 +500,19 @@ TEST_P(GrammarTest, CompilerCachesByTheWholeFormat) {
   for (auto& th : threads) th.join();
   EXPECT_EQ(ok.load(), 12);
   EXPECT_LE(compiler.cached_entries(), 2u);
+}
+
+TEST(MaskLogits, ForbiddenTokensGetMinusInfinity) {
+  std::vector<uint32_t> mask = {0xffffffffu, 0x00000005u};  // 0-31, 32 and 34 allowed
+  std::vector<float> logits(40, 1.0f);
+  MaskLogits(mask, logits);
+  for (int t = 0; t < 40; ++t) {
+    const bool allowed = t < 32 || t == 32 || t == 34;
+    EXPECT_EQ(std::isinf(logits[t]) && logits[t] < 0, !allowed) << t;
+  }
+  std::vector<float> shorter(33, 2.0f);  // logits narrower than the mask
+  MaskLogits(mask, shorter);
+  EXPECT_EQ(shorter[32], 2.0f);
 }
 
 INSTANTIATE_TEST_SUITE_P(Vocabularies, GrammarTest, ::testing::Values("smollm2", "llama2"),

@@ -16,7 +16,7 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # template conformance check (scripts/reference/jinja_fuzz.py).
 has_jinja2() { "$1" -c "import jinja2, sys; sys.exit(jinja2.__version__ != '3.1.6')" 2>/dev/null; }
 has_all() { "$1" -c "import torch, numpy, safetensors" 2>/dev/null && has_jinja2 "$1"; }
-has_venv_all() { "$1" -c "import torch, numpy, safetensors, gguf" 2>/dev/null && has_jinja2 "$1"; }
+has_venv_all() { "$1" -c "import torch, numpy, safetensors, gguf, jsonschema" 2>/dev/null && has_jinja2 "$1"; }
 
 if [ -n "${PYTHON:-}" ] && has_all "$PYTHON"; then
   echo "training: using $PYTHON (torch $("$PYTHON" -c 'import torch; print(torch.__version__)'))" >&2

@@ -36,7 +36,7 @@ absl::StatusOr<std::shared_ptr<const CompiledGrammar>> GrammarCompiler::Compile(
     compiled = std::make_shared<const CompiledGrammar>(
         CompiledGrammar{vocabulary_, compiler_->CompileGrammar(*grammar)});
   } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(std::string("response_format: ") + e.what());
+    return absl::InvalidArgumentError("response_format: " + XgrammarMessage(e));
   }
   const int64_t bytes = static_cast<int64_t>(compiled->compiled.MemorySizeBytes());
   std::lock_guard<std::mutex> lock(mu_);

@@ -1,6 +1,7 @@
 #include "model/grammar/grammar_matcher.h"
 
 #include <algorithm>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -32,7 +33,12 @@ bool GrammarMatcher::FillAllowed(std::span<uint32_t> mask) {
   tensor.shape = shape;
   tensor.strides = strides;
   tensor.byte_offset = 0;
-  return matcher_.FillNextTokenBitmask(&tensor);
+  const bool constrained = matcher_.FillNextTokenBitmask(&tensor);
+  // xgrammar fills whole words: ids past the vocabulary may read as allowed.
+  if (const int32_t tail = grammar_->vocabulary->vocab_size() % 32) {
+    mask[words - 1] &= (uint32_t{1} << tail) - 1;
+  }
+  return constrained;
 }
 
 bool GrammarMatcher::Accept(int32_t token) {
@@ -59,6 +65,22 @@ void GrammarMatcher::Rollback(int n) {
   accepted_ -= n;
 }
 
+int GrammarMatcher::DraftMasks(std::span<const int32_t> draft, std::span<uint32_t> masks) {
+  const size_t words = static_cast<size_t>(mask_words());
+  if (masks.size() < (draft.size() + 1) * words) {
+    throw std::invalid_argument("GrammarMatcher::DraftMasks: masks too small");
+  }
+  int n = 0;
+  FillAllowed(masks.subspan(0, words));
+  for (int32_t id : draft) {
+    if (!Accept(id)) break;
+    ++n;
+    FillAllowed(masks.subspan(n * words, words));
+  }
+  Rollback(n);
+  return n;
+}
+
 std::vector<int32_t> GrammarMatcher::ForcedTokens(int max) {
   std::vector<int32_t> forced;
   if (max <= 0 || IsTerminated()) return forced;
@@ -70,6 +92,23 @@ std::vector<int32_t> GrammarMatcher::ForcedTokens(int max) {
   }
   Rollback(static_cast<int>(forced.size()));
   return forced;
+}
+
+void MaskLogits(std::span<const uint32_t> mask, std::span<float> logits) {
+  const size_t n = std::min(logits.size(), mask.size() * 32);
+  const float forbidden = -std::numeric_limits<float>::infinity();
+  for (size_t w = 0; w * 32 < n; ++w) {
+    const uint32_t bits = mask[w];
+    if (bits == ~0u) continue;
+    const size_t end = std::min(n, w * 32 + 32);
+    if (bits == 0) {  // most words, where the grammar allows a few tokens
+      std::fill(logits.begin() + w * 32, logits.begin() + end, forbidden);
+      continue;
+    }
+    for (size_t t = w * 32; t < end; ++t) {
+      if (!(bits >> (t % 32) & 1)) logits[t] = forbidden;
+    }
+  }
 }
 
 void GrammarMatcher::Reset() {

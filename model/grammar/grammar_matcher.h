@@ -30,7 +30,8 @@ class GrammarMatcher {
 
   // Writes the tokens allowed next: bit t % 32 of word t / 32 set means
   // token t is allowed. `mask` holds at least mask_words() words. Returns
-  // false when every token is allowed (the mask need not be applied). Once
+  // false when every token is allowed (the mask need not be applied). Bits
+  // past vocab_size are 0. Once
   // terminated, nothing is allowed. Cost: the adaptive mask cache's lookup
   // for the current state plus a check of its few undecided tokens.
   bool FillAllowed(std::span<uint32_t> mask);
@@ -39,6 +40,16 @@ class GrammarMatcher {
   // allowed where the grammar can end, and terminates it); false, with the
   // state unchanged, when it does not (control tokens never are).
   bool Accept(int32_t token);
+
+  // Speculative verification's masks: walks `draft` tentatively, stopping
+  // at the first token the grammar forbids, and writes mask i (the tokens
+  // allowed after draft[0..i)) at masks[i * mask_words()] for i = 0..n,
+  // where n, the count returned, is how many draft tokens the grammar
+  // allows: the draft is cut there, and the target samples each of the n+1
+  // positions under its mask. `masks` holds (draft.size() + 1) *
+  // mask_words() words. The state is left as it was: Accept what
+  // verification keeps.
+  int DraftMasks(std::span<const int32_t> draft, std::span<uint32_t> masks);
 
   // Undoes the last `n` accepted tokens (a terminating stop token included).
   // n must not exceed accepted().
@@ -68,5 +79,12 @@ class GrammarMatcher {
   xgrammar::GrammarMatcher matcher_;
   int accepted_ = 0;
 };
+
+// Sets the logits of the tokens `mask` forbids to -infinity, in place (what
+// a sampler does with FillAllowed's mask; whole words at a time where they
+// are all allowed or all forbidden).
+// `logits` may be shorter than the mask's vocabulary (a model without
+// padding); ids past it are ignored.
+void MaskLogits(std::span<const uint32_t> mask, std::span<float> logits);
 
 }  // namespace specline::grammar

@@ -1,20 +1,25 @@
 #include "model/grammar/grammar_random_walk.h"
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <random>
 
 namespace specline::grammar {
 namespace {
 
+// One or two bytes of ASCII punctuation other than an opening bracket (the
+// quote that ends a string, the comma, colon and brackets that end values,
+// the @ and . a pattern may wait for), or a stop token.
 bool IsClosing(const GrammarVocabulary& vocab, int32_t id) {
   const auto& stops = vocab.stop_ids();
   if (std::find(stops.begin(), stops.end(), id) != stops.end()) return true;
   const std::string& b = vocab.bytes(id);
   if (b.empty() || b.size() > 2) return false;
   return std::all_of(b.begin(), b.end(), [](char c) {
-    return c == '"' || c == ',' || c == ':' || c == '}' || c == ']' || c == ' ';
-  }) && b != " " && b != "  ";
+    return c > 0x20 && c < 0x7f && std::ispunct(static_cast<unsigned char>(c)) && c != '{' &&
+           c != '[';
+  });
 }
 
 }  // namespace

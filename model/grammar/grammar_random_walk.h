@@ -17,7 +17,7 @@ struct WalkOptions {
   uint64_t seed = 1;
   int max_tokens = 2048;
   // Probability of a step drawing among the allowed "closing" tokens (one
-  // or two bytes of JSON punctuation: " , : } ] and the stop tokens) rather
+  // or two bytes of punctuation: " , : } ] @ . and the stop tokens) rather
   // than among all allowed ones: uniform draws over a 49k vocabulary would
   // rarely close a string, and walks would stall at the token limit.
   double closing_bias = 0.5;

@@ -6,6 +6,37 @@
 #include <xgrammar/xgrammar.h>
 
 namespace specline::grammar {
+namespace {
+
+// Whether `text` is well-formed UTF-8 (no overlong forms, surrogates or
+// code points past U+10FFFF): the tokenizers' Encode expects text, and a
+// forced string may stop inside a character.
+bool WellFormedUtf8(const std::string& text) {
+  for (size_t i = 0; i < text.size();) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    int n;
+    uint32_t cp;
+    if (c < 0x80) { ++i; continue; }
+    if (c >= 0xc2 && c <= 0xdf) { n = 1; cp = c & 0x1f; }
+    else if (c >= 0xe0 && c <= 0xef) { n = 2; cp = c & 0x0f; }
+    else if (c >= 0xf0 && c <= 0xf4) { n = 3; cp = c & 0x07; }
+    else return false;
+    if (i + n >= text.size()) return false;  // cut inside the character
+    for (int k = 1; k <= n; ++k) {
+      const unsigned char d = static_cast<unsigned char>(text[i + k]);
+      if ((d & 0xc0) != 0x80) return false;
+      cp = (cp << 6) | (d & 0x3f);
+    }
+    if ((n == 2 && cp < 0x800) || (n == 3 && (cp < 0x10000 || cp > 0x10ffff)) ||
+        (cp >= 0xd800 && cp <= 0xdfff)) {
+      return false;
+    }
+    i += n + 1;
+  }
+  return true;
+}
+
+}  // namespace
 
 GrammarVocabulary::GrammarVocabulary(const Tokenizer& tokenizer, int32_t model_vocab_size)
     : tokenizer_(tokenizer), vocab_size_(std::max(model_vocab_size, tokenizer.vocab_size())) {
@@ -42,7 +73,8 @@ GrammarVocabulary::~GrammarVocabulary() = default;
 std::vector<int32_t> GrammarVocabulary::Spell(const std::string& text) const {
   std::vector<int32_t> ids;
   if (text.empty()) return ids;
-  std::vector<int32_t> encoded = tokenizer_.Encode(text, /*add_bos=*/false);
+  std::vector<int32_t> encoded;
+  if (WellFormedUtf8(text)) encoded = tokenizer_.Encode(text, /*add_bos=*/false);
   std::string spelled;
   for (int32_t id : encoded) {
     if (id < 0 || id >= vocab_size_ || bytes_[id].empty()) break;

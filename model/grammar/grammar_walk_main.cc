@@ -4,9 +4,10 @@
 //               "ebnf": "..." | "choice": [...], "prefix": "...", "suffix": "..."},
 //    "seed": 1, "walks": 3, "max_tokens": 2048}
 // and writes one JSON line per input: {"outputs": [{"text", "terminated",
-// "tokens", "mismatches"}, ...]} or {"error": "...", "code": "..."}. One
+// "tokens", "mismatches"[, "invalid_utf8_hex"]}, ...]} or {"error": "...", "code": "..."}. One
 // process, one vocabulary, one compiler (its cache) for every case.
 //   grammar_walk --tokenizer PATH [--vocab-size N] [--compact-json]
+#include <chrono>
 #include <cstdlib>
 #include <iostream>
 #include <memory>
@@ -39,6 +40,25 @@ specline::v1::ResponseFormat FormatOf(const nlohmann::json& j) {
   f.set_prefix(j.value("prefix", ""));
   f.set_suffix(j.value("suffix", ""));
   return f;
+}
+
+bool ValidUtf8(const std::string& text) {
+  try {
+    (void)nlohmann::json(text).dump();  // the strict handler throws on invalid UTF-8
+    return true;
+  } catch (const nlohmann::json::type_error&) {
+    return false;
+  }
+}
+
+std::string Hex(const std::string& bytes) {
+  static const char* digits = "0123456789abcdef";
+  std::string hex;
+  for (unsigned char c : bytes) {
+    hex += digits[c >> 4];
+    hex += digits[c & 15];
+  }
+  return hex;
 }
 
 }  // namespace
@@ -75,7 +95,10 @@ int main(int argc, char** argv) {
     nlohmann::json result;
     try {
       auto req = nlohmann::json::parse(line);
+      const auto t0 = std::chrono::steady_clock::now();
       auto compiled = compiler.Compile(FormatOf(req.at("format")));
+      result["compile_ms"] =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       if (!compiled.ok()) {
         result["error"] = std::string(compiled.status().message());
         result["code"] = absl::StatusCodeToString(compiled.status().code());
@@ -88,10 +111,12 @@ int main(int argc, char** argv) {
         for (int w = 0; w < walks; ++w, ++walk_options.seed) {
           specline::grammar::GrammarMatcher matcher(*compiled);
           auto walk = specline::grammar::RandomWalk(matcher, walk_options);
-          result["outputs"].push_back({{"text", walk.text},
-                                       {"terminated", walk.terminated},
-                                       {"tokens", walk.tokens.size()},
-                                       {"mismatches", walk.mask_accept_mismatches}});
+          nlohmann::json out = {{"text", walk.text},
+                                {"terminated", walk.terminated},
+                                {"tokens", walk.tokens.size()},
+                                {"mismatches", walk.mask_accept_mismatches}};
+          if (!ValidUtf8(walk.text)) out["invalid_utf8_hex"] = Hex(walk.text);
+          result["outputs"].push_back(out);
         }
       }
     } catch (const std::exception& e) {

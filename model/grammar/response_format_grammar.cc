@@ -14,12 +14,33 @@ xgrammar::Grammar LiteralGrammar(const std::string& text) {
   return xgrammar::Grammar::FromEBNF("root ::= " + EbnfLiteral(text));
 }
 
+std::string ReplaceAll(std::string text, const std::string& from, const std::string& to) {
+  for (size_t p = 0; (p = text.find(from, p)) != std::string::npos; p += to.size()) {
+    text.replace(p, from.size(), to);
+  }
+  return text;
+}
+
+// xgrammar 0.2.8's JSON strings are laxer than JSON (found by
+// scripts/reference/grammar_fuzz.py): the characters of a length-bounded
+// string are [^"\\\r\n], which lets raw control characters through, and
+// every string character class takes UTF-8 surrogates (ED A0..BF xx), which
+// no strict JSON parser reads. Both classes are narrowed in the grammar's
+// EBNF text, which is then parsed again.
+xgrammar::Grammar StrictJsonStrings(const xgrammar::Grammar& grammar) {
+  const std::string strict_char = R"([^\0-\x1f\"\\\ud800-\udfff])";
+  std::string ebnf = grammar.ToString();
+  ebnf = ReplaceAll(ebnf, R"([^\"\\\r\n])", strict_char);
+  ebnf = ReplaceAll(ebnf, R"([^\0-\x1f\"\\\r\n])", strict_char);
+  return xgrammar::Grammar::FromEBNF(ebnf, "root");
+}
+
 xgrammar::Grammar JsonSchemaGrammar(const std::string& schema, bool strict,
                                     const JsonOptions& json) {
-  return xgrammar::Grammar::FromJSONSchema(
+  return StrictJsonStrings(xgrammar::Grammar::FromJSONSchema(
       schema, json.any_whitespace, /*indent=*/std::nullopt, /*separators=*/std::nullopt,
       /*strict_mode=*/strict,
-      json.any_whitespace ? std::optional<int>(json.max_whitespace) : std::nullopt);
+      json.any_whitespace ? std::optional<int>(json.max_whitespace) : std::nullopt));
 }
 
 // The format's own grammar, without prefix and suffix. Throws what xgrammar
@@ -66,6 +87,22 @@ const char* FormatName(const v1::ResponseFormat& format) {
 
 }  // namespace
 
+std::string XgrammarMessage(const std::exception& e) {
+  std::string message = e.what();
+  if (!message.empty() && message[0] == '[') {
+    const size_t source = message.find(".cc:");
+    const size_t colon = source == std::string::npos ? source : message.find(": ", source);
+    if (colon != std::string::npos) message = message.substr(colon + 2);
+  }
+  // An XGRAMMAR_CHECK's condition says nothing to the user; its text does.
+  if (message.rfind("Check failed: ", 0) == 0) {
+    const size_t text = message.find(" is false: ");
+    if (text != std::string::npos) message = message.substr(text + 11);
+  }
+  while (!message.empty() && (message.back() == '\n' || message.back() == ' ')) message.pop_back();
+  return message;
+}
+
 std::string EbnfLiteral(const std::string& text) {
   // Bytes of 0x80 and above pass through: xgrammar reads the literal as
   // UTF-8, and its \x escapes name code points, not bytes.
@@ -99,7 +136,7 @@ absl::StatusOr<xgrammar::Grammar> GrammarOf(const v1::ResponseFormat& format,
     return parts.size() == 1 ? parts[0] : xgrammar::Grammar::Concat(parts);
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(std::string("response_format ") + FormatName(format) +
-                                      ": " + e.what());
+                                      ": " + XgrammarMessage(e));
   }
 }
 

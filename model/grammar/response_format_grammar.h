@@ -5,6 +5,7 @@
 // the grammar into token masks.
 #pragma once
 
+#include <exception>
 #include <optional>
 #include <string>
 
@@ -29,6 +30,11 @@ struct JsonOptions {
 // bad regex, an EBNF syntax error, no grammar set, an empty choice list).
 absl::StatusOr<xgrammar::Grammar> GrammarOf(const v1::ResponseFormat& format,
                                             const JsonOptions& json = {});
+
+// What an exception of xgrammar's says, without the time stamp and source
+// position its logging puts first ("[18:56:17] .../regex_converter.cc:83: ")
+// and without the condition of a failed check.
+std::string XgrammarMessage(const std::exception& e);
 
 // `text` as an EBNF string literal.
 std::string EbnfLiteral(const std::string& text);
