@@ -1,3 +1,5 @@
+#include "model/grammar/response_format_grammar.h"
+#include "proto/policy_names.h"
 #include "services/request_builder.h"
 
 #include <cmath>
@@ -35,6 +37,23 @@ absl::Status ValidatePolicy(int policy) {
     return Invalid("policy", absl::StrCat("unknown value ", policy));
   // PPSD, SPD, PTP and PIPO depend on the heads the scheduler was started
   // with: it decides (FAILED_PRECONDITION when it has none).
+  return absl::OkStatus();
+}
+
+// The grammar of a response format is vocabulary-independent and cheap to
+// build: a schema, regex or grammar that cannot compile is refused here,
+// before any stream starts, rather than by the scheduler (which compiles it
+// over the vocabulary) after the stream's headers went out.
+absl::Status ValidateResponseFormat(const v1::GenerateRequest& r) {
+  if (!r.has_response_format()) return absl::OkStatus();
+  if (r.policy() == v1::DECODING_POLICY_PTP || r.policy() == v1::DECODING_POLICY_PIPO) {
+    return Invalid("response_format", absl::StrCat("structured output is not available with policy ",
+                                                   PolicyShortName(r.policy()),
+                                                   " (use ar, ppsd, spd or recycle)"));
+  }
+  if (absl::StatusOr<xgrammar::Grammar> g = grammar::GrammarOf(r.response_format()); !g.ok()) {
+    return Invalid("response_format", std::string(g.status().message()));
+  }
   return absl::OkStatus();
 }
 
@@ -116,6 +135,7 @@ absl::StatusOr<PreparedRequest> PrepareRequest(const v1::GenerateRequest& r,
   // Cheap checks first, so a bad request costs no tokenization.
   if (absl::Status s = ValidateSampling(r.sampling()); !s.ok()) return s;
   if (absl::Status s = ValidatePolicy(r.policy()); !s.ok()) return s;
+  if (absl::Status s = ValidateResponseFormat(r); !s.ok()) return s;
   if (r.has_pipo_tau() && !(std::isfinite(r.pipo_tau()) && r.pipo_tau() >= 0.0f))
     return Invalid("pipo_tau", absl::StrCat("must be a finite number >= 0, got ", r.pipo_tau()));
   if (r.has_pipo_tau() && r.policy() != v1::DECODING_POLICY_PIPO &&
