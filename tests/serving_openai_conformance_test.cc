@@ -112,14 +112,19 @@ Framed StreamFramed(int port, const std::string& target, const json& body) {
     ++seen[index];
     if (!choice["finish_reason"].is_null()) {
       out.finish[index] = choice["finish_reason"].get<std::string>();
-      if (chat) EXPECT_EQ(choice["delta"], json::object()) << c.dump();
-      else EXPECT_EQ(choice["text"], "") << c.dump();
+      if (chat) {
+        EXPECT_EQ(choice["delta"], json::object()) << c.dump();
+      } else {
+        EXPECT_EQ(choice["text"], "") << c.dump();
+      }
       continue;
     }
     out.text[index] += chat ? choice["delta"].value("content", "") : choice["text"].get<std::string>();
   }
   EXPECT_EQ(ev.data.back(), "[DONE]");
-  if (want_usage) EXPECT_TRUE(out.usage.is_object());
+  if (want_usage) {
+    EXPECT_TRUE(out.usage.is_object());
+  }
   for (const auto& [index, n] : seen) EXPECT_TRUE(out.finish.count(index)) << "choice " << index << " never finished";
   return out;
 }
