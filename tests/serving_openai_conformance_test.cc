@@ -464,6 +464,9 @@ TEST_F(Conformance, GrpcNChoicesSharePrefill) {
     EXPECT_EQ(tokens[i], 4) << i;
     EXPECT_EQ(usage[i].prompt_tokens(), 70);
   }
+  RecordProperty("cached_tokens_choice0", usage[0].cached_tokens());
+  RecordProperty("cached_tokens_choice1", usage[1].cached_tokens());
+  RecordProperty("cached_tokens_choice2", usage[2].cached_tokens());
   // 70 prompt tokens: 4 full blocks of 16 are shared.
   EXPECT_GE(usage[1].cached_tokens(), 64);
   EXPECT_GE(usage[2].cached_tokens(), 64);
