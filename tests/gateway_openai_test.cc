@@ -363,7 +363,10 @@ TEST(OpenAiResponses, StreamedEventsInOrder) {
   v1::Usage usage;
   usage.set_prompt_tokens(4);
   usage.set_completion_tokens(2);
-  const std::string all = r.Opening() + r.Delta("He") + r.Delta("llo") + r.Closing(v1::FINISH_REASON_STOP, usage);
+  std::string all = r.Opening();
+  all += r.Delta("He");
+  all += r.Delta("llo");
+  all += r.Closing(v1::FINISH_REASON_STOP, usage);
   std::vector<std::string> types;
   std::vector<json> data;
   for (size_t pos = 0; pos < all.size();) {

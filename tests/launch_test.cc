@@ -146,6 +146,7 @@ TEST(LaunchTopology, FlagsReachTheProcessesThatTakeThem) {
   o.served_model_name = "mine";
   o.tls_cert = "/c.pem";
   o.tls_key = "/k.pem";
+  o.cors_origins = "https://app.example";
   o.max_streams_per_principal = 5;
   o.cache_share_groups = {"team=alice,bob", "ops=carol"};
   o.max_tokens_per_minute_per_principal = 6000;
@@ -183,6 +184,7 @@ TEST(LaunchTopology, FlagsReachTheProcessesThatTakeThem) {
   EXPECT_EQ(Flag(g, "--served-model-name"), "mine");
   EXPECT_EQ(Flag(g, "--tls-cert"), "/c.pem");
   EXPECT_EQ(Flag(g, "--tls-key"), "/k.pem");
+  EXPECT_EQ(Flag(g, "--cors-origins"), "https://app.example");
   EXPECT_EQ(Flag(g, "--max-streams-per-principal"), "5");
   // Repeatable: every group, in order.
   EXPECT_EQ(Count(g, "--cache-share-group"), 2);
@@ -221,7 +223,7 @@ TEST(LaunchTopology, UnsetOptionsPassNoFlag) {
                           "--max-waiting", "--tokenizer",
                           "--tls-cert", "--auth-token-file", "--max-concurrent-streams",
                           "--cache-share-group", "--max-tokens-per-minute-per-principal",
-                          "--metrics-per-principal"}) {
+                          "--metrics-per-principal", "--cors-origins"}) {
       EXPECT_EQ(Count(p->argv, f), 0) << p->name << " " << f;
     }
   }

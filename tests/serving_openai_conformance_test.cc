@@ -112,14 +112,19 @@ Framed StreamFramed(int port, const std::string& target, const json& body) {
     ++seen[index];
     if (!choice["finish_reason"].is_null()) {
       out.finish[index] = choice["finish_reason"].get<std::string>();
-      if (chat) EXPECT_EQ(choice["delta"], json::object()) << c.dump();
-      else EXPECT_EQ(choice["text"], "") << c.dump();
+      if (chat) {
+        EXPECT_EQ(choice["delta"], json::object()) << c.dump();
+      } else {
+        EXPECT_EQ(choice["text"], "") << c.dump();
+      }
       continue;
     }
     out.text[index] += chat ? choice["delta"].value("content", "") : choice["text"].get<std::string>();
   }
   EXPECT_EQ(ev.data.back(), "[DONE]");
-  if (want_usage) EXPECT_TRUE(out.usage.is_object());
+  if (want_usage) {
+    EXPECT_TRUE(out.usage.is_object());
+  }
   for (const auto& [index, n] : seen) EXPECT_TRUE(out.finish.count(index)) << "choice " << index << " never finished";
   return out;
 }
@@ -459,6 +464,9 @@ TEST_F(Conformance, GrpcNChoicesSharePrefill) {
     EXPECT_EQ(tokens[i], 4) << i;
     EXPECT_EQ(usage[i].prompt_tokens(), 70);
   }
+  RecordProperty("cached_tokens_choice0", usage[0].cached_tokens());
+  RecordProperty("cached_tokens_choice1", usage[1].cached_tokens());
+  RecordProperty("cached_tokens_choice2", usage[2].cached_tokens());
   // 70 prompt tokens: 4 full blocks of 16 are shared.
   EXPECT_GE(usage[1].cached_tokens(), 64);
   EXPECT_GE(usage[2].cached_tokens(), 64);

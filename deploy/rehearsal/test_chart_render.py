@@ -368,6 +368,13 @@ class ChartObjectsTest(TestCase):
         self.assertFalse(docs_of(off, "Secret"))
         self.assertNotIn("cluster-secret", json.dumps(off.docs()))
 
+    def test_cors_origins_only_when_set(self):
+        args = container(DEFAULTS, "gateway")["args"]
+        self.assertFalse([a for a in args if a.startswith("--cors-origins")], "off by default")
+        on = render(sets=["gateway.corsOrigins=https://app.example\\,http://localhost:3000"])
+        self.assertIn("--cors-origins=https://app.example,http://localhost:3000",
+                      container(on, "gateway")["args"])
+
     def test_network_policies_admit_only_the_release_to_internal_ports(self):
         policies = docs_of(DEFAULTS, "NetworkPolicy")
         self.assertEqual(len(policies), 3)

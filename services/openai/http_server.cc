@@ -136,7 +136,11 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       if (!message.text().empty()) QueueChunk(g.responses->Delta(message.text()));
       return;
     }
-    if (!message.text().empty()) QueueChunk(SseEvent(TextChunk(g.who, i, message.text())));
+    // A message with tokens is a chunk even when its text is empty (a model
+    // served without a tokenizer, or bytes of a character not complete
+    // yet): clients see progress, and the stream's pace is the tokens'.
+    if (!message.text().empty() || message.token_ids_size() > 0)
+      QueueChunk(SseEvent(TextChunk(g.who, i, message.text())));
     if (last) QueueChunk(SseEvent(FinishChunk(g.who, i, c.finish)));
   }
 

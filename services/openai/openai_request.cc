@@ -385,7 +385,7 @@ std::string ToOpenAiMessage(Endpoint endpoint, const std::string& grpc_message,
   } else if (starts("prompt.chat.template_kwargs_json")) {
     field = "chat_template_kwargs";
   } else if (starts("prompt.chat.messages")) {
-    field = "messages" + field.substr(20);
+    field = (endpoint == Endpoint::kResponses ? "input" : "messages") + field.substr(20);
   } else if (starts("prompt")) {
     field = prompt_name;
   }

@@ -1,7 +1,9 @@
 // The OpenAI API's request bodies (POST /v1/completions and
 // /v1/chat/completions) turned into the public GenerateRequest, so the HTTP
 // API runs exactly the gRPC API's validation and decoding. Every field is
-// either honoured, or refused with a 400 naming it; none is ignored.
+// either honoured, or refused with a 400 naming it, except the few OpenAI
+// itself accepts without changing the output (store, metadata,
+// service_tier, modalities ["text"], reasoning_effort): accepted, ignored.
 // Accepted beyond OpenAI's own fields: vLLM's top-level sampling extensions
 // (top_k, min_p, repetition_penalty, ignore_eos, stop_token_ids) and
 // specline's `policy` ("ar", "ppsd", "spd", "pipo", "ptp") and `pipo_tau`,

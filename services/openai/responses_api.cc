@@ -199,12 +199,15 @@ std::string ResponsesRender::Event(const std::string& type, json payload) {
   return "event: " + type + "\ndata: " + Dump(payload) + "\n\n";
 }
 
+// Each Event numbers itself, so they are appended one statement at a time
+// (the operands of one + expression run in no fixed order).
 std::string ResponsesRender::Opening() {
   const json part = {{"type", "output_text"}, {"text", ""}, {"annotations", json::array()}};
-  return Event("response.created", {{"response", Object("in_progress")}}) +
-         Event("response.output_item.added", {{"output_index", 0}, {"item", Message("in_progress", "")}}) +
-         Event("response.content_part.added",
+  std::string out = Event("response.created", {{"response", Object("in_progress")}});
+  out += Event("response.output_item.added", {{"output_index", 0}, {"item", Message("in_progress", "")}});
+  out += Event("response.content_part.added",
                {{"item_id", item_id_}, {"output_index", 0}, {"content_index", 0}, {"part", part}});
+  return out;
 }
 
 std::string ResponsesRender::Delta(const std::string& text) {
@@ -223,15 +226,16 @@ std::string ResponsesRender::Closing(v1::FinishReason finish, const v1::Usage& u
   done["output"] = json::array({Message("completed", text_)});
   done["usage"] = UsageOf(usage);
   const std::string last = done["status"] == "completed" ? "response.completed" : "response.incomplete";
-  return Event("response.output_text.done", {{"item_id", item_id_},
-                                             {"output_index", 0},
-                                             {"content_index", 0},
-                                             {"text", text_},
-                                             {"logprobs", json::array()}}) +
-         Event("response.content_part.done",
-               {{"item_id", item_id_}, {"output_index", 0}, {"content_index", 0}, {"part", part}}) +
-         Event("response.output_item.done", {{"output_index", 0}, {"item", Message("completed", text_)}}) +
-         Event(last, {{"response", std::move(done)}});
+  std::string out = Event("response.output_text.done", {{"item_id", item_id_},
+                                                         {"output_index", 0},
+                                                         {"content_index", 0},
+                                                         {"text", text_},
+                                                         {"logprobs", json::array()}});
+  out += Event("response.content_part.done",
+               {{"item_id", item_id_}, {"output_index", 0}, {"content_index", 0}, {"part", part}});
+  out += Event("response.output_item.done", {{"output_index", 0}, {"item", Message("completed", text_)}});
+  out += Event(last, {{"response", std::move(done)}});
+  return out;
 }
 
 std::string ResponsesRender::Failed(const ApiError& error) {

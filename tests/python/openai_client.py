@@ -117,7 +117,30 @@ def main():
     expect_error(openai.BadRequestError, "top_p",
                  lambda: client.completions.create(model=a.model, prompt="x", top_p=1.5))
     expect_error(openai.BadRequestError, "n",
-                 lambda: client.completions.create(model=a.model, prompt="x", n=2))
+                 lambda: client.completions.create(model=a.model, prompt="x", n=17))
+
+    # n = 3: three choices, the prompt counted once.
+    three = client.completions.create(n=3, seed=1, **dict(common, temperature=1))
+    check(sorted(c.index for c in three.choices) == [0, 1, 2], "n=3: %r" % three.choices)
+    check(three.usage.prompt_tokens == a.expect_prompt_tokens,
+          "n=3: prompt_tokens %d, want %d once" % (three.usage.prompt_tokens, a.expect_prompt_tokens))
+    check(3 <= three.usage.completion_tokens <= 3 * a.max_tokens,
+          "n=3: completion_tokens %d" % three.usage.completion_tokens)
+    check(three.system_fingerprint and three.system_fingerprint.startswith("fp_specline-"),
+          "system_fingerprint: %r" % three.system_fingerprint)
+    check(client.models.retrieve(a.model).id == a.model, "models.retrieve")
+    expect_error(openai.NotFoundError, "model", lambda: client.models.retrieve("no-such-model"))
+    if a.chat_prompt:
+        resp = client.responses.create(model=a.model, input=a.chat_prompt,
+                                       max_output_tokens=a.max_tokens, temperature=0)
+        check(resp.output_text == want_chat, "responses %r != gRPC %r" % (resp.output_text, want_chat))
+        check(resp.usage.input_tokens == a.expect_chat_prompt_tokens, "responses: input_tokens")
+        text = ""
+        for event in client.responses.create(model=a.model, input=a.chat_prompt, stream=True,
+                                             max_output_tokens=a.max_tokens, temperature=0):
+            if event.type == "response.output_text.delta":
+                text += event.delta
+        check(text == want_chat, "streamed responses %r != gRPC %r" % (text, want_chat))
     expect_error(openai.BadRequestError, "frequency_penalty",
                  lambda: client.completions.create(model=a.model, prompt="x", frequency_penalty=0.5))
     expect_error(openai.BadRequestError, "logprobs",
