@@ -22,6 +22,7 @@
 #include "common/cluster_secret.h"
 #include "common/listen_error.h"
 #include "services/openai/openai_request.h"
+#include "services/openai/logprobs_json.h"
 #include "services/openai/openai_response.h"
 
 namespace specline::openai {
@@ -117,9 +118,13 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     }
     if (!g.stream) {
       g.text += message.text();
+      if (g.logprobs) g.logprobs->Add(message);
       return;
     }
-    QueueChunk(SseEvent(StreamChunk(g.who, message, !g.sent_first)));
+    const std::optional<nlohmann::json> logprobs =
+        g.logprobs && message.logprobs_size() > 0 ? std::optional(g.logprobs->Add(message))
+                                                  : std::nullopt;
+    QueueChunk(SseEvent(StreamChunk(g.who, message, !g.sent_first, logprobs ? &*logprobs : nullptr)));
     g.sent_first = true;
   }
 
@@ -145,7 +150,8 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       e.retry_after_seconds = retry_after_seconds;
       return SendError(e);
     }
-    SendJson(http::status::ok, FullResponse(g.who, g.text, g.finish, g.usage));
+    SendJson(http::status::ok, FullResponse(g.who, g.text, g.finish, g.usage,
+                                            g.logprobs ? &g.logprobs->Whole() : nullptr));
   }
 
  private:
@@ -157,6 +163,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     bool include_usage = false;
     bool sent_first = false;
     std::string text;  // non-streamed: the whole completion
+    std::optional<LogprobsJson> logprobs;  // set when the request asked for logprobs
     v1::FinishReason finish = v1::FINISH_REASON_UNSPECIFIED;
     v1::Usage usage;
     std::shared_ptr<SessionSink<Session>> sink;
@@ -325,6 +332,8 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     parsed.request.set_request_id(g.who.id);
     g.stream = parsed.stream;
     g.include_usage = parsed.include_usage;
+    if (parsed.request.logprobs().enabled())
+      g.logprobs.emplace(endpoint, server_.service.served_model().tokenizer);
     g.sink = std::make_shared<SessionSink<Session>>(this->shared_from_this());
     if (!parsed.user.empty()) spdlog::info("req={} user={}", g.who.id, parsed.user);
     gen_ = std::move(g);

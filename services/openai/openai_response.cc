@@ -43,9 +43,11 @@ const char* FinishReasonName(v1::FinishReason reason) {
 }
 
 std::string StreamChunk(const ResponseIdentity& who, const v1::GenerateResponse& message,
-                        bool first) {
+                        bool first, const json* logprobs) {
   json j = Envelope(who, true);
-  json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", FinishJson(message.finish_reason())}};
+  json choice = {{"index", 0},
+                 {"logprobs", logprobs ? *logprobs : json(nullptr)},
+                 {"finish_reason", FinishJson(message.finish_reason())}};
   if (who.endpoint == Endpoint::kChatCompletions) {
     json delta = json::object();
     if (first) delta["role"] = "assistant";
@@ -66,9 +68,11 @@ std::string UsageChunk(const ResponseIdentity& who, const v1::Usage& usage) {
 }
 
 std::string FullResponse(const ResponseIdentity& who, const std::string& text,
-                         v1::FinishReason finish, const v1::Usage& usage) {
+                         v1::FinishReason finish, const v1::Usage& usage, const json* logprobs) {
   json j = Envelope(who, false);
-  json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", FinishJson(finish)}};
+  json choice = {{"index", 0},
+                 {"logprobs", logprobs ? *logprobs : json(nullptr)},
+                 {"finish_reason", FinishJson(finish)}};
   if (who.endpoint == Endpoint::kChatCompletions) {
     choice["message"] = {{"role", "assistant"}, {"content", text}};
   } else {
