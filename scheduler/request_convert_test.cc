@@ -2,6 +2,9 @@
 // fields, policy and sampling errors.
 #include <gtest/gtest.h>
 
+#include <utility>
+#include <vector>
+
 #include "scheduler/request_convert.h"
 
 namespace specline::scheduler {
@@ -30,6 +33,37 @@ TEST(RequestConvertTest, TheTenantReachesTheSequence) {
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_EQ(spec->tenant, "alice");
   EXPECT_EQ(Sequence(1, *spec).tenant, "alice");
+}
+
+TEST(RequestConvertTest, PenaltiesBiasAndLogprobs) {
+  internal::SubmitRequest req;
+  req.add_prompt(5);
+  req.set_max_tokens(3);
+  req.mutable_sampling()->set_presence_penalty(0.5f);
+  req.mutable_sampling()->set_frequency_penalty(-1.0f);
+  (*req.mutable_sampling()->mutable_logit_bias())[9] = 1.0f;
+  (*req.mutable_sampling()->mutable_logit_bias())[2] = -100.0f;
+  auto spec = ToRequestOptions(req);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->sampling.presence_penalty, 0.5f);
+  EXPECT_EQ(spec->sampling.frequency_penalty, -1.0f);
+  // A proto map has no order; SamplingParams wants ascending ids.
+  const std::vector<std::pair<int32_t, float>> want = {{2, -100.0f}, {9, 1.0f}};
+  EXPECT_EQ(spec->sampling.logit_bias, want);
+  EXPECT_EQ(spec->top_logprobs, -1) << "no logprobs unless enabled";
+  req.mutable_logprobs()->set_top_logprobs(4);
+  EXPECT_EQ(ToRequestOptions(req)->top_logprobs, -1);
+  req.mutable_logprobs()->set_enabled(true);
+  EXPECT_EQ(ToRequestOptions(req)->top_logprobs, 4);
+  EXPECT_EQ(Sequence(1, *ToRequestOptions(req)).top_logprobs, 4);
+  req.mutable_logprobs()->set_top_logprobs(21);
+  EXPECT_FALSE(ToRequestOptions(req).ok());
+  req.mutable_logprobs()->set_top_logprobs(0);
+  req.mutable_sampling()->set_presence_penalty(3.0f);
+  EXPECT_FALSE(ToRequestOptions(req).ok());
+  req.mutable_sampling()->set_presence_penalty(0.0f);
+  for (int32_t i = 0; i < 301; ++i) (*req.mutable_sampling()->mutable_logit_bias())[i] = 1.0f;
+  EXPECT_FALSE(ToRequestOptions(req).ok());
 }
 
 TEST(RequestConvertTest, PolicyAndSamplingErrors) {

@@ -74,6 +74,8 @@ GenerationStream::Step GenerationStream::OnEvent(const internal::SubmitEvent& ev
     resp.add_token_ids(t);
     if (detok_ && t >= 0 && t < tok_vocab) text += detok_->Push(t);
   }
+  // Aligned with token_ids (the scheduler sends one per token when asked).
+  *resp.mutable_logprobs() = event.logprobs();
   const bool finished_here = event.finish_reason() != v1::FINISH_REASON_UNSPECIFIED;
   if (finished_here && detok_) text += detok_->Flush();
   bool stopped = false;

@@ -8,6 +8,8 @@
 #include "absl/strings/cord.h"
 
 #include "absl/strings/str_cat.h"
+#include "model/runtime/logprobs.h"
+#include "model/runtime/sampler.h"
 
 namespace specline {
 namespace {
@@ -18,7 +20,7 @@ absl::Status Invalid(const std::string& field, const std::string& why) {
 
 bool InRange01(float v) { return std::isfinite(v) && v >= 0.0f && v <= 1.0f; }
 
-absl::Status ValidateSampling(const v1::SamplingParams& s) {
+absl::Status ValidateSampling(const v1::SamplingParams& s, int32_t vocab_size) {
   if (!std::isfinite(s.temperature()) || s.temperature() < 0.0f)
     return Invalid("sampling.temperature", absl::StrCat("must be >= 0, got ", s.temperature()));
   if (s.top_k() < 0) return Invalid("sampling.top_k", absl::StrCat("must be >= 0, got ", s.top_k()));
@@ -29,6 +31,26 @@ absl::Status ValidateSampling(const v1::SamplingParams& s) {
   if (!std::isfinite(s.repetition_penalty()) || s.repetition_penalty() < 0.0f)
     return Invalid("sampling.repetition_penalty",
                    absl::StrCat("must be >= 0 (0 or 1 = off), got ", s.repetition_penalty()));
+  // OpenAI's ranges (SamplingParams::Validate checks them again in the
+  // scheduler, for clients of the internal API).
+  auto penalty = [](float v) { return std::isfinite(v) && v >= -2.0f && v <= 2.0f; };
+  if (!penalty(s.presence_penalty()))
+    return Invalid("sampling.presence_penalty",
+                   absl::StrCat("must be in [-2, 2], got ", s.presence_penalty()));
+  if (!penalty(s.frequency_penalty()))
+    return Invalid("sampling.frequency_penalty",
+                   absl::StrCat("must be in [-2, 2], got ", s.frequency_penalty()));
+  if (s.logit_bias_size() > SamplingParams::kMaxLogitBias)
+    return Invalid("sampling.logit_bias", absl::StrCat("at most ", SamplingParams::kMaxLogitBias,
+                                                       " entries, got ", s.logit_bias_size()));
+  for (const auto& [id, bias] : s.logit_bias()) {
+    if (id < 0 || id >= vocab_size)
+      return Invalid("sampling.logit_bias", absl::StrCat("token id ", id, " is outside the vocabulary [0, ",
+                                                         vocab_size, ")"));
+    if (!(std::isfinite(bias) && bias >= -100.0f && bias <= 100.0f))
+      return Invalid("sampling.logit_bias",
+                     absl::StrCat("the bias of token ", id, " must be in [-100, 100], got ", bias));
+  }
   return absl::OkStatus();
 }
 
@@ -133,7 +155,12 @@ int32_t UsableContext(const ServedModel& m, const RequestRules& rules) {
 absl::StatusOr<PreparedRequest> PrepareRequest(const v1::GenerateRequest& r,
                                                const ServedModel& m, const RequestRules& rules) {
   // Cheap checks first, so a bad request costs no tokenization.
-  if (absl::Status s = ValidateSampling(r.sampling()); !s.ok()) return s;
+  if (absl::Status s = ValidateSampling(r.sampling(), m.vocab_size); !s.ok()) return s;
+  if (r.logprobs().top_logprobs() < 0 || r.logprobs().top_logprobs() > kMaxTopLogprobs)
+    return Invalid("logprobs.top_logprobs", absl::StrCat("must be in [0, ", kMaxTopLogprobs, "], got ",
+                                                         r.logprobs().top_logprobs()));
+  if (r.logprobs().top_logprobs() > 0 && !r.logprobs().enabled())
+    return Invalid("logprobs.top_logprobs", "needs logprobs.enabled");
   if (absl::Status s = ValidatePolicy(r.policy()); !s.ok()) return s;
   if (absl::Status s = ValidateResponseFormat(r); !s.ok()) return s;
   if (r.has_pipo_tau() && !(std::isfinite(r.pipo_tau()) && r.pipo_tau() >= 0.0f))
@@ -219,6 +246,7 @@ absl::StatusOr<PreparedRequest> PrepareRequest(const v1::GenerateRequest& r,
   s.set_policy(r.policy());
   if (r.has_pipo_tau()) s.set_pipo_tau(r.pipo_tau());
   if (r.has_response_format()) *s.mutable_response_format() = r.response_format();
+  if (r.logprobs().enabled()) *s.mutable_logprobs() = r.logprobs();
   out.stop_strings.assign(r.stop().begin(), r.stop().end());
   out.detok_prev = prompt->back();
   out.cache_salt = r.cache_salt();

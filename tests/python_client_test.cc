@@ -73,9 +73,23 @@ void RunOpenAiPackage(const std::string& model, int stages, bool chat) {
   v1::GenerateRequest req;
   req.set_text(prompt);
   req.set_max_tokens(max_tokens);
+  req.mutable_logprobs()->set_enabled(true);  // the values the package must see too
   const Streamed text = StreamOnce(channel, req);
   ASSERT_TRUE(text.status.ok()) << text.status.error_message();
   std::ofstream(dir + "/completion.txt", std::ios::binary) << text.text;
+  {
+    // Every message's logprobs, one value a line.
+    auto stub = v1::Generation::NewStub(channel);
+    grpc::ClientContext ctx;
+    auto reader = stub->Generate(&ctx, req);
+    std::ofstream lp(dir + "/logprobs.txt");
+    lp.precision(9);
+    v1::GenerateResponse msg;
+    while (reader->Read(&msg)) {
+      for (const v1::TokenLogprob& t : msg.logprobs()) lp << t.logprob() << "\n";
+    }
+    ASSERT_TRUE(reader->Finish().ok());
+  }
   std::string cmd = python + " " + SourcePath("tests/python/openai_client.py") +
                     " --base-url http://127.0.0.1:" +
                     std::to_string(stack->ports["gateway"]["http"].get<int>()) + "/v1" +
@@ -83,7 +97,8 @@ void RunOpenAiPackage(const std::string& model, int stages, bool chat) {
                     prompt + "' --max-tokens " + std::to_string(max_tokens) +
                     " --expect-text-file " + dir + "/completion.txt --expect-prompt-tokens " +
                     std::to_string(text.last.usage().prompt_tokens()) +
-                    " --expect-completion-tokens " + std::to_string(text.tokens.size());
+                    " --expect-completion-tokens " + std::to_string(text.tokens.size()) +
+                    " --expect-logprobs-file " + dir + "/logprobs.txt";
   if (chat) {
     const std::string question = "What is the capital of France?";
     v1::GenerateRequest chat_req;

@@ -25,6 +25,7 @@
 #include "services/openai/cors.h"
 #include "services/openai/openai_request.h"
 #include "services/openai/responses_api.h"
+#include "services/openai/logprobs_json.h"
 #include "services/openai/openai_response.h"
 
 namespace specline::openai {
@@ -130,17 +131,21 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     }
     if (!g.stream) {
       c.text += message.text();
+      if (!g.logprobs.empty()) g.logprobs[i].Add(message);
       return;
     }
     if (g.responses) {
       if (!message.text().empty()) QueueChunk(g.responses->Delta(message.text()));
       return;
     }
+    const std::optional<nlohmann::json> logprobs =
+        !g.logprobs.empty() && message.logprobs_size() > 0 ? std::optional(g.logprobs[i].Add(message))
+                                                          : std::nullopt;
     // A message with tokens is a chunk even when its text is empty (a model
     // served without a tokenizer, or bytes of a character not complete
     // yet): clients see progress, and the stream's pace is the tokens'.
     if (!message.text().empty() || message.token_ids_size() > 0)
-      QueueChunk(SseEvent(TextChunk(g.who, i, message.text())));
+      QueueChunk(SseEvent(TextChunk(g.who, i, message.text(), logprobs ? &*logprobs : nullptr)));
     if (last) QueueChunk(SseEvent(FinishChunk(g.who, i, c.finish)));
   }
 
@@ -181,6 +186,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     if (g.responses) return SendJson(http::status::ok, g.responses->Whole(g.choices[0].text, g.choices[0].finish, g.usage));
     for (size_t i = 0; i < g.choices.size(); ++i) {
       if (!g.echo.empty()) g.choices[i].text = g.echo[i / g.n] + g.choices[i].text;
+      if (!g.logprobs.empty()) g.choices[i].logprobs = g.logprobs[i].Whole();
     }
     SendJson(http::status::ok, FullResponse(g.who, g.choices, g.usage));
   }
@@ -196,6 +202,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     std::vector<ChoiceResult> choices;  // non-streamed: each choice's whole text
     std::vector<std::string> echo;      // completions' echo: each prompt's text
     std::optional<ResponsesRender> responses;  // POST /v1/responses
+    std::vector<LogprobsJson> logprobs;  // one per choice when the request asked for them
     v1::Usage usage;                    // summed over the choices
     std::shared_ptr<SessionSink<Session>> sink;
     std::shared_ptr<grpc::ClientContext> call;
@@ -452,6 +459,10 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       }
     }
     g.choices.resize(choices.size());
+    if (parsed.request.logprobs().enabled()) {
+      for (size_t i = 0; i < choices.size(); ++i)
+        g.logprobs.emplace_back(endpoint, server_.service.served_model().tokenizer);
+    }
     g.sink = std::make_shared<SessionSink<Session>>(this->shared_from_this());
     if (!parsed.user.empty()) spdlog::info("req={} user={}", g.who.id, parsed.user);
     gen_ = std::move(g);

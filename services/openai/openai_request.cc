@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "proto/policy_names.h"
 #include "services/openai/response_format_request.h"
+#include "services/openai/sampling_fields.h"
 
 namespace specline::openai {
 namespace {
@@ -32,14 +33,8 @@ std::optional<ApiError> RefuseUnlessDefault(const json& body, Endpoint endpoint)
     const char* why;
   };
   const Unsupported fields[] = {
-      {"frequency_penalty", 0, "is not supported by this server (0 or absent only)"},
-      {"presence_penalty", 0, "is not supported by this server (0 or absent only)"},
-      {"logprobs", endpoint == Endpoint::kChatCompletions ? json(false) : json(0),
-       "log probabilities are not supported by this server"},
-      {"top_logprobs", 0, "log probabilities are not supported by this server"},
       {"best_of", 1, "only 1 is supported"},
       {"suffix", "", "(fill-in-the-middle) is not supported: the served models carry no FIM tokens"},
-      {"logit_bias", json::object(), "is not supported by this server"},
       {"tools", json::array(), "tool calls are not supported by this server"},
       {"tool_choice", "none", "tool calls are not supported by this server"},
       {"parallel_tool_calls", false, "tool calls are not supported by this server"},
@@ -320,6 +315,7 @@ std::optional<ApiError> ParseRequest(Endpoint endpoint, std::string_view body_te
   if (pipo_tau) r.set_pipo_tau(static_cast<float>(*pipo_tau));
 
   if (auto e = ReadResponseFormat(body, &r)) return e;
+  if (auto e = ReadPenaltiesAndLogprobs(endpoint, body, &r)) return e;
   if (auto e = ReadStop(body, &r)) return e;
   if (auto it = body.find("stop_token_ids"); it != body.end() && !it->is_null()) {
     if (!it->is_array()) return Bad("stop_token_ids", "must be a list of token ids");
@@ -382,6 +378,8 @@ std::string ToOpenAiMessage(Endpoint endpoint, const std::string& grpc_message,
   auto starts = [&](const char* p) { return field.rfind(p, 0) == 0; };
   if (starts("sampling.")) {
     field = field.substr(9);
+  } else if (starts("logprobs.top_logprobs")) {
+    field = endpoint == Endpoint::kChatCompletions ? "top_logprobs" : "logprobs";
   } else if (starts("prompt.chat.template_kwargs_json")) {
     field = "chat_template_kwargs";
   } else if (starts("prompt.chat.messages")) {

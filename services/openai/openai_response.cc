@@ -72,8 +72,11 @@ std::string RoleChunk(const ResponseIdentity& who, int index) {
                                     {"finish_reason", nullptr}}));
 }
 
-std::string TextChunk(const ResponseIdentity& who, int index, const std::string& text) {
-  json choice = {{"index", index}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
+std::string TextChunk(const ResponseIdentity& who, int index, const std::string& text,
+                      const json* logprobs) {
+  json choice = {{"index", index},
+                 {"logprobs", logprobs ? *logprobs : json(nullptr)},
+                 {"finish_reason", nullptr}};
   if (who.endpoint == Endpoint::kChatCompletions) {
     choice["delta"] = {{"content", text}};
   } else {
@@ -104,7 +107,9 @@ std::string FullResponse(const ResponseIdentity& who, const std::vector<ChoiceRe
   json j = Envelope(who, false);
   j["choices"] = json::array();
   for (size_t i = 0; i < choices.size(); ++i) {
-    json choice = {{"index", i}, {"logprobs", nullptr}, {"finish_reason", FinishJson(choices[i].finish)}};
+    json choice = {{"index", i},
+                   {"logprobs", choices[i].logprobs ? *choices[i].logprobs : json(nullptr)},
+                   {"finish_reason", FinishJson(choices[i].finish)}};
     if (who.endpoint == Endpoint::kChatCompletions) {
       choice["message"] = {{"role", "assistant"}, {"content", choices[i].text}};
     } else {

@@ -4,8 +4,11 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "services/openai/openai_request.h"
 #include "specline/v1/generation.pb.h"
@@ -32,6 +35,7 @@ std::string SystemFingerprint(const std::string& model_name, int64_t vocab_size,
 struct ChoiceResult {
   std::string text;
   v1::FinishReason finish = v1::FINISH_REASON_UNSPECIFIED;
+  std::optional<nlohmann::json> logprobs;  // the choice's logprobs object, when asked for
 };
 
 // "stop", "length", "abort"; "" while not finished.
@@ -42,7 +46,9 @@ const char* FinishReasonName(v1::FinishReason reason);
 // rides in chunks whose finish_reason is null; each choice ends with an
 // empty-delta chunk that carries its finish_reason.
 std::string RoleChunk(const ResponseIdentity& who, int index);
-std::string TextChunk(const ResponseIdentity& who, int index, const std::string& text);
+// `logprobs`: the chunk's logprobs object (logprobs_json.h), or null.
+std::string TextChunk(const ResponseIdentity& who, int index, const std::string& text,
+                      const nlohmann::json* logprobs = nullptr);
 std::string FinishChunk(const ResponseIdentity& who, int index, v1::FinishReason finish);
 // The chunk with `choices: []` and the usage totals (stream_options.include_usage).
 std::string UsageChunk(const ResponseIdentity& who, const v1::Usage& usage);

@@ -76,6 +76,7 @@ def main():
     ap.add_argument("--expect-text-file", required=True)
     ap.add_argument("--expect-prompt-tokens", type=int, required=True)
     ap.add_argument("--expect-completion-tokens", type=int, required=True)
+    ap.add_argument("--expect-logprobs-file", required=True)
     ap.add_argument("--chat-prompt")
     ap.add_argument("--expect-chat-file")
     ap.add_argument("--expect-chat-prompt-tokens", type=int)
@@ -99,6 +100,15 @@ def main():
     check(text == want, "streamed completion (usage) %r != gRPC %r" % (text, want))
     check_usage(usage, a.expect_prompt_tokens, a.expect_completion_tokens, "streamed usage")
 
+    # logprobs: the gRPC API's values; the greedy token is the most likely.
+    want_lp = [float(v) for v in read(a.expect_logprobs_file).split()]
+    lp = client.completions.create(logprobs=3, **common).choices[0].logprobs
+    check(len(lp.token_logprobs) == len(want_lp),
+          "logprobs: %d values, gRPC gave %d" % (len(lp.token_logprobs), len(want_lp)))
+    for i, (got, exp) in enumerate(zip(lp.token_logprobs, want_lp)):
+        check(abs(got - exp) <= 1e-6 * max(1.0, abs(exp)), "logprob %d: %r != gRPC %r" % (i, got, exp))
+        check(max(lp.top_logprobs[i].values()) == got, "logprob %d: the greedy token is not the top" % i)
+
     if a.chat_prompt:
         want_chat = read(a.expect_chat_file)
         chat = dict(model=a.model, messages=[{"role": "user", "content": a.chat_prompt}],
@@ -108,6 +118,11 @@ def main():
         check(r.choices[0].message.content == want_chat,
               "chat %r != gRPC %r" % (r.choices[0].message.content, want_chat))
         check_usage(r.usage, a.expect_chat_prompt_tokens, a.expect_chat_completion_tokens, "chat")
+        r = client.chat.completions.create(logprobs=True, top_logprobs=3, **chat)
+        check(r.choices[0].message.content == want_chat, "chat with logprobs changed the text")
+        for e in r.choices[0].logprobs.content:
+            check(e.top_logprobs[0].token == e.token and e.top_logprobs[0].logprob == e.logprob,
+                  "chat logprobs: top-1 %r is not the greedy token %r" % (e.top_logprobs[0], e.token))
         text, _, usage = streamed_text(
             client.chat.completions.create(stream=True, stream_options={"include_usage": True}, **chat),
             True, True)
@@ -142,9 +157,9 @@ def main():
                 text += event.delta
         check(text == want_chat, "streamed responses %r != gRPC %r" % (text, want_chat))
     expect_error(openai.BadRequestError, "frequency_penalty",
-                 lambda: client.completions.create(model=a.model, prompt="x", frequency_penalty=0.5))
+                 lambda: client.completions.create(model=a.model, prompt="x", frequency_penalty=2.5))
     expect_error(openai.BadRequestError, "logprobs",
-                 lambda: client.completions.create(model=a.model, prompt="x", logprobs=2))
+                 lambda: client.completions.create(model=a.model, prompt="x", logprobs=21))
     expect_error(openai.NotFoundError, "model",
                  lambda: client.completions.create(model="no-such-model", prompt="x"))
     print("openai %s: all checks passed" % openai.__version__)
