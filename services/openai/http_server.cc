@@ -23,6 +23,7 @@
 #include "common/listen_error.h"
 #include "services/openai/openai_request.h"
 #include "services/openai/openai_response.h"
+#include "services/openai/tool_call_response.h"
 
 namespace specline::openai {
 
@@ -116,7 +117,14 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       g.usage = message.usage();
     }
     if (!g.stream) {
-      g.text += message.text();
+      if (g.tools) g.tools->Collect(message);
+      else g.text += message.text();
+      return;
+    }
+    if (g.tools) {
+      for (const std::string& chunk : g.tools->StreamChunks(g.who, message, !g.sent_first))
+        QueueChunk(SseEvent(chunk));
+      g.sent_first = true;
       return;
     }
     QueueChunk(SseEvent(StreamChunk(g.who, message, !g.sent_first)));
@@ -145,7 +153,8 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       e.retry_after_seconds = retry_after_seconds;
       return SendError(e);
     }
-    SendJson(http::status::ok, FullResponse(g.who, g.text, g.finish, g.usage));
+    SendJson(http::status::ok, g.tools ? g.tools->FullResponse(g.who, g.finish, g.usage)
+                                       : FullResponse(g.who, g.text, g.finish, g.usage));
   }
 
  private:
@@ -161,6 +170,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     v1::Usage usage;
     std::shared_ptr<SessionSink<Session>> sink;
     std::shared_ptr<grpc::ClientContext> call;
+    std::unique_ptr<ToolCallResponder> tools;  // set when the answer is parsed for tool calls
   };
 
   // The write queue: a response is a header then chunks (SSE) or one whole
@@ -288,12 +298,26 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     return true;
   }
 
+  // The request's tools against the served model (tool_request.h); false
+  // after answering the error.
+  bool ApplyTools(ParsedRequest* parsed, tool_calls::Syntax* parse_with) {
+    if (auto e = ApplyToolChoice(parsed->tools, server_.service.served_model().tool_calls,
+                                 &parsed->request, parse_with)) {
+      server_.service.metrics(Api::kOpenAi).CountFailure("INVALID_ARGUMENT");
+      SendError(*e);
+      return false;
+    }
+    return true;
+  }
+
   // llama-server's POST /apply-template: a chat request's body in, the
   // prompt the model's template makes of it out, {"prompt": "..."}; nothing
   // is generated.
   void ApplyTemplate() {
     ParsedRequest parsed;
     if (!ReadJsonPost(Endpoint::kChatCompletions, &parsed)) return;
+    tool_calls::Syntax parse_with;
+    if (!ApplyTools(&parsed, &parse_with)) return;
     absl::StatusOr<std::string> prompt =
         RenderChat(parsed.request.chat(), server_.service.served_model());
     if (!prompt.ok()) {
@@ -319,7 +343,13 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       server_.service.metrics(Api::kOpenAi).CountFailure("NOT_FOUND");
       return SendError(e);
     }
+    tool_calls::Syntax parse_with;
+    if (!ApplyTools(&parsed, &parse_with)) return;
     Generation g;
+    if (parse_with != tool_calls::Syntax::kNone) {
+      const ServedModel& model = server_.service.served_model();
+      g.tools = std::make_unique<ToolCallResponder>(parse_with, model.tool_calls, model.tokenizer);
+    }
     g.who = {endpoint, (endpoint == Endpoint::kChatCompletions ? "chatcmpl-" : "cmpl-") + RandomHex(12),
              UnixSeconds(), served};
     parsed.request.set_request_id(g.who.id);

@@ -40,9 +40,6 @@ std::optional<ApiError> RefuseUnlessDefault(const json& body, Endpoint endpoint)
       {"best_of", 1, "only 1 is supported"},
       {"suffix", "", "is not supported by this server"},
       {"logit_bias", json::object(), "is not supported by this server"},
-      {"tools", json::array(), "tool calls are not supported by this server"},
-      {"tool_choice", "none", "tool calls are not supported by this server"},
-      {"parallel_tool_calls", false, "tool calls are not supported by this server"},
       {"functions", json::array(), "function calls are not supported by this server"},
       {"function_call", "none", "function calls are not supported by this server"},
   };
@@ -160,8 +157,11 @@ std::optional<ApiError> ReadMessages(const json& body, v1::GenerateRequest* r) {
                                             "' is not supported (system, developer, user, assistant, tool)"));
     std::string text;
     auto content = m.find("content");
+    bool content_null = false;
     if (content == m.end() || content->is_null()) {
-      return Bad(at + ".content", "is required");
+      // OpenAI: an assistant turn may be calls alone, with null content.
+      if (role_name != "assistant") return Bad(at + ".content", "is required");
+      content_null = true;
     } else if (content->is_string()) {
       text = content->get<std::string>();
     } else if (content->is_array()) {
@@ -178,9 +178,9 @@ std::optional<ApiError> ReadMessages(const json& body, v1::GenerateRequest* r) {
     } else {
       return Bad(at + ".content", "must be a string or a list of text parts");
     }
-    if (m.contains("tool_calls") && !m["tool_calls"].is_null())
-      return Bad(at + ".tool_calls", "tool calls are not supported by this server");
     auto* msg = chat->add_messages();
+    if (auto e = ReadMessageToolFields(m, at, msg)) return e;
+    msg->set_content_null(content_null);
     // OpenAI's newer "developer" role is its "system": chat templates,
     // written before it, know only "system".
     msg->set_role(role_name == "developer" ? "system" : role_name);
@@ -243,6 +243,9 @@ std::optional<ApiError> ParseRequest(Endpoint endpoint, std::string_view body_te
   }
   if (auto e = endpoint == Endpoint::kChatCompletions ? ReadMessages(body, &r) : ReadPrompt(body, &r))
     return e;
+  if (endpoint == Endpoint::kChatCompletions) {
+    if (auto e = ReadTools(body, &out->tools, r.mutable_chat())) return e;
+  }
 
   std::optional<int64_t> n, max_tokens, max_completion_tokens, top_k, seed;
   if (auto e = ReadInt(body, "n", 1, 1 << 20, &n)) return e;
@@ -339,6 +342,8 @@ std::string ToOpenAiMessage(Endpoint endpoint, const std::string& grpc_message,
   auto starts = [&](const char* p) { return field.rfind(p, 0) == 0; };
   if (starts("sampling.")) {
     field = field.substr(9);
+  } else if (starts("prompt.chat.tools_json")) {
+    field = "tools";
   } else if (starts("prompt.chat.template_kwargs_json")) {
     field = "chat_template_kwargs";
   } else if (starts("prompt.chat.messages")) {

@@ -13,6 +13,7 @@
 #include <string>
 #include <string_view>
 
+#include "services/openai/tool_request.h"
 #include "specline/v1/generation.pb.h"
 
 namespace specline::openai {
@@ -35,6 +36,7 @@ struct ParsedRequest {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   std::string user;            // logged, not interpreted
+  ToolRequest tools;           // chat: tools, tool_choice (tool_request.h)
 };
 
 // Parses and checks a request body. On success `error` is empty.
