@@ -245,6 +245,7 @@ std::optional<ApiError> ParseRequest(Endpoint endpoint, std::string_view body_te
     return e;
   if (endpoint == Endpoint::kChatCompletions) {
     if (auto e = ReadTools(body, &out->tools, r.mutable_chat())) return e;
+    KeepClientKeyOrder(body_text, r.mutable_chat());
   }
 
   std::optional<int64_t> n, max_tokens, max_completion_tokens, top_k, seed;

@@ -1,5 +1,7 @@
 #include "services/openai/tool_request.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "services/openai/openai_request.h"
 #include "services/tool_calls/tool_call_schema.h"
@@ -100,6 +102,19 @@ std::optional<ApiError> ReadTools(const json& body, ToolRequest* out, v1::ChatMe
   }
   if (has_tools) chat->set_tools_json(out->tools.dump());
   return std::nullopt;
+}
+
+void KeepClientKeyOrder(std::string_view body_text, v1::ChatMessages* chat) {
+  const bool has_calls = std::any_of(chat->messages().begin(), chat->messages().end(),
+                                     [](const v1::ChatMessage& m) { return !m.tool_calls_json().empty(); });
+  if (chat->tools_json().empty() && !has_calls) return;
+  const nlohmann::ordered_json body = nlohmann::ordered_json::parse(body_text, nullptr, false);
+  if (!chat->tools_json().empty()) chat->set_tools_json(body["tools"].dump());
+  const auto& messages = body["messages"];
+  for (int i = 0; i < chat->messages_size() && i < static_cast<int>(messages.size()); ++i) {
+    if (!chat->messages(i).tool_calls_json().empty())
+      chat->mutable_messages(i)->set_tool_calls_json(messages[i]["tool_calls"].dump());
+  }
 }
 
 std::optional<ApiError> ReadMessageToolFields(const json& m, const std::string& at,

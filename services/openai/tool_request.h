@@ -8,6 +8,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -31,6 +32,11 @@ struct ToolRequest {
 // chat->tools_json.
 std::optional<ApiError> ReadTools(const nlohmann::json& body, ToolRequest* out,
                                   v1::ChatMessages* chat);
+
+// The tools and past calls as the client ordered their keys (the request
+// is read with sorted keys), since templates print them with `tojson` and
+// transformers keeps the client's order.
+void KeepClientKeyOrder(std::string_view body_text, v1::ChatMessages* chat);
 
 // A message's tool fields: an assistant's tool_calls, a tool message's
 // tool_call_id, and name. `at` is "messages[i]" for errors.
