@@ -36,7 +36,13 @@ Syntax SyntaxFromTemplate(std::string_view source) {
   if (!TemplateReadsTools(source)) return Syntax::kNone;
   // The wrappers the templates write around an assistant's past calls (and
   // describe in their system prompts): the syntax the model was taught.
-  if (has("<tool_call>")) return Syntax::kHermes;
+  if (has("<tool_call>")) {
+    // Qwen3-Coder, Qwen3.5, Nemotron 3 and GLM 4.6 wrap XML, not JSON, in
+    // the same tags (<function=name><parameter=...>, <arg_key>): no parser
+    // here reads those.
+    if (has("<function=") || has("<parameter=") || has("<arg_key>")) return Syntax::kNone;
+    return Syntax::kHermes;
+  }
   if (has("[TOOL_CALLS]")) return Syntax::kMistral;
   if (has("<|python_tag|>") || (has("<|start_header_id|>") && has("\"parameters\"")))
     return Syntax::kLlama3;
