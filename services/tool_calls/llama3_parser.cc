@@ -19,11 +19,13 @@ ParsedText Llama3Parser::Push(std::string_view text) {
     if (first == std::string::npos) return out;  // only whitespace so far
     const std::string_view rest = std::string_view(buffer_).substr(first);
     if (rest.substr(0, kPythonTag.size()) == kPythonTag) {
+      opening_ = buffer_.substr(0, first + kPythonTag.size());
       buffer_.erase(0, first + kPythonTag.size());
       state_ = State::kCalls;
     } else if (rest.size() < kPythonTag.size() && kPythonTag.substr(0, rest.size()) == rest) {
       return out;  // may still become <|python_tag|>
     } else if (rest[0] == '{') {
+      opening_ = buffer_.substr(0, first);
       buffer_.erase(0, first);
       state_ = State::kCalls;
     } else {
@@ -46,22 +48,31 @@ ParsedText Llama3Parser::Push(std::string_view text) {
     std::optional<ToolCall> c = CallFromJson(call, syntax_);
     if (!c) break;
     EmitCall(&out, *std::move(c));
+    made_call_ = true;
     buffer_.erase(0, *end);
   }
   // Not a call: the rest of the answer is text.
   state_ = State::kText;
-  EmitContent(&out, buffer_);
-  buffer_.clear();
+  GiveBack(&out);
   return out;
+}
+
+void Llama3Parser::GiveBack(ParsedText* out) {
+  if (!made_call_) EmitContent(out, opening_);
+  opening_.clear();
+  EmitContent(out, buffer_);
+  buffer_.clear();
 }
 
 ParsedText Llama3Parser::Finish() {
   ParsedText out;
   // Separators after the last call are the syntax's; an unfinished call is text.
-  if (state_ == State::kCalls && SkipSeparators(buffer_, 0) == buffer_.size()) buffer_.clear();
-  FinishContent(&out, buffer_);
-  buffer_.clear();
+  if (state_ == State::kCalls && made_call_ && SkipSeparators(buffer_, 0) == buffer_.size())
+    buffer_.clear();
+  GiveBack(&out);
+  FinishContent(&out, "");
   state_ = State::kUndecided;
+  made_call_ = false;
   return out;
 }
 

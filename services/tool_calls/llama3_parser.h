@@ -17,7 +17,12 @@ class Llama3Parser final : public ParserBase {
   static constexpr std::string_view kPythonTag = "<|python_tag|>";
 
  private:
+  // Gives the undecided text back as content (a failed first call keeps
+  // the whitespace and <|python_tag|> it opened with).
+  void GiveBack(ParsedText* out);
   enum class State { kUndecided, kText, kCalls } state_ = State::kUndecided;
+  std::string opening_;  // what was taken off before the first call
+  bool made_call_ = false;
 };
 
 }  // namespace specline::tool_calls
