@@ -583,6 +583,23 @@ TEST(ToolResponses, StreamedDeltas) {
   EXPECT_EQ(json::parse(calls[0]["function"]["arguments"].get<std::string>()), json({{"city", "Paris"}}));
   EXPECT_EQ(calls[1]["function"]["name"], "now");
   EXPECT_EQ(calls[1]["type"], "function");
+
+  // parallel_tool_calls false: the first call only, streamed and not.
+  ToolCallResponder single(tool_calls::Syntax::kHermes, support, nullptr, /*parallel=*/false);
+  v1::GenerateResponse message;
+  message.set_text("<tool_call>\n{\"name\": \"get_weather\", \"argu" + pieces[3]);
+  message.set_finish_reason(v1::FINISH_REASON_STOP);
+  int call_heads = 0;
+  for (const std::string& chunk : single.StreamChunks(Who(), message, true)) {
+    const json d = json::parse(chunk)["choices"][0]["delta"];
+    if (d.contains("tool_calls") && d["tool_calls"][0].contains("id")) ++call_heads;
+  }
+  EXPECT_EQ(call_heads, 1);
+  ToolCallResponder whole(tool_calls::Syntax::kHermes, support, nullptr, /*parallel=*/false);
+  whole.Collect(message);
+  const json j = json::parse(whole.FullResponse(Who(), v1::FINISH_REASON_STOP, v1::Usage()));
+  ASSERT_EQ(j["choices"][0]["message"]["tool_calls"].size(), 1u);
+  EXPECT_EQ(j["choices"][0]["message"]["tool_calls"][0]["function"]["name"], "get_weather");
 }
 
 }  // namespace

@@ -348,7 +348,8 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     Generation g;
     if (parse_with != tool_calls::Syntax::kNone) {
       const ServedModel& model = server_.service.served_model();
-      g.tools = std::make_unique<ToolCallResponder>(parse_with, model.tool_calls, model.tokenizer);
+      g.tools = std::make_unique<ToolCallResponder>(parse_with, model.tool_calls, model.tokenizer,
+                                                    parsed.tools.parallel_tool_calls);
     }
     g.who = {endpoint, (endpoint == Endpoint::kChatCompletions ? "chatcmpl-" : "cmpl-") + RandomHex(12),
              UnixSeconds(), served};

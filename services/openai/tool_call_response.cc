@@ -40,9 +40,9 @@ std::string ToolCallFullResponse(const ResponseIdentity& who, const tool_calls::
 
 ToolCallResponder::ToolCallResponder(tool_calls::Syntax syntax,
                                      const tool_calls::ToolCallSupport& support,
-                                     const Tokenizer* tokenizer)
+                                     const Tokenizer* tokenizer, bool parallel_tool_calls)
     : syntax_(syntax), support_(support), tokenizer_(tokenizer),
-      parser_(tool_calls::MakeParser(syntax)) {}
+      parser_(tool_calls::MakeParser(syntax)), parallel_(parallel_tool_calls) {}
 
 std::string ToolCallResponder::ParserText(const v1::GenerateResponse& message) const {
   return tool_calls::MarkedText(support_.markers, tokenizer_, message.token_ids().data(),
@@ -55,7 +55,9 @@ void ToolCallResponder::Collect(const v1::GenerateResponse& message) {
 
 std::string ToolCallResponder::FullResponse(const ResponseIdentity& who, v1::FinishReason finish,
                                             const v1::Usage& usage) const {
-  return ToolCallFullResponse(who, tool_calls::ParseAll(syntax_, text_), finish, usage);
+  tool_calls::ParsedText parsed = tool_calls::ParseAll(syntax_, text_);
+  if (!parallel_ && parsed.calls.size() > 1) parsed.calls.resize(1);
+  return ToolCallFullResponse(who, parsed, finish, usage);
 }
 
 std::vector<std::string> ToolCallResponder::StreamChunks(const ResponseIdentity& who,
@@ -73,6 +75,7 @@ std::vector<std::string> ToolCallResponder::StreamChunks(const ResponseIdentity&
   if (!parsed.content.empty() || first) chunks.push_back(StreamChunk(who, text_only, first));
   text_only.set_text("");
   for (const tool_calls::ToolCall& c : parsed.calls) {
+    if (!parallel_ && calls_sent_ > 0) break;
     json head = json::parse(StreamChunk(who, text_only, false));
     head["choices"][0]["delta"] = {
         {"tool_calls",

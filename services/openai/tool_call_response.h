@@ -20,8 +20,10 @@ namespace specline::openai {
 
 class ToolCallResponder {
  public:
+  // parallel_tool_calls false: only the first call is returned (as vLLM
+  // does); the model's further calls are dropped.
   ToolCallResponder(tool_calls::Syntax syntax, const tool_calls::ToolCallSupport& support,
-                    const Tokenizer* tokenizer);
+                    const Tokenizer* tokenizer, bool parallel_tool_calls = true);
 
   // Streamed: the SSE payloads (without "data: ") for one generation
   // message; `first` as StreamChunk's. The finish reason goes out last, as
@@ -43,6 +45,7 @@ class ToolCallResponder {
   std::unique_ptr<tool_calls::ToolCallParser> parser_;
   std::string text_;     // not streamed: the marked text so far
   int calls_sent_ = 0;   // streamed: the next call's index
+  bool parallel_;
 };
 
 // The pieces, for tests: the whole response for a parsed answer.

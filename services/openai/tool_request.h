@@ -25,7 +25,7 @@ struct ToolRequest {
   // OpenAI's default: "auto" with tools, "none" without.
   Choice choice = Choice::kNone;
   std::string function;  // kFunction: its name
-  bool parallel_tool_calls = true;  // accepted; the parsers take every call the model makes
+  bool parallel_tool_calls = true;  // false: only the model's first call is returned
 };
 
 // Reads tools, tool_choice and parallel_tool_calls; tools go to
