@@ -28,6 +28,8 @@ const char kServeUsage[] = R"(usage: specline serve [options]
   --model PATH             model to serve (default: as for `specline generate`)
   --tokenizer PATH         tokenizer file (default: the model's own)
   --chat-template FILE     chat template (Jinja) instead of the model's own
+  --tool-call-parser NAME  tool-call syntax on the HTTP API: auto (default: the chat
+                           template's), hermes, llama3, mistral, none
   --stages N               stage worker processes, layers split evenly (default 2)
   --host ADDR              gateway listen address (default 127.0.0.1)
   --port N                 gateway gRPC port (default 50051; 0 = pick)
@@ -101,7 +103,7 @@ std::atomic<bool> g_stop{false};
 int ServeCommand(int argc, char** argv) {
   std::vector<std::string> options = kRequestOptions;
   options.insert(options.end(),
-                 {"model", "tokenizer", "chat-template", "stages", "host", "port", "metrics-port", "http-port", "threads",
+                 {"model", "tokenizer", "chat-template", "tool-call-parser", "stages", "host", "port", "metrics-port", "http-port", "threads",
                   "kv-capacity-tokens", "max-waiting", "max-concurrent-streams",
                   "default-max-tokens", "drain-timeout-ms", "auth-token-file", "tls-cert",
                   "tls-key", "cors-origins", "port-file", "startup-timeout-s", "demo-prompt", "log-level",
@@ -150,6 +152,7 @@ int ServeCommand(int argc, char** argv) {
   // Absolute: the gateway process may not share this working directory.
   if (args.Has("chat-template"))
     g.chat_template = std::filesystem::absolute(args.Str("chat-template")).string();
+  g.tool_call_parser = args.Str("tool-call-parser");
   g.host = args.Str("host", "127.0.0.1");
   g.port = args.Int("port", 50051);
   g.metrics_port = args.Int("metrics-port", 0);

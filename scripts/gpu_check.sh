@@ -26,7 +26,9 @@
 #         recycle   one `specline serve --device cuda` for two rows:   75 s
 #                   recycle: --policy recycle equals --policy ar token
 #                   for token; prefix: a second request sharing a prompt
-#                   prefix reports cached tokens over the OpenAI API
+#                   prefix reports cached tokens over the OpenAI API;
+#                   structured: a JSON-schema completion with logprobs,
+#                   ar = recycle, top-1 logprob = the token, penalties
 #         kquant    a random Q4_K GGUF (make-random-model) served on cuda 45 s
 #         archs     random gemma3, phi3 and qwen3moe GGUFs, each served
 #                   on 2 cuda stages                                   60 s
@@ -62,12 +64,12 @@ DEFAULT_STEPS=gpu,tests,serve,recycle,kquant,archs,model,decode,pipeline
 # 560 s deadline and the device tool's 600 s per command (its start-up is
 # not counted there). On an H100 the whole default run took 45 s (2026-11-26):
 # the budgets are ceilings for a step that hangs.
-declare -A BUDGET=([gpu]=15 [tests]=100 [serve]=45 [recycle]=70 [kquant]=45 [archs]=60 [model]=40
+declare -A BUDGET=([gpu]=15 [tests]=100 [serve]=45 [recycle]=80 [kquant]=45 [archs]=60 [model]=40
                    [decode]=60 [pipeline]=70 [sanitizer]=300 [bench]=180 [torch]=180)
 # The rows each step writes.
 declare -A ROWS_OF=([gpu]=gpu
   [tests]="cuda_kernels_test cuda_attention_test cuda_runtime_test cuda_nccl_transport_test"
-  [serve]=serve [recycle]="recycle prefix" [kquant]=kquant [archs]="arch-gemma3 arch-phi3 arch-qwen3moe" [model]=model [decode]=decode
+  [serve]=serve [recycle]="recycle prefix structured" [kquant]=kquant [archs]="arch-gemma3 arch-phi3 arch-qwen3moe" [model]=model [decode]=decode
   [pipeline]=pipeline [sanitizer]="memcheck" [bench]=bench [torch]=torch)
 H100_READ_GBS=3350  # H100 SXM5 HBM3, nominal
 DEVICE=${GPU_CHECK_DEVICE:-cuda}
@@ -393,6 +395,48 @@ PY
     row prefix PASS "$fig" prefix.json
   else
     row prefix FAIL "$(status_of "$rc"); $fig; $(tail -1 "$RESULTS/prefix.log" | cut -c1-120)" prefix.log
+  fi
+
+  # structured: a JSON-schema completion with logprobs on ar and recycle
+  # (greedy: equal text; the grammar's mask over logits shipped from the GPU
+  # head), top-1 logprob = the chosen token, and a penalised, biased request.
+  timeout -k 2 "$(left 5)" python3 - "$http" > "$RESULTS/structured.json" 2> "$RESULTS/structured.log" <<'PY'
+import json, sys, urllib.request
+http = sys.argv[1]
+schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12},
+          "mood": {"enum": ["happy", "sad", "sleepy"]}}, "required": ["name", "mood"],
+          "additionalProperties": False}
+def ask(extra):
+    body = dict({"prompt": "Once upon a time", "max_tokens": 64, "temperature": 0}, **extra)
+    req = urllib.request.Request(f"http://127.0.0.1:{http}/v1/completions", json.dumps(body).encode(),
+                                 {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return json.load(r)["choices"][0]
+out = {}
+for pol in ("ar", "recycle"):
+    c = ask({"policy": pol, "logprobs": 2,
+             "response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": schema}}})
+    lp = c["logprobs"]
+    top1 = all(max(alts, key=alts.get) == tok for tok, alts in zip(lp["tokens"], lp["top_logprobs"]))
+    out[pol] = {"text": c["text"], "finish": c["finish_reason"], "top1_is_token": top1,
+                "tokens": len(lp["tokens"])}
+text = out["ar"]["text"]
+out["same_text"] = text == out["recycle"]["text"]
+out["valid"] = out["ar"]["finish"] != "stop" or set(json.loads(text)) == {"name", "mood"}
+pen = ask({"presence_penalty": 1.5, "frequency_penalty": 0.5, "logit_bias": {"13": -100}, "max_tokens": 32})
+out["penalised_tokens"] = len(pen["text"]) > 0
+out["ok"] = out["same_text"] and out["valid"] and out["ar"]["top1_is_token"] and \
+    out["recycle"]["top1_is_token"] and out["penalised_tokens"]
+print(json.dumps(out, indent=2))
+PY
+  rc=$?
+  local ok_s
+  ok_s=$(jget "$RESULTS/structured.json" 'j["ok"]')
+  fig="json schema ar = recycle: $(jget "$RESULTS/structured.json" 'j["same_text"]'), valid: $(jget "$RESULTS/structured.json" 'j["valid"]'), top-1 logprob = token: $(jget "$RESULTS/structured.json" 'j["ar"]["top1_is_token"]')"
+  if ((rc == 0)) && [ "$ok_s" = True ]; then
+    row structured PASS "$fig" structured.json
+  else
+    row structured FAIL "$(status_of "$rc"); $fig; $(tail -1 "$RESULTS/structured.log" | cut -c1-120)" structured.log
   fi
 }
 

@@ -22,6 +22,9 @@ const char kUsage[] = R"(usage: specline-gateway --model PATH --scheduler HOST:P
   --chat-template FILE         the chat template (Jinja, or JSON with "chat_template")
                                used instead of the model's own; --chat-template-file
                                is the same (llama-server's name)
+  --tool-call-parser NAME      the syntax the model's tool calls are read back in on the
+                               HTTP API: hermes (Hermes, Qwen2.5/3), llama3, mistral,
+                               none, or auto (default: the one the chat template shows)
   --scheduler HOST:PORT        the scheduler's gRPC address
   --host ADDR                  listen address (default 0.0.0.0)
   --port N                     gRPC port (0 = pick; default 0)
@@ -73,6 +76,7 @@ bool ParseArgs(int argc, char** argv, specline::GatewayConfig* c) {
     if (name == "model") c->model_path = v;
     else if (name == "tokenizer") c->tokenizer_path = v;
     else if (name == "chat-template" || name == "chat-template-file") c->chat_template_path = v;
+    else if (name == "tool-call-parser") c->tool_call_parser = v;
     else if (name == "scheduler") c->scheduler_addr = v;
     else if (name == "host") c->host = v;
     else if (name == "port") st = specline::ParseNumber(name, v, &c->port);

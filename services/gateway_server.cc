@@ -92,6 +92,12 @@ Gateway::Gateway(const GatewayConfig& config)
   }
   served.tokenizer = tokenizer_.get();
   LoadChatTemplate(config, *model, tokenizer_.get(), &served);
+  served.tool_calls = tool_calls::ResolveToolCallSupport(
+      config.tool_call_parser, served.chat_template ? &*served.chat_template : nullptr,
+      tokenizer_.get());
+  spdlog::info("tool calls: {} (the template {} tools)",
+               tool_calls::SyntaxName(served.tool_calls.syntax),
+               served.tool_calls.template_reads_tools ? "renders" : "does not render");
   served.vocab_size = model->config().vocab_size;
   served.context_length = model->config().max_seq_len;
   served.default_max_tokens = config.default_max_tokens;

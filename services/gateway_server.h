@@ -25,6 +25,9 @@ struct GatewayConfig {
   std::string model_path;
   std::string tokenizer_path;  // "" = the model's own (none found: token ids only)
   std::string chat_template_path;  // "" = the model's own template
+  // --tool-call-parser: the syntax tool calls are parsed in ("auto": the
+  // one the chat template shows; hermes, llama3, mistral, none).
+  std::string tool_call_parser = "auto";
   std::string scheduler_addr;  // host:port
   std::string host = "0.0.0.0";
   int port = 0;          // 0 = pick

@@ -114,6 +114,39 @@ absl::StatusOr<std::vector<int32_t>> TokenizePrompt(const v1::GenerateRequest& r
   return Invalid("prompt", "not set (one of text, token_ids, chat)");
 }
 
+// A message as transformers hands it to a template: content (null for an
+// assistant turn of calls alone), tool_calls as
+// [{"id", "type": "function", "function": {"name", "arguments"}}] with the
+// arguments an object (templates print them with `tojson`, so OpenAI's
+// JSON string would be quoted twice), tool_call_id and name.
+absl::StatusOr<nlohmann::ordered_json> TemplateMessage(const v1::ChatMessage& msg, int i) {
+  using nlohmann::ordered_json;
+  ordered_json out = {{"role", msg.role()}};
+  out["content"] = msg.content_null() ? ordered_json(nullptr) : ordered_json(msg.content());
+  if (!msg.tool_calls_json().empty()) {
+    ordered_json calls = ordered_json::parse(msg.tool_calls_json(), nullptr, false);
+    if (!calls.is_array())
+      return Invalid(absl::StrCat("prompt.chat.messages[", i, "].tool_calls_json"),
+                     "must be a JSON list of calls");
+    for (ordered_json& call : calls) {
+      if (!call.is_object() || !call.contains("function") || !call["function"].is_object())
+        return Invalid(absl::StrCat("prompt.chat.messages[", i, "].tool_calls_json"),
+                       "each call must be {\"type\": \"function\", \"function\": {...}}");
+      if (!call.contains("type")) call["type"] = "function";
+      ordered_json& fn = call["function"];
+      if (fn.contains("arguments") && fn["arguments"].is_string()) {
+        ordered_json args = ordered_json::parse(fn["arguments"].get<std::string>(), nullptr, false);
+        // Arguments that are not JSON stay the string they were.
+        if (!args.is_discarded()) fn["arguments"] = std::move(args);
+      }
+    }
+    out["tool_calls"] = std::move(calls);
+  }
+  if (!msg.tool_call_id().empty()) out["tool_call_id"] = msg.tool_call_id();
+  if (!msg.name().empty()) out["name"] = msg.name();
+  return out;
+}
+
 }  // namespace
 
 absl::StatusOr<std::string> RenderChat(const v1::ChatMessages& chat, const ServedModel& m) {
@@ -131,9 +164,22 @@ absl::StatusOr<std::string> RenderChat(const v1::ChatMessages& chat, const Serve
       return Invalid(absl::StrCat("prompt.chat.messages[", i, "].role"), "is empty");
     // Which roles a conversation may hold is the template's to say: it
     // raises for one it refuses, and that becomes this request's 400.
-    messages.push_back({{"role", msgs[i].role()}, {"content", msgs[i].content()}});
+    absl::StatusOr<nlohmann::ordered_json> message = TemplateMessage(msgs[i], i);
+    if (!message.ok()) return message.status();
+    messages.push_back(*std::move(message));
   }
   ChatRenderOptions options;
+  if (!chat.tools_json().empty()) {
+    options.tools = nlohmann::ordered_json::parse(chat.tools_json(), nullptr,
+                                                  /*allow_exceptions=*/false);
+    if (!options.tools.is_array())
+      return Invalid("prompt.chat.tools_json", "must be a JSON list of tools");
+    if (!options.tools.empty() && !m.tool_calls.template_reads_tools)
+      return Invalid("prompt.chat.tools_json",
+                     absl::StrCat("the chat template (", m.chat_template->origin(),
+                                  ") does not render tools; start the gateway with a "
+                                  "--chat-template that does"));
+  }
   options.add_generation_prompt = !chat.no_generation_prompt();
   if (!chat.template_kwargs_json().empty()) {
     options.extra = nlohmann::ordered_json::parse(chat.template_kwargs_json(), nullptr,

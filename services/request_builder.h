@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "model/tokenizer/chat_template.h"
 #include "model/tokenizer/tokenizer.h"
+#include "services/tool_calls/tool_call_syntax.h"
 #include "specline/internal/scheduler.pb.h"
 #include "specline/v1/generation.pb.h"
 
@@ -28,6 +29,8 @@ struct ServedModel {
   int32_t context_length = 0;
   int32_t default_max_tokens = 256;
   int32_t max_prompt_tokens = 0;  // 0: the context length minus one
+  // Whether the template renders tools, and the syntax its calls come in.
+  tool_calls::ToolCallSupport tool_calls;
 };
 
 // Limits on stop strings: matching cost grows with both.

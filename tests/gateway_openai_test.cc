@@ -118,7 +118,7 @@ TEST(OpenAiRequest, UnsupportedFieldsAreRefusedByName) {
   EXPECT_EQ(ParseFails(Endpoint::kChatCompletions,
                        R"({"messages": [{"role": "user", "content": "x"}], "tools": [{}]})")
                 .param,
-            "tools");
+            "tools[0].type");
 }
 
 TEST(OpenAiRequest, TypeAndRangeErrorsNameTheField) {

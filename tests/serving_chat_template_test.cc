@@ -118,6 +118,28 @@ TEST_F(ChatTemplateServing, ATurnTheTemplateRefusesIsA400WithItsMessage) {
   EXPECT_EQ(ok.status, 200) << ok.body;
 }
 
+// This template renders no `tools`: a request with tools is a 400 naming
+// the template, unless tool_choice is "none" (the tools are then left out).
+TEST_F(ChatTemplateServing, ToolsOnATemplateWithoutThemAre400UnlessNone) {
+  const json tools = json::parse(
+      R"([{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}])");
+  for (const char* target : {"/v1/chat/completions", "/apply-template"}) {
+    SCOPED_TRACE(target);
+    HttpResult r = PostJson(Http(), target, {{"messages", kConversation}, {"tools", tools}});
+    EXPECT_EQ(r.status, 400) << r.body;
+    EXPECT_EQ(r.Json()["error"]["param"], "tools") << r.body;
+    EXPECT_NE(r.body.find("story.jinja"), std::string::npos) << r.body;
+  }
+  HttpResult r = PostJson(Http(), "/apply-template",
+                          {{"messages", kConversation}, {"tools", tools}, {"tool_choice", "none"}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.Json()["prompt"], kPrompt);
+  r = PostJson(Http(), "/v1/chat/completions",
+               {{"messages", kConversation}, {"tools", tools}, {"tool_choice", "none"}, {"max_tokens", 4}});
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_TRUE(r.Json()["choices"][0]["message"]["content"].is_string()) << r.body;
+}
+
 TEST_F(ChatTemplateServing, CommandLinePrintsTheSamePrompt) {
   const std::string messages = TempDir() + "/messages.json";
   std::ofstream(messages) << kConversation.dump();

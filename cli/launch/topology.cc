@@ -198,6 +198,7 @@ Plan BuildPlan(const Topology& t, const Binaries& binaries, int n_layers,
     Add(g.argv, "--cluster-secret-file", t.cluster_secret_file);
     Add(g.argv, "--tokenizer", o.tokenizer);
     Add(g.argv, "--chat-template", o.chat_template);
+    Add(g.argv, "--tool-call-parser", o.tool_call_parser);
     Add(g.argv, "--auth-token-file", o.auth_token_file);
     Add(g.argv, "--served-model-name", o.served_model_name);
     AddPositive(g.argv, "--max-streams-per-principal", o.max_streams_per_principal);

@@ -21,6 +21,7 @@ struct GatewayOptions {
   int drain_timeout_ms = 10000;
   std::string tokenizer;           // "" = the model's own
   std::string chat_template;       // "" = the model's own
+  std::string tool_call_parser;    // "" = the gateway's default (auto)
   std::string auth_token_file;
   std::string served_model_name;   // "" = the model file's stem
   int max_streams_per_principal = 0;  // 0 = no per-principal cap

@@ -40,6 +40,7 @@ absl::StatusOr<ChatTemplate> ChatTemplate::Parse(std::string_view source, std::s
   if (!main.ok()) return main.status();
   ChatTemplate t;
   t.main_ = *std::move(main);
+  t.main_source_ = std::string(source);
   t.origin_ = std::move(origin);
   t.bos_token_ = std::move(bos_token);
   t.eos_token_ = std::move(eos_token);
@@ -50,6 +51,7 @@ absl::Status ChatTemplate::AddToolUseVariant(std::string_view source) {
   auto tool_use = Compile(source, origin_ + ", tool_use variant");
   if (!tool_use.ok()) return tool_use.status();
   tool_use_ = *std::move(tool_use);
+  tool_use_source_ = std::string(source);
   return absl::OkStatus();
 }
 

@@ -80,12 +80,19 @@ class ChatTemplate {
   }
 
   const std::string& origin() const { return origin_; }
+  // The Jinja source a request with tools renders through (the tool_use
+  // variant when there is one): the gateway reads its tool-call syntax and
+  // whether it renders `tools` at all (services/tool_calls).
+  const std::string& tools_source() const {
+    return tool_use_source_.empty() ? main_source_ : tool_use_source_;
+  }
   const std::string& bos_token() const { return bos_token_; }
   const std::string& eos_token() const { return eos_token_; }
 
  private:
   std::shared_ptr<const jinja::Template> main_, tool_use_;
   std::string origin_, bos_token_, eos_token_;
+  std::string main_source_, tool_use_source_;
 };
 
 }  // namespace specline

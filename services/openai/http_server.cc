@@ -27,6 +27,7 @@
 #include "services/openai/responses_api.h"
 #include "services/openai/logprobs_json.h"
 #include "services/openai/openai_response.h"
+#include "services/openai/tool_call_response.h"
 
 namespace specline::openai {
 
@@ -130,8 +131,14 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       g.usage.set_completion_tokens(g.usage.completion_tokens() + message.usage().completion_tokens());
     }
     if (!g.stream) {
-      c.text += message.text();
+      if (!g.tools.empty()) g.tools[i]->Collect(message);
+      else c.text += message.text();
       if (!g.logprobs.empty()) g.logprobs[i].Add(message);
+      return;
+    }
+    if (!g.tools.empty()) {
+      for (const std::string& chunk : g.tools[i]->StreamChunks(g.who, i, message))
+        QueueChunk(SseEvent(chunk));
       return;
     }
     if (g.responses) {
@@ -188,7 +195,16 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       if (!g.echo.empty()) g.choices[i].text = g.echo[i / g.n] + g.choices[i].text;
       if (!g.logprobs.empty()) g.choices[i].logprobs = g.logprobs[i].Whole();
     }
-    SendJson(http::status::ok, FullResponse(g.who, g.choices, g.usage));
+    if (g.tools.empty()) return SendJson(http::status::ok, FullResponse(g.who, g.choices, g.usage));
+    // Tool calls: each choice's collected answer parsed into calls.
+    std::vector<tool_calls::ParsedText> parsed(g.choices.size());
+    for (size_t i = 0; i < g.choices.size(); ++i) {
+      parsed[i] = g.tools[i]->Parsed();
+      g.choices[i].text = parsed[i].content;
+    }
+    nlohmann::json whole = nlohmann::json::parse(FullResponse(g.who, g.choices, g.usage));
+    for (size_t i = 0; i < g.choices.size(); ++i) AddToolCalls(parsed[i], g.choices[i].finish, whole["choices"][i]);
+    SendJson(http::status::ok, whole.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   }
 
  private:
@@ -206,6 +222,8 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     v1::Usage usage;                    // summed over the choices
     std::shared_ptr<SessionSink<Session>> sink;
     std::shared_ptr<grpc::ClientContext> call;
+    // One per choice when the answers are parsed for tool calls.
+    std::vector<std::unique_ptr<ToolCallResponder>> tools;
   };
 
   // The write queue: a response is a header then chunks (SSE) or one whole
@@ -390,12 +408,26 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     return true;
   }
 
+  // The request's tools against the served model (tool_request.h); false
+  // after answering the error.
+  bool ApplyTools(ParsedRequest* parsed, tool_calls::Syntax* parse_with) {
+    if (auto e = ApplyToolChoice(parsed->tools, server_.service.served_model().tool_calls,
+                                 &parsed->request, parse_with)) {
+      server_.service.metrics(Api::kOpenAi).CountFailure("INVALID_ARGUMENT");
+      SendError(*e);
+      return false;
+    }
+    return true;
+  }
+
   // llama-server's POST /apply-template: a chat request's body in, the
   // prompt the model's template makes of it out, {"prompt": "..."}; nothing
   // is generated.
   void ApplyTemplate() {
     ParsedRequest parsed;
     if (!ReadJsonPost(Endpoint::kChatCompletions, &parsed)) return;
+    tool_calls::Syntax parse_with;
+    if (!ApplyTools(&parsed, &parse_with)) return;
     absl::StatusOr<std::string> prompt =
         RenderChat(parsed.request.chat(), server_.service.served_model());
     if (!prompt.ok()) {
@@ -421,6 +453,8 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       server_.service.metrics(Api::kOpenAi).CountFailure("NOT_FOUND");
       return SendError(e);
     }
+    tool_calls::Syntax parse_with;
+    if (!ApplyTools(&parsed, &parse_with)) return;
     if (parsed.n > kMaxChoices) {
       server_.service.metrics(Api::kOpenAi).CountFailure("INVALID_ARGUMENT");
       ApiError e;
@@ -462,6 +496,13 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     if (parsed.request.logprobs().enabled()) {
       for (size_t i = 0; i < choices.size(); ++i)
         g.logprobs.emplace_back(endpoint, server_.service.served_model().tokenizer);
+    }
+    if (parse_with != tool_calls::Syntax::kNone) {
+      const ServedModel& m = server_.service.served_model();
+      for (size_t i = 0; i < choices.size(); ++i) {
+        g.tools.push_back(std::make_unique<ToolCallResponder>(parse_with, m.tool_calls, m.tokenizer,
+                                                              parsed.tools.parallel_tool_calls));
+      }
     }
     g.sink = std::make_shared<SessionSink<Session>>(this->shared_from_this());
     if (!parsed.user.empty()) spdlog::info("req={} user={}", g.who.id, parsed.user);

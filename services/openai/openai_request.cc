@@ -35,9 +35,6 @@ std::optional<ApiError> RefuseUnlessDefault(const json& body, Endpoint endpoint)
   const Unsupported fields[] = {
       {"best_of", 1, "only 1 is supported"},
       {"suffix", "", "(fill-in-the-middle) is not supported: the served models carry no FIM tokens"},
-      {"tools", json::array(), "tool calls are not supported by this server"},
-      {"tool_choice", "none", "tool calls are not supported by this server"},
-      {"parallel_tool_calls", false, "tool calls are not supported by this server"},
       {"functions", json::array(), "function calls are not supported by this server"},
       {"function_call", "none", "function calls are not supported by this server"},
   };
@@ -194,14 +191,13 @@ std::optional<ApiError> ReadMessages(const json& body, v1::GenerateRequest* r) {
     } else {
       return Bad(at + ".content", "must be a string or a list of text parts");
     }
-    if (m.contains("tool_calls") && !m["tool_calls"].is_null())
-      return Bad(at + ".tool_calls", "tool calls are not supported by this server");
     auto* msg = chat->add_messages();
+    if (auto e = ReadMessageToolFields(m, at, msg)) return e;
+    msg->set_content_null(content_null);
     // OpenAI's newer "developer" role is its "system": chat templates,
     // written before it, know only "system".
     msg->set_role(role_name == "developer" ? "system" : role_name);
     msg->set_content(std::move(text));
-    msg->set_content_null(content_null);
   }
   // vLLM's and llama-server's extensions: extra template variables
   // ({"enable_thinking": false} for Qwen3), and a prompt without the
@@ -265,6 +261,10 @@ std::optional<ApiError> ParseRequest(Endpoint endpoint, std::string_view body_te
     return e;
   if (endpoint == Endpoint::kCompletions) {
     if (auto e = ReadBool(body, "echo", &out->echo)) return e;
+  }
+  if (endpoint == Endpoint::kChatCompletions) {
+    if (auto e = ReadTools(body, &out->tools, r.mutable_chat())) return e;
+    KeepClientKeyOrder(body_text, r.mutable_chat());
   }
   if (auto it = body.find("modalities"); it != body.end() && !it->is_null()) {
     if (*it != json::array({"text"})) return Bad("modalities", "only [\"text\"] is supported");
@@ -380,6 +380,8 @@ std::string ToOpenAiMessage(Endpoint endpoint, const std::string& grpc_message,
     field = field.substr(9);
   } else if (starts("logprobs.top_logprobs")) {
     field = endpoint == Endpoint::kChatCompletions ? "top_logprobs" : "logprobs";
+  } else if (starts("prompt.chat.tools_json")) {
+    field = "tools";
   } else if (starts("prompt.chat.template_kwargs_json")) {
     field = "chat_template_kwargs";
   } else if (starts("prompt.chat.messages")) {

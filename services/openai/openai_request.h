@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "services/openai/tool_request.h"
 #include "specline/v1/generation.pb.h"
 
 namespace specline::openai {
@@ -45,6 +46,7 @@ struct ParsedRequest {
   bool echo = false;             // completions: the prompt's text comes first
   bool max_tokens_zero = false;  // completions' max_tokens: 0 (nothing generated)
   int n = 1;
+  ToolRequest tools;           // chat: tools, tool_choice (tool_request.h)
 };
 
 // Parses and checks a request body. On success `error` is empty.

@@ -1,0 +1,54 @@
+// What the per-syntax parsers share: the held-back buffer, the rule that
+// whitespace around calls is not content, JSON scanning and call ids.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "services/tool_calls/tool_call_parser.h"
+
+namespace specline::tool_calls {
+
+// Where in `text` a suffix starts that is a proper prefix of `marker` (it
+// may become the marker with more text); text.size() when none.
+size_t PartialMarkerStart(std::string_view text, std::string_view marker);
+
+// `s[start]` opens a JSON object or array: the index just past its closing
+// bracket, or nullopt while it is not closed yet. Strings and escapes are
+// honoured, so brackets inside strings do not count.
+std::optional<size_t> JsonValueEnd(std::string_view s, size_t start);
+
+// A new call id in the style `syntax` wants.
+std::string NewCallId(Syntax syntax);
+
+// {"name": ..., "arguments" | "parameters": {...}} as a call; nullopt when
+// the object is not one. Arguments given as a JSON string holding an
+// object are accepted too (some models write them so).
+std::optional<ToolCall> CallFromJson(const nlohmann::json& call, Syntax syntax);
+// A name and its arguments' JSON text; nullopt unless the arguments are an
+// object and the name is non-empty.
+std::optional<ToolCall> CallFromParts(std::string name, std::string_view arguments, Syntax syntax);
+
+class ParserBase : public ToolCallParser {
+ protected:
+  explicit ParserBase(Syntax syntax) : syntax_(syntax) {}
+  // Content goes out in order; after a call, whitespace is held until
+  // something else follows (the newlines between and after calls are the
+  // syntax's, not the answer's).
+  void EmitContent(ParsedText* out, std::string_view text);
+  void EmitCall(ParsedText* out, ToolCall call);
+  // The end of the generation: held whitespace after calls is dropped.
+  void FinishContent(ParsedText* out, std::string_view rest);
+
+  Syntax syntax_;
+  std::string buffer_;  // text received and not yet decided
+
+ private:
+  bool calls_seen_ = false;
+  std::string held_space_;
+};
+
+}  // namespace specline::tool_calls
