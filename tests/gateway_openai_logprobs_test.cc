@@ -140,13 +140,13 @@ TEST(OpenAiLogprobsJson, ChatShape) {
   lp.Add(Message());
   EXPECT_EQ(lp.Whole()["content"].size(), 4u);
   // The chunk and the whole response carry the object in choices[0].
-  const json whole = json::parse(FullResponse({Endpoint::kChatCompletions, "id", 0, "m"}, "t",
-                                              v1::FINISH_REASON_STOP, v1::Usage(), &lp.Whole()));
+  const ResponseIdentity who{Endpoint::kChatCompletions, "id", 0, "m", ""};
+  const json whole = json::parse(
+      FullResponse(who, {ChoiceResult{"t", v1::FINISH_REASON_STOP, lp.Whole()}}, v1::Usage()));
   EXPECT_EQ(whole["choices"][0]["logprobs"], lp.Whole());
-  const json c = json::parse(StreamChunk({Endpoint::kChatCompletions, "id", 0, "m"}, Message(),
-                                         false, &chunk));
+  const json c = json::parse(TextChunk(who, 0, "t", &chunk));
   EXPECT_EQ(c["choices"][0]["logprobs"], chunk);
-  const json none = json::parse(StreamChunk({Endpoint::kChatCompletions, "id", 0, "m"}, Message(), false));
+  const json none = json::parse(TextChunk(who, 0, "t"));
   EXPECT_TRUE(none["choices"][0]["logprobs"].is_null());
 }
 

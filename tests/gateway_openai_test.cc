@@ -108,7 +108,7 @@ TEST(OpenAiRequest, UnsupportedFieldsAreRefusedByName) {
   for (const char* body :
        {R"({"prompt": "x", "best_of": 3})",
         R"({"prompt": "x", "suffix": "y"})", R"({"prompt": "x", "modalities": ["audio"]})",
-        R"({"prompt": "x", "response_format": {"type": "json_object"}})",
+        R"({"prompt": "x", "response_format": {"type": "xml"}})",
         R"({"prompt": "x", "whatever": 1})"}) {
     const ApiError e = ParseFails(Endpoint::kCompletions, body);
     EXPECT_EQ(e.http_status, 400);
@@ -202,13 +202,13 @@ TEST(OpenAiResponse, ChunksResponsesAndErrors) {
   EXPECT_EQ(u["usage"]["total_tokens"], 8);
 
   const ResponseIdentity cmpl{Endpoint::kCompletions, "cmpl-1", 1700000000, "m", "fp_x"};
-  json whole = json::parse(FullResponse(cmpl, {{"text", v1::FINISH_REASON_STOP}}, usage));
+  json whole = json::parse(FullResponse(cmpl, {{"text", v1::FINISH_REASON_STOP, {}}}, usage));
   EXPECT_EQ(whole["system_fingerprint"], "fp_x");
   EXPECT_EQ(whole["object"], "text_completion");
   EXPECT_EQ(whole["choices"][0]["text"], "text");
   EXPECT_EQ(whole["choices"][0]["finish_reason"], "stop");
   json chat_whole = json::parse(FullResponse(
-      chat, {{"a", v1::FINISH_REASON_LENGTH}, {"b", v1::FINISH_REASON_STOP}}, usage));
+      chat, {{"a", v1::FINISH_REASON_LENGTH, {}}, {"b", v1::FINISH_REASON_STOP, {}}}, usage));
   EXPECT_EQ(chat_whole["object"], "chat.completion");
   ASSERT_EQ(chat_whole["choices"].size(), 2u);
   EXPECT_EQ(chat_whole["choices"][1]["index"], 1);

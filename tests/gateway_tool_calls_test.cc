@@ -513,7 +513,7 @@ Weather in Paris?<|im_end|>
   EXPECT_EQ(RenderChat(p.request.chat(), plain).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
-ResponseIdentity Who() { return {Endpoint::kChatCompletions, "chatcmpl-1", 7, "m"}; }
+ResponseIdentity Who() { return {Endpoint::kChatCompletions, "chatcmpl-1", 7, "m", ""}; }
 
 TEST(ToolResponses, WholeResponseShape) {
   v1::Usage usage;

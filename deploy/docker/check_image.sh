@@ -266,6 +266,11 @@ for f in "${ELF_FILES[@]}"; do
       resolved[${BASH_REMATCH[1]}]=""
     elif [[ $line =~ ^([^[:space:]]+)[[:space:]]+=\>[[:space:]]+([^[:space:]]+)[[:space:]]+\( ]]; then
       resolved[${BASH_REMATCH[1]}]=${BASH_REMATCH[2]}
+    elif [[ $line =~ ^(/[^[:space:]]*/)?(ld-linux[^[:space:]/]*)[[:space:]]+\( ]]; then
+      # The dynamic loader, which ldd prints by its path alone; a binary
+      # names it as NEEDED when it uses the loader's own symbols (xgrammar's
+      # static library does: __tls_get_addr). libc6 ships it.
+      resolved[${BASH_REMATCH[2]}]="${BASH_REMATCH[1]}${BASH_REMATCH[2]}"
     fi
   done < <("${RUN_ENV[@]}" ldd "$f" 2>/dev/null)
   dpkg_prefetch "${resolved[@]}"
