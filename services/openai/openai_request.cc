@@ -12,16 +12,17 @@
 #include "services/openai/sampling_fields.h"
 
 namespace specline::openai {
-namespace {
 
-using nlohmann::json;
-
-ApiError Bad(const std::string& param, const std::string& why) {
+ApiError BadField(const std::string& param, const std::string& why) {
   ApiError e;
   e.message = absl::StrCat(param, ": ", why);
   e.param = param;
   return e;
 }
+
+namespace {
+
+using nlohmann::json;
 
 // Fields we know but do not implement: refused unless they carry their
 // default (absent, null, or the value below), never ignored.
@@ -40,7 +41,7 @@ std::optional<ApiError> RefuseUnlessDefault(const json& body, Endpoint endpoint)
   };
   for (const auto& f : fields) {
     auto it = body.find(f.name);
-    if (it != body.end() && !is_default(*it, f.dflt)) return Bad(f.name, f.why);
+    if (it != body.end() && !is_default(*it, f.dflt)) return BadField(f.name, f.why);
   }
   return std::nullopt;
 }
@@ -73,10 +74,10 @@ std::optional<ApiError> ReadNumber(const json& body, const char* name, double lo
                                    std::optional<double>* out) {
   auto it = body.find(name);
   if (it == body.end() || it->is_null()) return std::nullopt;
-  if (!it->is_number()) return Bad(name, "must be a number");
+  if (!it->is_number()) return BadField(name, "must be a number");
   const double v = it->get<double>();
   if (!std::isfinite(v) || v < lo || v > hi)
-    return Bad(name, absl::StrCat("must be in [", lo, ", ", hi, "], got ", it->dump()));
+    return BadField(name, absl::StrCat("must be in [", lo, ", ", hi, "], got ", it->dump()));
   *out = v;
   return std::nullopt;
 }
@@ -85,12 +86,12 @@ std::optional<ApiError> ReadInt(const json& body, const char* name, int64_t lo, 
                                 std::optional<int64_t>* out) {
   auto it = body.find(name);
   if (it == body.end() || it->is_null()) return std::nullopt;
-  if (!it->is_number_integer()) return Bad(name, "must be an integer");
+  if (!it->is_number_integer()) return BadField(name, "must be an integer");
   // Unsigned values above int64 come back as uint64.
   if (it->is_number_unsigned() && it->get<uint64_t>() > static_cast<uint64_t>(hi))
-    return Bad(name, absl::StrCat("must be at most ", hi));
+    return BadField(name, absl::StrCat("must be at most ", hi));
   const int64_t v = it->get<int64_t>();
-  if (v < lo || v > hi) return Bad(name, absl::StrCat("must be in [", lo, ", ", hi, "], got ", v));
+  if (v < lo || v > hi) return BadField(name, absl::StrCat("must be in [", lo, ", ", hi, "], got ", v));
   *out = v;
   return std::nullopt;
 }
@@ -98,29 +99,29 @@ std::optional<ApiError> ReadInt(const json& body, const char* name, int64_t lo, 
 std::optional<ApiError> ReadBool(const json& body, const char* name, bool* out) {
   auto it = body.find(name);
   if (it == body.end() || it->is_null()) return std::nullopt;
-  if (!it->is_boolean()) return Bad(name, "must be true or false");
+  if (!it->is_boolean()) return BadField(name, "must be true or false");
   *out = it->get<bool>();
   return std::nullopt;
 }
 
 std::optional<ApiError> ReadPrompt(const json& body, v1::GenerateRequest* r) {
   auto it = body.find("prompt");
-  if (it == body.end() || it->is_null()) return Bad("prompt", "is required");
+  if (it == body.end() || it->is_null()) return BadField("prompt", "is required");
   const json& p = *it;
   if (p.is_string()) {
     r->set_text(p.get<std::string>());
     return std::nullopt;
   }
   if (!p.is_array() || p.empty())
-    return Bad("prompt", "must be a string, a list of token ids, or a list of one of those");
+    return BadField("prompt", "must be a string, a list of token ids, or a list of one of those");
   if (p[0].is_string() || p[0].is_array())
-    return Bad("prompt", "must be a string or a list of token ids here");
+    return BadField("prompt", "must be a string or a list of token ids here");
 
   auto* ids = r->mutable_token_ids();
   for (size_t i = 0; i < p.size(); ++i) {
     if (!p[i].is_number_integer() || p[i].get<int64_t>() < 0 ||
         p[i].get<int64_t>() > std::numeric_limits<int32_t>::max())
-      return Bad("prompt", absl::StrCat("token id at index ", i, " is not a non-negative integer"));
+      return BadField("prompt", absl::StrCat("token id at index ", i, " is not a non-negative integer"));
     ids->add_ids(p[i].get<int32_t>());
   }
   return std::nullopt;
@@ -134,7 +135,7 @@ std::optional<ApiError> ReadPrompts(const json& body, v1::GenerateRequest* r,
   if (it != body.end() && it->is_array() && !it->empty() && ((*it)[0].is_string() || (*it)[0].is_array())) {
     for (size_t i = 0; i < it->size(); ++i) {
       if (!(*it)[i].is_string() && !(*it)[i].is_array())
-        return Bad("prompt", absl::StrCat("entry ", i, " must be a string or a list of token ids"));
+        return BadField("prompt", absl::StrCat("entry ", i, " must be a string or a list of token ids"));
       json one = {{"prompt", (*it)[i]}};
       v1::GenerateRequest prompt;
       if (auto e = ReadPrompt(one, &prompt)) return e;
@@ -151,21 +152,21 @@ std::optional<ApiError> ReadPrompts(const json& body, v1::GenerateRequest* r,
 
 std::optional<ApiError> ReadMessages(const json& body, v1::GenerateRequest* r) {
   auto it = body.find("messages");
-  if (it == body.end() || it->is_null()) return Bad("messages", "is required");
-  if (!it->is_array() || it->empty()) return Bad("messages", "must be a non-empty list");
+  if (it == body.end() || it->is_null()) return BadField("messages", "is required");
+  if (!it->is_array() || it->empty()) return BadField("messages", "must be a non-empty list");
   auto* chat = r->mutable_chat();
   for (size_t i = 0; i < it->size(); ++i) {
     const json& m = (*it)[i];
     const std::string at = absl::StrCat("messages[", i, "]");
-    if (!m.is_object()) return Bad(at, "must be an object with role and content");
+    if (!m.is_object()) return BadField(at, "must be an object with role and content");
     auto role = m.find("role");
-    if (role == m.end() || !role->is_string()) return Bad(at + ".role", "must be a string");
+    if (role == m.end() || !role->is_string()) return BadField(at + ".role", "must be a string");
     const std::string role_name = role->get<std::string>();
     // OpenAI's roles; whether the conversation suits the model is its chat
     // template's to say (a template that refuses one answers 400 naming it).
     if (role_name != "system" && role_name != "user" && role_name != "assistant" &&
         role_name != "developer" && role_name != "tool")
-      return Bad(at + ".role", absl::StrCat("'", role_name,
+      return BadField(at + ".role", absl::StrCat("'", role_name,
                                             "' is not supported (system, developer, user, assistant, tool)"));
     std::string text;
     bool content_null = false;
@@ -173,7 +174,7 @@ std::optional<ApiError> ReadMessages(const json& body, v1::GenerateRequest* r) {
     if (content == m.end() || content->is_null()) {
       // OpenAI's assistant content is optional (a turn of tool calls has
       // none): it renders as empty content.
-      if (role_name != "assistant") return Bad(at + ".content", "is required");
+      if (role_name != "assistant") return BadField(at + ".content", "is required");
       content_null = true;
     } else if (content->is_string()) {
       text = content->get<std::string>();
@@ -185,11 +186,11 @@ std::optional<ApiError> ReadMessages(const json& body, v1::GenerateRequest* r) {
         const std::string at_part = absl::StrCat(at, ".content[", k, "]");
         if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
             !part["text"].is_string())
-          return Bad(at_part, "only {\"type\": \"text\", \"text\": ...} parts are supported");
+          return BadField(at_part, "only {\"type\": \"text\", \"text\": ...} parts are supported");
         text += part["text"].get<std::string>();
       }
     } else {
-      return Bad(at + ".content", "must be a string or a list of text parts");
+      return BadField(at + ".content", "must be a string or a list of text parts");
     }
     auto* msg = chat->add_messages();
     if (auto e = ReadMessageToolFields(m, at, msg)) return e;
@@ -203,11 +204,11 @@ std::optional<ApiError> ReadMessages(const json& body, v1::GenerateRequest* r) {
   // ({"enable_thinking": false} for Qwen3), and a prompt without the
   // assistant's opening.
   if (auto kw = body.find("chat_template_kwargs"); kw != body.end() && !kw->is_null()) {
-    if (!kw->is_object()) return Bad("chat_template_kwargs", "must be an object");
+    if (!kw->is_object()) return BadField("chat_template_kwargs", "must be an object");
     chat->set_template_kwargs_json(kw->dump());
   }
   if (auto gen = body.find("add_generation_prompt"); gen != body.end() && !gen->is_null()) {
-    if (!gen->is_boolean()) return Bad("add_generation_prompt", "must be true or false");
+    if (!gen->is_boolean()) return BadField("add_generation_prompt", "must be true or false");
     chat->set_no_generation_prompt(!gen->get<bool>());
   }
   return std::nullopt;
@@ -220,9 +221,9 @@ std::optional<ApiError> ReadStop(const json& body, v1::GenerateRequest* r) {
     r->add_stop(it->get<std::string>());
     return std::nullopt;
   }
-  if (!it->is_array()) return Bad("stop", "must be a string or a list of strings");
+  if (!it->is_array()) return BadField("stop", "must be a string or a list of strings");
   for (size_t i = 0; i < it->size(); ++i) {
-    if (!(*it)[i].is_string()) return Bad(absl::StrCat("stop[", i, "]"), "must be a string");
+    if (!(*it)[i].is_string()) return BadField(absl::StrCat("stop[", i, "]"), "must be a string");
     r->add_stop((*it)[i].get<std::string>());
   }
   return std::nullopt;
@@ -246,14 +247,14 @@ std::optional<ApiError> ParseRequest(Endpoint endpoint, std::string_view body_te
   const auto& known = KnownFields(endpoint);
   for (const auto& [name, value] : body.items()) {
     if (!known.count(name) && !ResponseFormatFields().count(name)) {
-      return Bad(name, "unrecognized request argument");
+      return BadField(name, "unrecognized request argument");
     }
   }
   if (auto e = RefuseUnlessDefault(body, endpoint)) return e;
   v1::GenerateRequest& r = out->request;
 
   if (auto it = body.find("model"); it != body.end() && !it->is_null()) {
-    if (!it->is_string()) return Bad("model", "must be a string");
+    if (!it->is_string()) return BadField("model", "must be a string");
     out->model = it->get<std::string>();
   }
   if (auto e = endpoint == Endpoint::kChatCompletions ? ReadMessages(body, &r)
@@ -267,7 +268,7 @@ std::optional<ApiError> ParseRequest(Endpoint endpoint, std::string_view body_te
     KeepClientKeyOrder(body_text, r.mutable_chat());
   }
   if (auto it = body.find("modalities"); it != body.end() && !it->is_null()) {
-    if (*it != json::array({"text"})) return Bad("modalities", "only [\"text\"] is supported");
+    if (*it != json::array({"text"})) return BadField("modalities", "only [\"text\"] is supported");
   }
 
   std::optional<int64_t> n, max_tokens, max_completion_tokens, top_k, seed;
@@ -297,7 +298,7 @@ std::optional<ApiError> ParseRequest(Endpoint endpoint, std::string_view body_te
   if (auto e = ReadNumber(body, "min_p", 0, 1, &min_p)) return e;
   if (auto e = ReadNumber(body, "repetition_penalty", 0, 1e6, &repetition_penalty)) return e;
   if (repetition_penalty && *repetition_penalty == 0)
-    return Bad("repetition_penalty", "must be > 0 (1 = off)");
+    return BadField("repetition_penalty", "must be > 0 (1 = off)");
   if (auto e = ReadNumber(body, "pipo_tau", 0, 1e6, &pipo_tau)) return e;
   // vLLM's top_k: -1 or 0 = off.
   if (auto e = ReadInt(body, "top_k", -1, std::numeric_limits<int32_t>::max(), &top_k)) return e;
@@ -318,12 +319,12 @@ std::optional<ApiError> ParseRequest(Endpoint endpoint, std::string_view body_te
   if (auto e = ReadPenaltiesAndLogprobs(endpoint, body, &r)) return e;
   if (auto e = ReadStop(body, &r)) return e;
   if (auto it = body.find("stop_token_ids"); it != body.end() && !it->is_null()) {
-    if (!it->is_array()) return Bad("stop_token_ids", "must be a list of token ids");
+    if (!it->is_array()) return BadField("stop_token_ids", "must be a list of token ids");
     for (size_t i = 0; i < it->size(); ++i) {
       const json& v = (*it)[i];
       if (!v.is_number_integer() || v.get<int64_t>() < 0 ||
           v.get<int64_t>() > std::numeric_limits<int32_t>::max())
-        return Bad(absl::StrCat("stop_token_ids[", i, "]"), "must be a non-negative integer");
+        return BadField(absl::StrCat("stop_token_ids[", i, "]"), "must be a non-negative integer");
       r.add_stop_token_ids(v.get<int32_t>());
     }
   }
@@ -331,34 +332,34 @@ std::optional<ApiError> ParseRequest(Endpoint endpoint, std::string_view body_te
   if (auto e = ReadBool(body, "ignore_eos", &ignore_eos)) return e;
   r.set_ignore_eos(ignore_eos);
   if (auto it = body.find("policy"); it != body.end() && !it->is_null()) {
-    if (!it->is_string()) return Bad("policy", absl::StrCat("must be one of ", kPolicyNames));
+    if (!it->is_string()) return BadField("policy", absl::StrCat("must be one of ", kPolicyNames));
     auto policy = PolicyFromName(it->get<std::string>());
-    if (!policy.ok()) return Bad("policy", std::string(policy.status().message()));
+    if (!policy.ok()) return BadField("policy", std::string(policy.status().message()));
     r.set_policy(*policy);
   }
   if (auto e = ReadBool(body, "stream", &out->stream)) return e;
   if (auto it = body.find("stream_options"); it != body.end() && !it->is_null()) {
-    if (!out->stream) return Bad("stream_options", "is only allowed when stream is true");
-    if (!it->is_object()) return Bad("stream_options", "must be an object");
+    if (!out->stream) return BadField("stream_options", "is only allowed when stream is true");
+    if (!it->is_object()) return BadField("stream_options", "must be an object");
     for (const auto& [name, value] : it->items()) {
       if (name != "include_usage" && name != "continuous_usage_stats")
-        return Bad("stream_options." + name, "unrecognized option");
+        return BadField("stream_options." + name, "unrecognized option");
     }
     if (auto e = ReadBool(*it, "include_usage", &out->include_usage))
-      return Bad("stream_options.include_usage", "must be true or false");
+      return BadField("stream_options.include_usage", "must be true or false");
     bool continuous = false;
     if (ReadBool(*it, "continuous_usage_stats", &continuous) || continuous)
-      return Bad("stream_options.continuous_usage_stats", "is not supported (false or absent only)");
+      return BadField("stream_options.continuous_usage_stats", "is not supported (false or absent only)");
   }
   // vLLM's cache_salt: a non-empty string when given. Its length is the
   // shared validation's (request_builder.h), as for the gRPC field.
   if (auto it = body.find("cache_salt"); it != body.end() && !it->is_null()) {
     if (!it->is_string() || it->get_ref<const std::string&>().empty())
-      return Bad("cache_salt", "must be a non-empty string");
+      return BadField("cache_salt", "must be a non-empty string");
     r.set_cache_salt(it->get<std::string>());
   }
   if (auto it = body.find("user"); it != body.end() && !it->is_null()) {
-    if (!it->is_string()) return Bad("user", "must be a string");
+    if (!it->is_string()) return BadField("user", "must be a string");
     out->user = it->get<std::string>();
   }
   return std::nullopt;

@@ -33,6 +33,9 @@ struct ApiError {
   int64_t retry_after_seconds = 0;  // > 0: sent as the Retry-After header (429s)
 };
 
+// A 400 naming the request field `param`: "param: why".
+ApiError BadField(const std::string& param, const std::string& why);
+
 struct ParsedRequest {
   v1::GenerateRequest request;
   std::string model;  // as sent ("" when absent)

@@ -7,13 +7,6 @@ namespace {
 
 using nlohmann::json;
 
-ApiError Bad(const std::string& param, const std::string& why) {
-  ApiError e;
-  e.message = absl::StrCat(param, ": ", why);
-  e.param = param;
-  return e;
-}
-
 // A schema given as an object or as its JSON text.
 std::optional<ApiError> ReadSchema(const json& v, const std::string& param, std::string* out) {
   if (v.is_object()) {
@@ -22,7 +15,7 @@ std::optional<ApiError> ReadSchema(const json& v, const std::string& param, std:
   }
   if (v.is_string()) {
     const json parsed = json::parse(v.get<std::string>(), nullptr, /*allow_exceptions=*/false);
-    if (!parsed.is_object()) return Bad(param, "must be a JSON Schema object (or its JSON text)");
+    if (!parsed.is_object()) return BadField(param, "must be a JSON Schema object (or its JSON text)");
     *out = parsed.dump();
     return std::nullopt;
   }
@@ -30,21 +23,21 @@ std::optional<ApiError> ReadSchema(const json& v, const std::string& param, std:
     *out = "{}";
     return std::nullopt;
   }
-  return Bad(param, "must be a JSON Schema object");
+  return BadField(param, "must be a JSON Schema object");
 }
 
 std::optional<ApiError> ReadString(const json& v, const std::string& param, std::string* out) {
-  if (!v.is_string() || v.get<std::string>().empty()) return Bad(param, "must be a non-empty string");
+  if (!v.is_string() || v.get<std::string>().empty()) return BadField(param, "must be a non-empty string");
   *out = v.get<std::string>();
   return std::nullopt;
 }
 
 std::optional<ApiError> ReadChoices(const json& v, const std::string& param,
                                     v1::ResponseFormat* out) {
-  if (!v.is_array() || v.empty()) return Bad(param, "must be a non-empty list of strings");
+  if (!v.is_array() || v.empty()) return BadField(param, "must be a non-empty list of strings");
   auto* choices = out->mutable_choice();
   for (size_t i = 0; i < v.size(); ++i) {
-    if (!v[i].is_string()) return Bad(absl::StrCat(param, "[", i, "]"), "must be a string");
+    if (!v[i].is_string()) return BadField(absl::StrCat(param, "[", i, "]"), "must be a string");
     choices->add_choices(v[i].get<std::string>());
   }
   return std::nullopt;
@@ -53,7 +46,7 @@ std::optional<ApiError> ReadChoices(const json& v, const std::string& param,
 // OpenAI's response_format object.
 std::optional<ApiError> ReadOpenAiFormat(const json& v, v1::ResponseFormat* out, bool* set) {
   if (!v.is_object() || !v.contains("type") || !v["type"].is_string()) {
-    return Bad("response_format", "must be an object with a string \"type\"");
+    return BadField("response_format", "must be an object with a string \"type\"");
   }
   const std::string type = v["type"].get<std::string>();
   if (type == "text") return std::nullopt;
@@ -70,14 +63,14 @@ std::optional<ApiError> ReadOpenAiFormat(const json& v, v1::ResponseFormat* out,
   if (type == "json_schema") {
     auto js = v.find("json_schema");
     if (js == v.end() || !js->is_object()) {
-      return Bad("response_format.json_schema", "must be an object with a \"schema\"");
+      return BadField("response_format.json_schema", "must be an object with a \"schema\"");
     }
     if (auto name = js->find("name"); name != js->end() && !name->is_string()) {
-      return Bad("response_format.json_schema.name", "must be a string");
+      return BadField("response_format.json_schema.name", "must be a string");
     }
     if (auto strict = js->find("strict"); strict != js->end() && !strict->is_null() &&
                                           !strict->is_boolean()) {
-      return Bad("response_format.json_schema.strict", "must be a boolean");
+      return BadField("response_format.json_schema.strict", "must be a boolean");
     }
     // The output always follows the schema: `strict` asks for nothing more.
     auto schema = js->find("schema");
@@ -88,7 +81,7 @@ std::optional<ApiError> ReadOpenAiFormat(const json& v, v1::ResponseFormat* out,
     }
     return ReadSchema(*schema, "response_format.json_schema.schema", out->mutable_json_schema());
   }
-  return Bad("response_format.type", absl::StrCat("must be \"text\", \"json_object\" or \"json_schema\", got \"",
+  return BadField("response_format.type", absl::StrCat("must be \"text\", \"json_object\" or \"json_schema\", got \"",
                                                   type, "\""));
 }
 
@@ -106,7 +99,7 @@ std::optional<ApiError> ReadResponseFormat(const json& body, v1::GenerateRequest
   std::string given;  // the field that set it
   auto take = [&](const char* name) -> std::optional<ApiError> {
     if (!given.empty()) {
-      return Bad(name, absl::StrCat("only one structured-output field may be given (", given,
+      return BadField(name, absl::StrCat("only one structured-output field may be given (", given,
                                     " was too)"));
     }
     given = name;
@@ -144,14 +137,14 @@ std::optional<ApiError> ReadResponseFormat(const json& body, v1::GenerateRequest
     }
   }
   if (const json* v = field("guided_decoding_backend")) {
-    if (!v->is_string()) return Bad("guided_decoding_backend", "must be a string");
+    if (!v->is_string()) return BadField("guided_decoding_backend", "must be a string");
     const std::string b = v->get<std::string>();
     if (b != "auto" && b != "xgrammar") {
-      return Bad("guided_decoding_backend", "this server's backend is \"xgrammar\"");
+      return BadField("guided_decoding_backend", "this server's backend is \"xgrammar\"");
     }
   }
   if (const json* v = field("structured_outputs")) {
-    if (!v->is_object()) return Bad("structured_outputs", "must be an object");
+    if (!v->is_object()) return BadField("structured_outputs", "must be an object");
     for (const auto& [key, value] : v->items()) {
       if (value.is_null()) continue;
       const std::string param = "structured_outputs." + key;
@@ -165,11 +158,11 @@ std::optional<ApiError> ReadResponseFormat(const json& body, v1::GenerateRequest
       } else if (key == "grammar") {
         if (!(e = take(param.c_str()))) e = ReadString(value, param, format.mutable_ebnf());
       } else if (key == "json_object") {
-        if (!value.is_boolean()) return Bad(param, "must be a boolean");
+        if (!value.is_boolean()) return BadField(param, "must be a boolean");
         if (value.get<bool>() && !(e = take(param.c_str()))) format.set_json_object(true);
       } else if (key != "backend" && key != "disable_any_whitespace" &&
                  key != "disable_additional_properties") {
-        return Bad(param, "unrecognized structured-output field");
+        return BadField(param, "unrecognized structured-output field");
       }
       if (e) return e;
     }

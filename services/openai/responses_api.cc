@@ -9,13 +9,6 @@ namespace {
 
 using nlohmann::json;
 
-ApiError Bad(const std::string& param, const std::string& why) {
-  ApiError e;
-  e.message = absl::StrCat(param, ": ", why);
-  e.param = param;
-  return e;
-}
-
 // The Responses API's `input` as chat messages.
 std::optional<ApiError> InputMessages(const json& input, json* messages) {
   if (input.is_string()) {
@@ -23,15 +16,15 @@ std::optional<ApiError> InputMessages(const json& input, json* messages) {
     return std::nullopt;
   }
   if (!input.is_array() || input.empty())
-    return Bad("input", "must be a string or a non-empty list of messages");
+    return BadField("input", "must be a string or a non-empty list of messages");
   for (size_t i = 0; i < input.size(); ++i) {
     const json& item = input[i];
     const std::string at = absl::StrCat("input[", i, "]");
-    if (!item.is_object()) return Bad(at, "must be a message object");
+    if (!item.is_object()) return BadField(at, "must be a message object");
     const std::string type = item.value("type", "message");
     if (type != "message")
-      return Bad(at + ".type", "'" + type + "' items are not supported (messages only)");
-    if (!item.contains("role") || !item["role"].is_string()) return Bad(at + ".role", "must be a string");
+      return BadField(at + ".type", "'" + type + "' items are not supported (messages only)");
+    if (!item.contains("role") || !item["role"].is_string()) return BadField(at + ".role", "must be a string");
     const json& content = item.value("content", json());
     std::string text;
     if (content.is_string()) {
@@ -42,12 +35,12 @@ std::optional<ApiError> InputMessages(const json& input, json* messages) {
         const std::string kind = part.is_object() ? part.value("type", "") : "";
         if ((kind != "input_text" && kind != "output_text" && kind != "text") ||
             !part.contains("text") || !part["text"].is_string())
-          return Bad(absl::StrCat(at, ".content[", k, "]"),
+          return BadField(absl::StrCat(at, ".content[", k, "]"),
                      "only input_text / output_text parts are supported");
         text += part["text"].get<std::string>();
       }
     } else {
-      return Bad(at + ".content", "must be a string or a list of text parts");
+      return BadField(at + ".content", "must be a string or a list of text parts");
     }
     messages->push_back({{"role", item["role"]}, {"content", text}});
   }
@@ -88,35 +81,35 @@ std::optional<ApiError> ParseResponsesRequest(std::string_view body_text, Parsed
       chat[name] = value;
     } else if (ignored.count(name)) {
       if (name == "truncation" && !value.is_null() && value != "disabled")
-        return Bad(name, "only \"disabled\" is supported");
+        return BadField(name, "only \"disabled\" is supported");
       if (name == "background" && value.is_boolean() && value.get<bool>())
-        return Bad(name, "background responses are not supported");
+        return BadField(name, "background responses are not supported");
     } else if (name == "max_output_tokens") {
       chat["max_tokens"] = value;
     } else if (name == "instructions" || name == "input") {
       // Read below, in order: instructions first.
     } else if (name == "tools" || name == "tool_choice") {
       if (!value.is_null() && value != json::array() && value != "none" && value != "auto")
-        return Bad(name, "tools are not supported on /v1/responses yet");
+        return BadField(name, "tools are not supported on /v1/responses yet");
     } else if (name == "text") {
       if (!value.is_null() && value != json{{"format", {{"type", "text"}}}} && value != json::object())
-        return Bad("text.format", "only {\"type\": \"text\"} is supported");
+        return BadField("text.format", "only {\"type\": \"text\"} is supported");
     } else if (name == "reasoning") {
       if (!value.is_null() && value != json::object())
-        return Bad(name, "reasoning options are not supported by this server");
+        return BadField(name, "reasoning options are not supported by this server");
     } else if (name == "previous_response_id" || name == "conversation") {
       if (!value.is_null())
-        return Bad(name, "this server stores no responses; send the whole conversation in input");
+        return BadField(name, "this server stores no responses; send the whole conversation in input");
     } else {
-      return Bad(name, "unrecognized request argument");
+      return BadField(name, "unrecognized request argument");
     }
   }
   if (auto it = body.find("instructions"); it != body.end() && !it->is_null()) {
-    if (!it->is_string()) return Bad("instructions", "must be a string");
+    if (!it->is_string()) return BadField("instructions", "must be a string");
     messages.push_back({{"role", "system"}, {"content", *it}});
   }
   auto input = body.find("input");
-  if (input == body.end() || input->is_null()) return Bad("input", "is required");
+  if (input == body.end() || input->is_null()) return BadField("input", "is required");
   if (auto e = InputMessages(*input, &messages)) return e;
   chat["messages"] = std::move(messages);
   if (auto e = ParseRequest(Endpoint::kChatCompletions, chat.dump(), out)) return Renamed(*e);

@@ -11,13 +11,6 @@ namespace {
 
 using nlohmann::json;
 
-ApiError Bad(const std::string& param, const std::string& why) {
-  ApiError e;
-  e.message = absl::StrCat(param, ": ", why);
-  e.param = param;
-  return e;
-}
-
 bool ValidFunctionName(const std::string& name) {
   // OpenAI's rule: a-z, A-Z, 0-9, underscores and dashes, at most 64.
   if (name.empty() || name.size() > 64) return false;
@@ -28,26 +21,26 @@ bool ValidFunctionName(const std::string& name) {
 }
 
 std::optional<ApiError> ReadTool(const json& tool, const std::string& at, json* out) {
-  if (!tool.is_object()) return Bad(at, "must be an object");
+  if (!tool.is_object()) return BadField(at, "must be an object");
   if (tool.value("type", "") != "function")
-    return Bad(at + ".type", "only \"function\" tools are supported");
+    return BadField(at + ".type", "only \"function\" tools are supported");
   auto fn = tool.find("function");
-  if (fn == tool.end() || !fn->is_object()) return Bad(at + ".function", "must be an object");
+  if (fn == tool.end() || !fn->is_object()) return BadField(at + ".function", "must be an object");
   auto name = fn->find("name");
   if (name == fn->end() || !name->is_string() || !ValidFunctionName(name->get<std::string>()))
-    return Bad(at + ".function.name",
+    return BadField(at + ".function.name",
                "must be a string of a-z, A-Z, 0-9, underscores and dashes, at most 64");
   if (auto d = fn->find("description"); d != fn->end() && !d->is_null() && !d->is_string())
-    return Bad(at + ".function.description", "must be a string");
+    return BadField(at + ".function.description", "must be a string");
   if (auto p = fn->find("parameters"); p != fn->end() && !p->is_null()) {
     // A JSON Schema: an object (OpenAI takes any schema object; its
     // content is the grammar's to read when a call is enforced).
-    if (!p->is_object()) return Bad(at + ".function.parameters", "must be a JSON Schema object");
+    if (!p->is_object()) return BadField(at + ".function.parameters", "must be a JSON Schema object");
     if (auto t = p->find("type"); t != p->end() && *t != "object")
-      return Bad(at + ".function.parameters.type", "must be \"object\" (arguments are an object)");
+      return BadField(at + ".function.parameters.type", "must be \"object\" (arguments are an object)");
   }
   if (auto s = fn->find("strict"); s != fn->end() && !s->is_null() && !s->is_boolean())
-    return Bad(at + ".function.strict", "must be true or false");
+    return BadField(at + ".function.strict", "must be true or false");
   *out = tool;
   return std::nullopt;
 }
@@ -56,13 +49,13 @@ std::optional<ApiError> ReadTool(const json& tool, const std::string& at, json* 
 
 std::optional<ApiError> ReadTools(const json& body, ToolRequest* out, v1::ChatMessages* chat) {
   if (auto it = body.find("tools"); it != body.end() && !it->is_null()) {
-    if (!it->is_array()) return Bad("tools", "must be a list of tools");
+    if (!it->is_array()) return BadField("tools", "must be a list of tools");
     for (size_t i = 0; i < it->size(); ++i) {
       json tool;
       if (auto e = ReadTool((*it)[i], absl::StrCat("tools[", i, "]"), &tool)) return e;
       for (const json& seen : out->tools) {
         if (seen["function"]["name"] == tool["function"]["name"])
-          return Bad(absl::StrCat("tools[", i, "].function.name"),
+          return BadField(absl::StrCat("tools[", i, "].function.name"),
                      absl::StrCat("'", tool["function"]["name"].get<std::string>(),
                                   "' is given twice"));
       }
@@ -87,17 +80,17 @@ std::optional<ApiError> ReadTools(const json& body, ToolRequest* out, v1::ChatMe
       bool found = false;
       for (const json& tool : out->tools) found |= tool["function"]["name"] == out->function;
       if (!found)
-        return Bad("tool_choice", absl::StrCat("function '", out->function, "' is not among the tools"));
+        return BadField("tool_choice", absl::StrCat("function '", out->function, "' is not among the tools"));
     } else {
-      return Bad("tool_choice",
+      return BadField("tool_choice",
                  "must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
                  "\"function\": {\"name\": ...}}");
     }
     if (out->choice == ToolRequest::Choice::kRequired && !has_tools)
-      return Bad("tool_choice", "\"required\" needs tools");
+      return BadField("tool_choice", "\"required\" needs tools");
   }
   if (auto it = body.find("parallel_tool_calls"); it != body.end() && !it->is_null()) {
-    if (!it->is_boolean()) return Bad("parallel_tool_calls", "must be true or false");
+    if (!it->is_boolean()) return BadField("parallel_tool_calls", "must be true or false");
     out->parallel_tool_calls = it->get<bool>();
   }
   if (has_tools) chat->set_tools_json(out->tools.dump());
@@ -121,33 +114,33 @@ std::optional<ApiError> ReadMessageToolFields(const json& m, const std::string& 
                                               v1::ChatMessage* out) {
   const std::string role = m.value("role", "");
   if (auto it = m.find("tool_calls"); it != m.end() && !it->is_null()) {
-    if (role != "assistant") return Bad(at + ".tool_calls", "only assistant messages carry tool calls");
-    if (!it->is_array()) return Bad(at + ".tool_calls", "must be a list");
+    if (role != "assistant") return BadField(at + ".tool_calls", "only assistant messages carry tool calls");
+    if (!it->is_array()) return BadField(at + ".tool_calls", "must be a list");
     for (size_t k = 0; k < it->size(); ++k) {
       const json& call = (*it)[k];
       const std::string at_call = absl::StrCat(at, ".tool_calls[", k, "]");
-      if (!call.is_object()) return Bad(at_call, "must be an object");
+      if (!call.is_object()) return BadField(at_call, "must be an object");
       if (call.contains("type") && call["type"] != "function")
-        return Bad(at_call + ".type", "must be \"function\"");
-      if (call.contains("id") && !call["id"].is_string()) return Bad(at_call + ".id", "must be a string");
+        return BadField(at_call + ".type", "must be \"function\"");
+      if (call.contains("id") && !call["id"].is_string()) return BadField(at_call + ".id", "must be a string");
       auto fn = call.find("function");
       if (fn == call.end() || !fn->is_object() || !fn->contains("name") || !(*fn)["name"].is_string())
-        return Bad(at_call + ".function", "must be an object with a name");
+        return BadField(at_call + ".function", "must be an object with a name");
       // OpenAI sends arguments as a JSON string; an object is accepted too.
       if (auto a = fn->find("arguments");
           a != fn->end() && !a->is_null() && !a->is_string() && !a->is_object())
-        return Bad(at_call + ".function.arguments", "must be a string of JSON");
+        return BadField(at_call + ".function.arguments", "must be a string of JSON");
     }
     out->set_tool_calls_json(it->dump());
   }
   if (auto it = m.find("tool_call_id"); it != m.end() && !it->is_null()) {
-    if (!it->is_string()) return Bad(at + ".tool_call_id", "must be a string");
+    if (!it->is_string()) return BadField(at + ".tool_call_id", "must be a string");
     out->set_tool_call_id(it->get<std::string>());
   }
   if (role == "tool" && out->tool_call_id().empty())
-    return Bad(at + ".tool_call_id", "is required in a tool message");
+    return BadField(at + ".tool_call_id", "is required in a tool message");
   if (auto it = m.find("name"); it != m.end() && !it->is_null()) {
-    if (!it->is_string()) return Bad(at + ".name", "must be a string");
+    if (!it->is_string()) return BadField(at + ".name", "must be a string");
     out->set_name(it->get<std::string>());
   }
   return std::nullopt;
@@ -164,14 +157,14 @@ std::optional<ApiError> ApplyToolChoice(const ToolRequest& tools,
     return std::nullopt;
   }
   if (!support.template_reads_tools) {
-    return Bad("tools",
+    return BadField("tools",
                absl::StrCat("the served model's chat template (",
                             support.template_origin.empty() ? "none" : support.template_origin,
                             ") does not render tools; start the gateway with a --chat-template "
                             "that does, or send tool_choice \"none\""));
   }
   if (support.syntax == tool_calls::Syntax::kNone) {
-    return Bad("tools",
+    return BadField("tools",
                "the served model's tool-call syntax is not known (its chat template shows none "
                "the gateway parses); start the gateway with --tool-call-parser "
                "hermes|llama3|mistral");
@@ -179,10 +172,10 @@ std::optional<ApiError> ApplyToolChoice(const ToolRequest& tools,
   *parse_with = support.syntax;
   if (tools.choice == ToolRequest::Choice::kAuto) return std::nullopt;
   if (request->has_response_format())
-    return Bad("response_format", "cannot be combined with tool_choice \"required\" or a named function");
+    return BadField("response_format", "cannot be combined with tool_choice \"required\" or a named function");
   absl::StatusOr<v1::ResponseFormat> format = tool_calls::ForcedCallFormat(
       support, tools.tools, tools.choice == ToolRequest::Choice::kFunction ? tools.function : "");
-  if (!format.ok()) return Bad("tool_choice", std::string(format.status().message()));
+  if (!format.ok()) return BadField("tool_choice", std::string(format.status().message()));
   *request->mutable_response_format() = *std::move(format);
   return std::nullopt;
 }
