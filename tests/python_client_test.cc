@@ -131,5 +131,41 @@ TEST(PythonClient, OpenAiPackageOnTheDefaultModel) {
   RunOpenAiPackage(model, 1, /*chat=*/true);
 }
 
+// The agents' API through the openai package (tests/python/openai_agents.py):
+// chat.completions.parse into a pydantic model, and a tool-calling loop
+// (tool_choice "required", the tool's result, then "auto").
+void RunAgents(const std::string& model, std::vector<std::string> serve_flags,
+               const std::string& checks) {
+  const std::string python = FindOpenAiPython();
+  if (python.empty())
+    GTEST_SKIP() << "no Python with the openai package (scripts/setup.sh makes ~/.cache/specline/client-venv)";
+  auto stack = StartStack(model, 1, std::move(serve_flags));
+  const std::string dir = TempDir();
+  const std::string cmd = python + " " + SourcePath("tests/python/openai_agents.py") +
+                          " --base-url http://127.0.0.1:" +
+                          std::to_string(stack->ports["gateway"]["http"].get<int>()) + "/v1" +
+                          " --model " + std::filesystem::path(model).stem().string() + " " + checks;
+  const int rc = std::system((cmd + " > " + dir + "/agents.log 2>&1").c_str());
+  EXPECT_EQ(rc, 0) << ReadFile(dir + "/agents.log");
+}
+
+// SmolLM2's own template renders no tools: served with Qwen2.5's, whose
+// calls are Hermes <tool_call> JSON.
+TEST(PythonClient, OpenAiPackageAgentsOnTheDefaultModel) {
+  const std::string model = SmolLm2Path();
+  if (model.empty()) GTEST_SKIP() << "the default model is absent (scripts/setup.sh fetches it)";
+  RunAgents(model, {"--chat-template", SourcePath("tests/data/jinja/templates/Qwen-Qwen2.5-7B-Instruct.jinja")},
+            "--parse --tools");
+}
+
+// A second family: Gemma 3 (the 270M base model, so served with Gemma 2's
+// instruction template, which Gemma 3's shares).
+TEST(PythonClient, OpenAiPackageParseOnGemma3) {
+  const std::string model = Gemma3Path();
+  if (model.empty()) GTEST_SKIP() << "Gemma 3 270M is absent (scripts/setup.sh fetches it)";
+  RunAgents(model, {"--chat-template", SourcePath("tests/data/jinja/templates/google-gemma-2-2b-it.jinja")},
+            "--parse");
+}
+
 }  // namespace
 }  // namespace specline::testing
