@@ -206,8 +206,11 @@ Gateway::Gateway(const GatewayConfig& config)
         bool ready = probe->GetStats(&ctx, internal::StatsRequest(), &stats).ok();
         // No per-stage list means the scheduler does not report stages.
         for (bool up : stats.stage_up()) ready = ready && up;
-        service_->set_pipeline_ready(ready);
+        // The capacity first: once ready, requests are sized against it
+        // (an omitted max_tokens fills what fits), so none may see "ready"
+        // with the capacity still unknown.
         if (stats.kv_capacity_tokens() > 0) service_->set_kv_capacity_tokens(stats.kv_capacity_tokens());
+        service_->set_pipeline_ready(ready);
         lock.lock();
         readiness_cv_.wait_for(lock, std::chrono::milliseconds(250), [&] { return stopping_; });
       }
