@@ -157,6 +157,8 @@ class Engine : private PolicyHost, private HealthHost {
   // PolicyHost (what the decoding policies may ask of the engine).
   int max_inflight() const override { return options_.max_inflight; }
   int RunningLocked() const override { return static_cast<int>(running_.size()); }
+  // DecodingPolicy::DecideLocked, with an exception ending only that request.
+  void DecideOrFailLocked(Sequence& s, const SlotRun& run, const RunOutput& out);
   void EmitTokenLocked(Sequence& seq, int32_t token, std::span<const float> row) override;
   void FinishLocked(Sequence& seq, FinishReason reason, absl::Status error) override {
     FinishLocked(seq, reason, std::move(error), StreamEvent{});

@@ -277,7 +277,7 @@ void Engine::HandleResult(internal::MicroBatch batch) {
       RunOutput out;
       if (p.hidden >= 0) {
         out.hidden = std::span(hidden_rows).subspan(p.hidden * dim, int64_t{p.n_hidden} * dim);
-        s.policy->DecideLocked(s, runs[i], out);
+        DecideOrFailLocked(s, runs[i], out);
         continue;
       }
       // Skipped: cancelled, or flushed while the logits were computed.
@@ -285,12 +285,26 @@ void Engine::HandleResult(internal::MicroBatch batch) {
       if (p.greedy >= 0) out.greedy = std::span(greedy).subspan(p.greedy, p.decide);
       if (p.logits >= 0) out.logits = std::span(logits).subspan(p.logits * vocab, int64_t{p.decide} * vocab);
       if (p.aux >= 0) out.aux = std::span(greedy).subspan(p.aux, p.n_aux);
-      s.policy->DecideLocked(s, runs[i], out);
+      DecideOrFailLocked(s, runs[i], out);
     }
     notices.swap(notices_);
   }
   cv_.notify_all();
   SendNotices(std::move(notices));
+}
+
+// A policy's decision that throws (a bug, or a request whose processing has
+// no answer: a grammar that allows nothing) ends that request with an
+// error; the scheduler and every other request go on.
+void Engine::DecideOrFailLocked(Sequence& s, const SlotRun& run, const RunOutput& out) {
+  try {
+    s.policy->DecideLocked(s, run, out);
+  } catch (const std::exception& e) {
+    spdlog::error("request {} (seq {}): decoding failed: {}", s.request_id, s.id, e.what());
+    if (!s.finished()) {
+      FinishLocked(s, FinishReason::kError, absl::InternalError(absl::StrCat("decoding failed: ", e.what())));
+    }
+  }
 }
 
 // Keeps the taps the policies may still read (each policy checks its rows).

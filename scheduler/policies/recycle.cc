@@ -76,6 +76,10 @@ class RecyclePolicy : public DecodingPolicy {
   std::shared_ptr<TrainingFreeDrafter> drafter_;
 };
 
+bool IsStop(const Sequence& s, int32_t token) {
+  return std::find(s.stop_ids.begin(), s.stop_ids.end(), token) != s.stop_ids.end();
+}
+
 int RecyclePolicy::DraftCount(const RecycleState& st) const {
   const int k = rules_.max_drafts;
   switch (rules_.when) {
@@ -114,6 +118,12 @@ void RecyclePolicy::DecideLocked(Sequence& s, const SlotRun& r, const RunOutput&
   int32_t next = -1;
   for (int i = 0;; ++i) {
     drafter_->Observe(history.back(), row(i));
+    // An accepted stop token ends the sequence: nothing after it is
+    // decided (under a grammar, nothing is even allowed there).
+    if (i > 0 && (IsStop(s, drafts[i - 1]) ||
+                  (s.grammar && i == s.grammar->drafts() && s.grammar->ChainEndTerminated()))) {
+      break;
+    }
     if (i == m) {
       next = Sample(row(i), s.sampling, s.SamplingContextFor(history, i), s.rng);  // the bonus token
       break;
@@ -148,7 +158,7 @@ void RecyclePolicy::DecideLocked(Sequence& s, const SlotRun& r, const RunOutput&
 
   // Token i was decided by row i (the target's verified row).
   for (int i = 0; i < a && !s.finished(); ++i) host_.EmitTokenLocked(s, drafts[i], row(i));
-  if (!s.finished()) host_.EmitTokenLocked(s, next, row(a));
+  if (!s.finished() && next >= 0) host_.EmitTokenLocked(s, next, row(a));
   if (s.finished()) return;
   // The stages hold the call's rows; the next call starts at the newest
   // token and overwrites the rejected drafts' positions.
