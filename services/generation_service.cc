@@ -138,20 +138,6 @@ grpc::Status GenerationService::Prepare(Api api, const v1::GenerateRequest& requ
   return grpc::Status::OK;
 }
 
-grpc::Status GenerationService::StartGenerate(const std::string& principal,
-                                              const v1::GenerateRequest& request,
-                                              std::shared_ptr<GenerationSink> sink,
-                                              std::shared_ptr<grpc::ClientContext>* call,
-                                              int64_t* retry_after_seconds) {
-  if (request.n() < 0 || request.n() > kMaxChoices) {
-    return Fail(Api::kOpenAi, grpc::Status(grpc::INVALID_ARGUMENT,
-                                           absl::StrCat("n: must be in [1, ", kMaxChoices,
-                                                        "] (0 = 1), got ", request.n())));
-  }
-  return StartChoices(Api::kOpenAi, principal, ExpandChoices(request), std::move(sink), call,
-                      retry_after_seconds);
-}
-
 grpc::Status GenerationService::StartChoices(Api api, const std::string& principal,
                                              const std::vector<v1::GenerateRequest>& requests,
                                              std::shared_ptr<GenerationSink> sink,

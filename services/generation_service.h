@@ -2,7 +2,7 @@
 // scheduler Submit call; tokens coming back are detokenized, cut at stop
 // strings and streamed on (generation_stream.h). Synchronous gRPC: one
 // handler thread per open stream, bounded by --max-concurrent-streams. The
-// OpenAI HTTP API enters through StartGenerate: the same admission,
+// OpenAI HTTP API enters through StartChoices: the same admission,
 // validation and stream, driven by callbacks (async_generation.h).
 //
 // The handlers take the requests' raw bytes and parse them here
@@ -59,17 +59,12 @@ class GenerationService final : public v1::Generation::Service {
                      v1::AbortResponse* response);
   grpc::Status GetModelInfo(grpc::ServerContext* ctx, v1::ModelInfo* response);
 
-  // The HTTP API's entry: validates and admits `request` like Generate and
-  // starts its scheduler call. An error before the stream starts is
+  // The HTTP API's entry: validates and admits requests like Generate and
+  // starts their scheduler calls. An error before the stream starts is
   // returned (nothing was started), with `retry_after_seconds` set when a
   // quota says when to retry; on OK the sink gets the messages and then
-  // exactly one OnEnd, and `call` can cancel it (client gone).
-  // `request.n` > 1 runs n choices (choice_fanout.h): the messages carry
-  // their choice's index and the sink's OnEnd comes once all have ended.
-  grpc::Status StartGenerate(const std::string& principal, const v1::GenerateRequest& request,
-                             std::shared_ptr<GenerationSink> sink,
-                             std::shared_ptr<grpc::ClientContext>* call,
-                             int64_t* retry_after_seconds);
+  // exactly one OnEnd (once all choices have ended), and `call` can cancel
+  // it (client gone).
   // Several requests as the choices of one response (the completions API's
   // list of prompts, each expanded by its n): choice i is `choices[i]`.
   // Every choice is validated before any starts.
@@ -80,7 +75,7 @@ class GenerationService final : public v1::Generation::Service {
                             int64_t* retry_after_seconds);
 
   // The OpenAI API's request `request` would have, validated as
-  // StartGenerate validates it, with nothing started (max_tokens: 0).
+  // StartChoices validates it, with nothing started (max_tokens: 0).
   grpc::Status PromptTokens(const v1::GenerateRequest& request, int* tokens);
 
   // Refuse new Generate calls (UNAVAILABLE) from now on.
