@@ -1,8 +1,8 @@
 """Drives one OpenAI-compatible server for bench/structured_output.sh, or
 (--report) joins two servers' results into the table and JSON.
 
-Per configuration, every prompt is sent `repeats` times, one request at a
-time, streamed, greedy; TPOT = (time of the last content chunk - time of the
+Every prompt is sent `repeats` times per configuration, in rounds that
+interleave the configurations, one request at a time, streamed, greedy; TPOT = (time of the last content chunk - time of the
 first) / (completion tokens - 1), from the client's clock, the same way for
 both servers. Configurations:
   free        unconstrained, ignore_eos, max_tokens = the JSON run's length
@@ -83,11 +83,16 @@ def run(args):
     if args.server == "specline":
         configs["json"]["policy"] = "ar"
         configs["json+spec"] = dict(configs["json"], policy="recycle")
-    results = {}
+    names = ["json"] + [c for c in configs if c != "json"] + ["free"]
+    tpots = {n: [] for n in names}
+    valid = {n: 0 for n in names}
+    total = {n: 0 for n in names}
     lengths = {}
-    for name in ["json"] + [c for c in configs if c != "json"] + ["free"]:
-        tpots, valid, total = [], 0, 0
-        for rep in range(args.repeats):
+    # Rounds interleave the configurations, so a drift of the machine's speed
+    # lands on all of them alike; "free" follows "json" within a round
+    # because it reuses the JSON reply's length.
+    for rep in range(args.repeats):
+        for name in names:
             for i, prompt in enumerate(PROMPTS):
                 body = {"messages": [{"role": "user", "content": prompt}], "temperature": 0,
                         "max_tokens": 200}
@@ -101,17 +106,20 @@ def run(args):
                 if name == "json":
                     lengths[i] = max(tokens, 8)
                 if name != "free":
-                    total += 1
+                    total[name] += 1
                     try:
                         validate(text)
-                        valid += 1
+                        valid[name] += 1
                     except Exception as e:  # noqa: BLE001 - reported, not fatal
                         print(f"{args.server} {name}: invalid output {text!r}: {e}", file=sys.stderr)
                 if tokens > 1 and first is not None and last > first:
-                    tpots.append((last - first) / (tokens - 1))
-        results[name] = {"tpot_ms_median": 1e3 * statistics.median(tpots), "requests": len(tpots)}
+                    tpots[name].append((last - first) / (tokens - 1))
+    results = {}
+    for name in names:
+        results[name] = {"tpot_ms_median": 1e3 * statistics.median(tpots[name]),
+                         "requests": len(tpots[name])}
         if name != "free":
-            results[name]["valid"] = f"{valid}/{total}"
+            results[name]["valid"] = f"{valid[name]}/{total[name]}"
         print(f"{args.server} {name}: TPOT {results[name]['tpot_ms_median']:.2f} ms", file=sys.stderr)
     json.dump({"server": args.server, "results": results}, open(args.json, "w"), indent=1)
 

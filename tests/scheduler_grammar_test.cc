@@ -15,6 +15,7 @@
 // enough that hundreds of requests take seconds.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <memory>
@@ -226,6 +227,45 @@ TEST(GrammarServing, OutputKeepsToTheSchemaAndForcedTokensAreDrafted) {
   for (const char* key : {"name", "mood", "friends"}) EXPECT_TRUE(json.contains(key)) << text;
   EXPECT_TRUE(json["mood"] == "happy" || json["mood"] == "sad" || json["mood"] == "sleepy") << text;
   EXPECT_GT(got.last.spec.accepted_tokens, 0) << "no forced token was drafted and accepted";
+}
+
+// A drafted stop token that is accepted ends the sequence; nothing after it
+// is verified (under a finished grammar no token is allowed there, so
+// deciding one would fail the request). The prompt holds the constrained
+// answer followed by the stop token, so prompt lookup drafts the stop token
+// right after the answer's last token.
+TEST(GrammarServing, RecycleEndsAtAnAcceptedDraftedStopToken) {
+  InprocPipeline p(1, Options(), InprocPipeline::kStageKvTokens, std::chrono::microseconds(200),
+                   SharedModelPath(kStoriesModel));
+  Reference ref(p.model());
+  auto g = Compile(Choices());
+  ASSERT_NE(g, nullptr);
+  const std::vector<int32_t> stops = StoriesVocab().tokenizer->stop_ids();
+  std::vector<int32_t> prompt = StoryPrompt("Tom and Lily went to the park. They");
+  std::vector<int32_t> want;
+  // Show the model its own answer and the stop token until it answers the
+  // same again (greedy copying settles in a round or two).
+  for (int round = 0; round < 4; ++round) {
+    want = ref.Greedy(prompt, g, 16, stops);
+    ASSERT_FALSE(want.empty());
+    ASSERT_TRUE(std::find(stops.begin(), stops.end(), want.back()) != stops.end());
+    if (round > 0 && std::search(prompt.begin(), prompt.end(), want.begin(), want.end()) != prompt.end()) {
+      break;
+    }
+    prompt.insert(prompt.end(), want.begin(), want.end());
+    const std::vector<int32_t> again = StoryPrompt(" They");
+    prompt.insert(prompt.end(), again.begin() + 1, again.end());  // no second BOS
+  }
+  ASSERT_TRUE(std::search(prompt.begin(), prompt.end(), want.begin(), want.end()) != prompt.end())
+      << "the model never repeated its answer \"" << Text(want) << "\"";
+  scheduler::RequestOptions r = Request(prompt, g, 16);
+  r.mode = v1::DECODING_POLICY_RECYCLE;
+  auto stream = p.engine().Submit(r);
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  const StreamResult got = Collect(**stream);
+  EXPECT_TRUE(got.last.error.ok()) << got.last.error;
+  EXPECT_EQ(got.tokens, want) << "got \"" << Text(got.tokens) << "\", want \"" << Text(want) << "\"";
+  EXPECT_GT(got.last.spec.accepted_tokens, 0) << "the stop token was not drafted";
 }
 
 // PTP samples several tokens from one pass (coupled, not one mask per
