@@ -2,9 +2,9 @@
 (--report) joins two servers' results into the table and JSON.
 
 Every prompt is sent `repeats` times per configuration, in rounds that
-interleave the configurations, one request at a time, streamed, greedy; TPOT = (time of the last content chunk - time of the
-first) / (completion tokens - 1), from the client's clock, the same way for
-both servers. Configurations:
+interleave the configurations, one request at a time, streamed, greedy;
+TPOT = (time of the last content chunk - time of the first) / (completion
+tokens - 1), from the client's clock, the same way for both servers. Configurations:
   free        unconstrained, ignore_eos, max_tokens = the JSON run's length
   json        the JSON schema (OpenAI response_format), plain decoding
   json+spec   the same with specline's recycle policy (specline only)
