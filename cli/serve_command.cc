@@ -82,6 +82,8 @@ const char kServeUsage[] = R"(usage: specline serve [options]
   --pipo-tau X             PIPO's default confidence threshold (default: the head's)
   --recycle-drafts N       drafts per call of DECODING_POLICY_RECYCLE, training-free
                            draft-then-verify (default 4; 0 = not served)
+  --recycle-recent-tokens N  recent requests' tokens its drafter matches against
+                           (default 262144; 0 = only the request's own text)
   --spd-drafter D          module (default: --spd-head's) or recycle (the training-free
                            drafter under SPD's timing; no head)
   --default-policy P       ar, ppsd, spd, ptp, pipo or recycle: for requests that do not choose
@@ -110,7 +112,7 @@ int ServeCommand(int argc, char** argv) {
                   "ppsd-head", "spd-head", "default-policy", "spec-policy", "spec-max-drafts",
                   "allow-oracle", "device", "dtype", "ptp-head", "ptp-n-aux", "pipo-head",
                   "pipo-tau", "retry-window-ms", "max-attempts", "max-streams-per-principal",
-                  "spd-drafter", "recycle-drafts", "prefix-cache",
+                  "spd-drafter", "recycle-drafts", "recycle-recent-tokens", "prefix-cache",
                   "served-model-name", "cache-share-group",
                   "max-tokens-per-minute-per-principal", "metrics-per-principal", "admission",
                   "max-kv-blocks-per-tenant"});
@@ -141,7 +143,7 @@ int ServeCommand(int argc, char** argv) {
   for (const char* name :
        {"ppsd-head", "spd-head", "default-policy", "spec-policy", "spec-max-drafts",
         "allow-oracle", "ptp-n-aux", "pipo-tau", "retry-window-ms", "max-attempts",
-        "spd-drafter", "recycle-drafts", "prefix-cache", "admission",
+        "spd-drafter", "recycle-drafts", "recycle-recent-tokens", "prefix-cache", "admission",
         "max-kv-blocks-per-tenant"}) {
     if (args.Has(name)) {
       t.scheduler_args.insert(t.scheduler_args.end(), {std::string("--") + name, args.Str(name)});

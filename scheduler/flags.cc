@@ -86,6 +86,9 @@ absl::StatusOr<SchedulerFlags> ParseSchedulerFlags(int argc, char** argv) {
     else if (name == "spd-drafter") e.spec.spd_drafter = value;
     else if (name == "recycle-drafts") st = ParseNumber(name, value, &e.spec.recycle_drafts);
     else if (name == "recycle-candidates") st = ParseNumber(name, value, &e.spec.recycle_candidates);
+    else if (name == "recycle-recent-tokens") {
+      st = ParseNumber(name, value, &e.spec.recycle_recent_tokens);
+    }
     else if (name == "lookup-ngram") {
       // "MIN:MAX", or one number for both.
       const std::vector<std::string> parts = absl::StrSplit(value, ':');
@@ -128,6 +131,9 @@ absl::StatusOr<SchedulerFlags> ParseSchedulerFlags(int argc, char** argv) {
   if (e.spec.recycle_drafts < 0) return absl::InvalidArgumentError("--recycle-drafts must be >= 0");
   if (e.spec.recycle_candidates < 1) {
     return absl::InvalidArgumentError("--recycle-candidates must be >= 1");
+  }
+  if (e.spec.recycle_recent_tokens < 0) {
+    return absl::InvalidArgumentError("--recycle-recent-tokens must be >= 0");
   }
   if (e.max_attempts < 1) return absl::InvalidArgumentError("--max-attempts must be >= 1");
   if (f.model.empty()) return absl::InvalidArgumentError("--model is required");

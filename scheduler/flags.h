@@ -47,6 +47,7 @@ inline constexpr const char* kSchedulerUsage =
     "  [--ppsd-head DIR] [--spd-head DIR] [--ptp-head DIR] [--ptp-n-aux N]\n"
     "  [--pipo-head DIR] [--pipo-tau X] [--default-policy ar|ppsd|spd|ptp|pipo|recycle]\n"
     "  [--recycle-drafts N] [--recycle-candidates N] [--lookup-ngram MIN:MAX]\n"
+    "  [--recycle-recent-tokens N]  recent requests' tokens drafted from (0: none)\n"
     "  [--spd-drafter module|recycle]\n"
     "  [--spec-policy auto|always|never] [--spec-min-acceptance X] [--spec-probe-interval N]\n"
     "  [--spec-max-drafts N] [--draft-kv-capacity-tokens N] [--allow-oracle true|false]\n"

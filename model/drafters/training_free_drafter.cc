@@ -1,6 +1,7 @@
 #include "model/drafters/training_free_drafter.h"
 
 #include <stdexcept>
+#include <utility>
 
 #include "model/drafters/prompt_lookup.h"
 #include "model/drafters/top_k.h"
@@ -10,6 +11,7 @@ namespace specline {
 const char* DraftSourceName(DraftSource s) {
   switch (s) {
     case DraftSource::kPromptLookup: return "prompt_lookup";
+    case DraftSource::kRecentRequests: return "recent_requests";
     case DraftSource::kTokenRecycling: return "token_recycling";
     case DraftSource::kNone: break;
   }
@@ -17,10 +19,14 @@ const char* DraftSourceName(DraftSource s) {
 }
 
 TrainingFreeDrafter::TrainingFreeDrafter(const TrainingFreeDrafterOptions& options)
-    : options_(options), recycling_(options.vocab_size, options.k) {
-  if (options.num_drafts < 0 || options.min_ngram < 1 || options.max_ngram < options.min_ngram) {
+    : options_(options),
+      recycling_(options.vocab_size, options.k),
+      recent_(options.recent_tokens) {
+  if (options.num_drafts < 0 || options.min_ngram < 1 || options.max_ngram < options.min_ngram ||
+      options.suffix_window < options.min_ngram || options.recent_min_match < 1) {
     throw std::invalid_argument(
-        "TrainingFreeDrafter needs num_drafts >= 0 and 1 <= min_ngram <= max_ngram");
+        "TrainingFreeDrafter needs num_drafts >= 0, 1 <= min_ngram <= max_ngram, "
+        "suffix_window >= min_ngram and recent_min_match >= 1");
   }
 }
 
@@ -34,28 +40,47 @@ bool TrainingFreeDrafter::RecyclingDraft(std::span<const int32_t> context, int n
   return true;
 }
 
-DraftProposal TrainingFreeDrafter::Propose(std::span<const int32_t> context, int n) const {
+bool TrainingFreeDrafter::SuffixMatchDraft(std::span<const int32_t> context, int n,
+                                           RequestSuffixIndex* own, DraftProposal& d) const {
+  SuffixDraft mine;
+  if (own != nullptr && options_.use_suffix_automaton) {
+    mine = own->Draft(context, options_.suffix_window, n);
+  } else {
+    mine.tokens = PromptLookup(context, options_.min_ngram, options_.max_ngram, n);
+    mine.match = mine.tokens.empty() ? 0 : options_.min_ngram;  // at least
+  }
+  if (mine.match < options_.min_ngram || mine.tokens.empty()) mine = {};
+  SuffixDraft recent = recent_.Draft(context, options_.suffix_window, n);
+  if (recent.match < options_.recent_min_match || recent.tokens.empty()) recent = {};
+  // The request's own text wins ties: it is the context being continued.
+  const bool from_recent = recent.match > mine.match;
+  SuffixDraft& best = from_recent ? recent : mine;
+  if (best.tokens.empty()) return false;
+  d.tokens = std::move(best.tokens);
+  d.source = from_recent ? DraftSource::kRecentRequests : DraftSource::kPromptLookup;
+  (from_recent ? recent_drafts_ : lookup_drafts_).fetch_add(1, std::memory_order_relaxed);
+  (from_recent ? recent_tokens_ : lookup_tokens_).fetch_add(d.tokens.size(), std::memory_order_relaxed);
+  return true;
+}
+
+DraftProposal TrainingFreeDrafter::Propose(std::span<const int32_t> context, int n,
+                                           RequestSuffixIndex* own) const {
   if (n < 0) n = options_.num_drafts;
   DraftProposal d;
+  if (n <= 0) return d;
   if (!options_.prefer_prompt_lookup && options_.use_token_recycling) {
     if (RecyclingDraft(context, n, d)) return d;
   }
-  if (options_.use_prompt_lookup) {
-    d.tokens = PromptLookup(context, options_.min_ngram, options_.max_ngram, n);
-    if (!d.tokens.empty()) {
-      d.source = DraftSource::kPromptLookup;
-      lookup_drafts_.fetch_add(1, std::memory_order_relaxed);
-      lookup_tokens_.fetch_add(d.tokens.size(), std::memory_order_relaxed);
-      const int missing = n - static_cast<int>(d.tokens.size());
-      if (missing > 0 && options_.use_token_recycling && options_.prefer_prompt_lookup &&
-          options_.extend_lookup_with_recycling) {
-        const std::vector<int32_t> more =
-            recycling_.Draft(std::span<const int32_t>(&d.tokens.back(), 1), missing);
-        d.tokens.insert(d.tokens.end(), more.begin(), more.end());
-        recycling_tokens_.fetch_add(more.size(), std::memory_order_relaxed);
-      }
-      return d;
+  if (options_.use_prompt_lookup && SuffixMatchDraft(context, n, own, d)) {
+    const int missing = n - static_cast<int>(d.tokens.size());
+    if (missing > 0 && options_.use_token_recycling && options_.prefer_prompt_lookup &&
+        options_.extend_lookup_with_recycling) {
+      const std::vector<int32_t> more =
+          recycling_.Draft(std::span<const int32_t>(&d.tokens.back(), 1), missing);
+      d.tokens.insert(d.tokens.end(), more.begin(), more.end());
+      recycling_tokens_.fetch_add(more.size(), std::memory_order_relaxed);
     }
+    return d;
   }
   if (options_.use_token_recycling && options_.prefer_prompt_lookup) {
     if (RecyclingDraft(context, n, d)) return d;
@@ -82,6 +107,8 @@ DrafterCounters TrainingFreeDrafter::counters() const {
   c.token_recycling_drafts = recycling_drafts_.load(std::memory_order_relaxed);
   c.empty_drafts = empty_drafts_.load(std::memory_order_relaxed);
   c.prompt_lookup_tokens = lookup_tokens_.load(std::memory_order_relaxed);
+  c.recent_requests_drafts = recent_drafts_.load(std::memory_order_relaxed);
+  c.recent_requests_tokens = recent_tokens_.load(std::memory_order_relaxed);
   c.token_recycling_tokens = recycling_tokens_.load(std::memory_order_relaxed);
   return c;
 }

@@ -12,6 +12,7 @@ namespace {
 
 struct RecycleState : PolicyState {
   std::vector<int32_t> drafts;  // for positions tokens.size() ...
+  RequestSuffixIndex own_text;  // the prompt and the accepted tokens, for suffix drafts
   // Recent share of drafts accepted (it sets k under the auto gate); starts
   // neutral, as pipeline speculation's does.
   double acceptance_ema = 0.5;
@@ -34,6 +35,8 @@ class RecyclePolicy : public DecodingPolicy {
     auto& st = PolicyStateOf<RecycleState>(s);
     RecordDiscarded(s, static_cast<int64_t>(st.drafts.size()));
     st.drafts.clear();
+    // Later requests draft from this one's text (the recent-requests index).
+    if (s.generated() > 0) drafter_->Remember(s.tokens);
   }
 
   // The newest token and the drafts (as many as fit the budget).
@@ -169,7 +172,7 @@ void RecyclePolicy::DecideLocked(Sequence& s, const SlotRun& r, const RunOutput&
   if (s.grammar) {
     st.drafts = ProposeLocked(s, n, std::min(room, rules_.max_drafts));
   } else if (n > 0) {
-    st.drafts = drafter_->Propose(s.tokens, n).tokens;
+    st.drafts = drafter_->Propose(s.tokens, n, &st.own_text).tokens;
   }
 }
 
@@ -181,7 +184,10 @@ std::vector<int32_t> RecyclePolicy::ProposeLocked(Sequence& s, int guesses, int 
   if (more > 0) {
     std::vector<int32_t> chain = s.tokens;
     chain.insert(chain.end(), drafts.begin(), drafts.end());
-    for (int32_t t : drafter_->Propose(chain, more).tokens) drafts.push_back(t);
+    // Forced tokens are certain (the grammar allows nothing else), so the
+    // own-text index may take them in ahead of their verification.
+    auto& st = PolicyStateOf<RecycleState>(s);
+    for (int32_t t : drafter_->Propose(chain, more, &st.own_text).tokens) drafts.push_back(t);
   }
   size_t kept = 0;
   while (kept < drafts.size() && s.grammar->AddDraft(drafts[kept])) ++kept;

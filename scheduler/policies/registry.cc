@@ -38,6 +38,7 @@ std::vector<std::unique_ptr<DecodingPolicy>> MakePolicies(const PolicyResources&
     t.k = o.recycle_candidates;
     t.min_ngram = o.lookup_min_ngram;
     t.max_ngram = o.lookup_max_ngram;
+    t.recent_tokens = o.recycle_recent_tokens;
     r.training_free = std::make_shared<TrainingFreeDrafter>(t);
   }
   std::vector<std::unique_ptr<DecodingPolicy>> policies;

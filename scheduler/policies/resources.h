@@ -28,6 +28,9 @@ struct SpecOptions {
   int recycle_candidates = 8;
   int lookup_min_ngram = 2;
   int lookup_max_ngram = 4;
+  // Recent requests' tokens the training-free drafter remembers (0: none;
+  // 2^18 tokens hold about 21 MiB of suffix automata).
+  int64_t recycle_recent_tokens = int64_t{1} << 18;
   // PTP adapter directory enabling PTP ("" = none); every stage must run
   // the same adapter (specline-stage --ptp-head).
   std::string ptp_head;
