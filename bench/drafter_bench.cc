@@ -15,7 +15,9 @@
 // drafter) gives every drafter and matrix mode the same trajectories.
 //
 // Reported per drafter (recycling only, lookup only, combined = lookup
-// first, recycle1st = the other order) and n:
+// first, recycle1st = the other order, suffix-own = the own text through
+// its suffix automaton then recycling, suffix = that plus recent requests'
+// texts, the default) and n:
 // - mean accepted drafts over all positions, and 1 + that: the expected
 //   tokens of a verify step placed at a random position;
 // - simulated draft-then-verify: walk the trajectory, verify n drafts at
@@ -25,7 +27,8 @@
 // then the same prompts again: an upper bound for repeated traffic).
 // Each with and without updates from the prompt rows' logits (a scheduler
 // computes only the last prompt row's logits today). "lookup%" is the share
-// of Propose calls prompt lookup answered; "us/draft" the median Propose
+// of Propose calls the request's own text answered, "recent%" recent
+// requests' texts; "us/draft" the median Propose
 // time (n = 1..N calls together).
 //
 //   build/bench/drafter_bench [--model PATH] [--tokens 128] [--threads 2]
@@ -180,7 +183,11 @@ struct Tally {
 
 // Replays one trace through `d` (whose matrix carries over from earlier
 // traces unless the caller cleared it).
-Tally Replay(TrainingFreeDrafter& d, const Trace& t, int max_draft, bool prefill_updates) {
+// `own`: the trace's suffix index (null: prompt lookup); `remember`: the
+// trace's text goes into the recent-requests index afterwards.
+Tally Replay(TrainingFreeDrafter& d, const Trace& t, int max_draft, bool prefill_updates,
+             bool own_index, bool remember) {
+  RequestSuffixIndex own;
   Tally tally(max_draft);
   if (prefill_updates) {
     for (size_t j = 0; j < t.prompt_topk.size(); ++j) d.ObserveTopK(t.prompt[j], t.prompt_topk[j]);
@@ -191,7 +198,7 @@ Tally Replay(TrainingFreeDrafter& d, const Trace& t, int max_draft, bool prefill
   for (int64_t i = 0; i < T; ++i) {
     for (int n = 1; n <= max_draft; ++n) {
       const double t0 = bench::Now();
-      const DraftProposal draft = d.Propose(ctx, n);
+      const DraftProposal draft = d.Propose(ctx, n, own_index ? &own : nullptr);
       tally.propose_seconds.push_back(bench::Now() - t0);
       // Accepted drafts must leave the bonus token inside the trajectory.
       int a = 0;
@@ -205,6 +212,7 @@ Tally Replay(TrainingFreeDrafter& d, const Trace& t, int max_draft, bool prefill
     d.ObserveTopK(ctx.back(), t.step_topk[i]);
     ctx.push_back(t.generated[i]);
   }
+  if (remember) d.Remember(ctx);
   tally.positions = T;
   tally.sim_tokens = T;
   for (int n = 1; n <= max_draft; ++n) {
@@ -322,13 +330,18 @@ int main(int argc, char** argv) {
   struct DrafterKind {
     const char* name;
     bool lookup, recycling, lookup_first;
+    bool automaton = false;  // the request's own text through its suffix automaton
+    bool recent = false;     // recent requests' texts (not in "isolated" mode)
   };
-  // "combined" is the default drafter (lookup first); "recycle1st" the
-  // other order, for comparison.
+  // "suffix" is the default drafter (the own text's automaton, then recent
+  // requests, then Token Recycling); "combined" the one before it (prompt
+  // lookup, then Token Recycling); the others take it apart.
   const DrafterKind kinds[] = {{"recycling", false, true, true},
                                {"lookup", true, false, true},
                                {"combined", true, true, true},
-                               {"recycle1st", true, true, false}};
+                               {"recycle1st", true, true, false},
+                               {"suffix-own", true, true, true, true, false},
+                               {"suffix", true, true, true, true, true}};
   const char* modes[] = {"isolated", "cold", "warm"};
   nlohmann::json results = nlohmann::json::array();
   const std::vector<std::string> groups = {"all", "grounded", "open"};
@@ -337,7 +350,7 @@ int main(int argc, char** argv) {
                 prefill_updates ? " and every prompt row" : " only (the last prompt row included)");
     std::printf("%-9s %-10s %-9s", "mode", "drafter", "group");
     for (int n = 1; n <= o.max_draft; ++n) std::printf("   acc@%d (tok)", n);
-    std::printf("  sim tok/step@%d  lookup%%  us/draft\n", o.max_draft);
+    std::printf("  sim tok/step@%d  lookup%%  recent%%  us/draft\n", o.max_draft);
     for (const char* mode : modes) {
       for (const DrafterKind& kind : kinds) {
         TrainingFreeDrafterOptions dopt;
@@ -349,10 +362,15 @@ int main(int argc, char** argv) {
         dopt.use_prompt_lookup = kind.lookup;
         dopt.use_token_recycling = kind.recycling;
         dopt.prefer_prompt_lookup = kind.lookup_first;
-        TrainingFreeDrafter d(dopt);
+        dopt.use_suffix_automaton = kind.automaton;
         const std::string m = mode;
+        const bool remember = kind.recent && m != "isolated";
+        dopt.recent_tokens = remember ? int64_t{1} << 18 : 0;
+        TrainingFreeDrafter d(dopt);
         if (m == "warm") {  // the cold pass first, results discarded
-          for (const Trace& t : traces) Replay(d, t, o.max_draft, prefill_updates);
+          for (const Trace& t : traces) {
+            Replay(d, t, o.max_draft, prefill_updates, kind.automaton, remember);
+          }
         }
         const DrafterCounters before = d.counters();
         std::map<std::string, Tally> by_group;
@@ -360,16 +378,19 @@ int main(int argc, char** argv) {
         nlohmann::json per_prompt = nlohmann::json::object();
         for (const Trace& t : traces) {
           if (m == "isolated") d.recycling().Clear();
-          const Tally tally = Replay(d, t, o.max_draft, prefill_updates);
+          const Tally tally = Replay(d, t, o.max_draft, prefill_updates, kind.automaton, remember);
           by_group.at("all").Add(tally);
           by_group.at(t.grounded ? "grounded" : "open").Add(tally);
           per_prompt[t.name] = TallyJson(tally, /*with_timing=*/false)["mean_accepted"];
         }
         const DrafterCounters after = d.counters();
         const int64_t lookup = after.prompt_lookup_drafts - before.prompt_lookup_drafts;
+        const int64_t recent = after.recent_requests_drafts - before.recent_requests_drafts;
         const int64_t recycled = after.token_recycling_drafts - before.token_recycling_drafts;
         const int64_t empty = after.empty_drafts - before.empty_drafts;
-        const double lookup_share = double(lookup) / std::max<int64_t>(1, lookup + recycled + empty);
+        const int64_t proposals = std::max<int64_t>(1, lookup + recent + recycled + empty);
+        const double lookup_share = double(lookup) / proposals;
+        const double recent_share = double(recent) / proposals;
         for (const std::string& g : groups) {
           const Tally& t = by_group.at(g);
           std::printf("%-9s %-10s %-9s", mode, kind.name, g.c_str());
@@ -380,7 +401,8 @@ int main(int argc, char** argv) {
           const int last = o.max_draft - 1;
           std::printf("  %14.3f", t.sim_steps[last] ? double(t.sim_tokens) / t.sim_steps[last] : 0.0);
           if (g == "all") {
-            std::printf("  %6.1f  %8.2f", 100 * lookup_share, 1e6 * bench::Median(t.propose_seconds));
+            std::printf("  %6.1f  %6.1f  %8.2f", 100 * lookup_share, 100 * recent_share,
+                        1e6 * bench::Median(t.propose_seconds));
           }
           std::printf("\n");
         }
@@ -388,7 +410,8 @@ int main(int argc, char** argv) {
                             {"mode", mode},
                             {"drafter", kind.name},
                             {"drafts_by_source",
-                             {{"prompt_lookup", lookup}, {"token_recycling", recycled},
+                             {{"prompt_lookup", lookup}, {"recent_requests", recent},
+                              {"token_recycling", recycled},
                               {"empty", empty}}},
                             {"per_prompt_mean_accepted", per_prompt}};
         for (const std::string& g : groups) r[g] = TallyJson(by_group.at(g));

@@ -81,7 +81,7 @@ const char kServeUsage[] = R"(usage: specline serve [options]
                            the stages run its backbone, the scheduler its heads
   --pipo-tau X             PIPO's default confidence threshold (default: the head's)
   --recycle-drafts N       drafts per call of DECODING_POLICY_RECYCLE, training-free
-                           draft-then-verify (default 4; 0 = not served)
+                           draft-then-verify, at most (default 8; 0 = not served)
   --recycle-recent-tokens N  recent requests' tokens its drafter matches against
                            (default 262144; 0 = only the request's own text)
   --spd-drafter D          module (default: --spd-head's) or recycle (the training-free

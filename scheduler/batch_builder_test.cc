@@ -24,6 +24,10 @@ class NoEngine : public PolicyHost {
   SchedulerMetrics::Spec& SpecMetrics(const std::string& policy) override {
     return metrics_.ForPolicy(policy);
   }
+  double CallCost(int) const override {
+    ADD_FAILURE();
+    return 1.0;
+  }
 
  private:
   ModelConfig config_;

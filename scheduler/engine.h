@@ -31,6 +31,7 @@
 #include "model/runtime/output_head.h"
 #include "scheduler/admission_queue.h"
 #include "scheduler/batch_builder.h"
+#include "scheduler/call_cost_curve.h"
 #include "scheduler/decoding_policy.h"
 #include "scheduler/kv_budget.h"
 #include "scheduler/metrics.h"
@@ -168,6 +169,7 @@ class Engine : private PolicyHost, private HealthHost {
     return metrics_->ForPolicy(policy);
   }
   std::string StageName(int stage) const override { return health_->StageName(stage); }
+  double CallCost(int rows) const override { return call_cost_.Relative(rows); }
 
   // HealthHost (how pipeline health reports to the engine).
   bool UpLocked() const override { return up_; }
@@ -256,6 +258,7 @@ class Engine : private PolicyHost, private HealthHost {
   std::vector<std::shared_ptr<Sequence>> running_;  // admission order
   std::unordered_map<uint64_t, std::shared_ptr<RequestStream>> streams_;
   std::map<uint64_t, InFlight> inflight_;  // by batch id
+  CallCostCurve call_cost_;  // measured from every returned call
   // The scheduler's view of the stages' prefix cache, and the KV log for
   // the next batch (releases, publications, attachments, evictions).
   PrefixCache prefix_;

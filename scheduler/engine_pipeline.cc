@@ -170,6 +170,8 @@ void Engine::HandleResult(internal::MicroBatch batch) {
   std::vector<RunRows> plan;
   const int dim = config().dim;
   uint64_t generation = 0;
+  Clock::time_point sent;
+  int call_rows = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = inflight_.find(batch.batch_id());
@@ -184,6 +186,8 @@ void Engine::HandleResult(internal::MicroBatch batch) {
     InFlight f = std::move(it->second);
     inflight_.erase(it);
     generation = f.generation;
+    sent = f.sent;
+    call_rows = f.slots;
     ++steps_;
     metrics_->step_seconds->Observe(Seconds(Clock::now() - f.sent));
     for (SlotRun& r : f.runs) --r.seq->in_flight;
@@ -266,6 +270,8 @@ void Engine::HandleResult(internal::MicroBatch batch) {
   if (n > 0) head_->Logits(rows.data(), n, logits.data());
   std::vector<int32_t> greedy(greedy_rows.size() / dim);
   if (!greedy.empty()) head_->Argmax(greedy_rows.data(), static_cast<int64_t>(greedy.size()), greedy.data());
+  // The call's cost by its rows, up to its logits: what a draft row adds.
+  call_cost_.Observe(call_rows, Seconds(Clock::now() - sent));
   std::vector<Notice> notices;
   {
     std::lock_guard<std::mutex> lock(mu_);

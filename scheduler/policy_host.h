@@ -34,6 +34,9 @@ class PolicyHost {
   // s.epoch changed: tell every stage to drop this sequence's older slots.
   virtual void NoticeEpochLocked(const Sequence& s) = 0;
   virtual SchedulerMetrics::Spec& SpecMetrics(const std::string& policy) = 0;
+  // How much longer a pipeline call of `rows` rows takes than one of a
+  // single row, measured on this deployment (CallCostCurve).
+  virtual double CallCost(int rows) const = 0;
 };
 
 }  // namespace specline::scheduler

@@ -1,10 +1,10 @@
 #include "scheduler/policies/recycle.h"
 
 #include <algorithm>
-#include <cmath>
 
 #include "model/drafters/verify.h"
 #include "model/runtime/sampler.h"
+#include "scheduler/policies/draft_length.h"
 #include "scheduler/sequence_grammar.h"
 
 namespace specline::scheduler {
@@ -12,10 +12,9 @@ namespace {
 
 struct RecycleState : PolicyState {
   std::vector<int32_t> drafts;  // for positions tokens.size() ...
+  int forced = 0;               // how many of them a grammar forced (certain)
+  DraftSource source = DraftSource::kNone;  // where the others came from
   RequestSuffixIndex own_text;  // the prompt and the accepted tokens, for suffix drafts
-  // Recent share of drafts accepted (it sets k under the auto gate); starts
-  // neutral, as pipeline speculation's does.
-  double acceptance_ema = 0.5;
   int tokens_since_draft = 0;
 };
 
@@ -68,37 +67,37 @@ class RecyclePolicy : public DecodingPolicy {
   void DecideLocked(Sequence& s, const SlotRun& r, const RunOutput& out) override;
 
  private:
-  // The next call's drafts: the tokens the grammar forces, then the
-  // matrix's guesses after them, cut at the first one the grammar forbids.
-  std::vector<int32_t> ProposeLocked(Sequence& s, int guesses, int most);
+  // The next call's drafts into st: the tokens a grammar forces, then the
+  // drafter's guesses after them, as many as pay (DraftsWorthSending), cut
+  // at the first one the grammar forbids.
+  void ProposeLocked(Sequence& s, RecycleState& st, int room);
 
-  // Drafts for the next call: none, a probe, or up to k by recent acceptance.
-  int DraftCount(const RecycleState& st) const;
+  // Of `available` guesses from `source`: all (--spec-policy always), none
+  // (never), or as many as maximise the expected tokens per unit of time
+  // (auto; one probe every probe_interval tokens when none pay, so the
+  // acceptance estimates stay current).
+  int DraftsWorthSending(const RecycleState& st, DraftSource source, int available) const;
 
   DraftRules rules_;
   std::shared_ptr<TrainingFreeDrafter> drafter_;
+  DraftLengthRule length_rule_;  // learnt over every request (engine lock held)
 };
 
 bool IsStop(const Sequence& s, int32_t token) {
   return std::find(s.stop_ids.begin(), s.stop_ids.end(), token) != s.stop_ids.end();
 }
 
-int RecyclePolicy::DraftCount(const RecycleState& st) const {
-  const int k = rules_.max_drafts;
+int RecyclePolicy::DraftsWorthSending(const RecycleState& st, DraftSource source,
+                                      int available) const {
   switch (rules_.when) {
     case DraftGate::kNever: return 0;
-    case DraftGate::kAlways: return k;
+    case DraftGate::kAlways: return available;
     case DraftGate::kAuto: break;
   }
-  const double a = st.acceptance_ema;
-  if (a < rules_.min_acceptance) {
-    return st.tokens_since_draft >= rules_.probe_interval ? 1 : 0;
-  }
-  // The j-th draft is kept with probability about a^j: draft while that
-  // stays above the threshold.
-  if (a >= 0.999) return k;
-  const int j = static_cast<int>(std::floor(std::log(rules_.min_acceptance) / std::log(a)));
-  return std::clamp(j, 1, k);
+  const int k = length_rule_.Choose(source, available,
+                                    [this](int rows) { return host_.CallCost(rows); });
+  if (k == 0 && available > 0 && st.tokens_since_draft >= rules_.probe_interval) return 1;
+  return k;
 }
 
 void RecyclePolicy::DecideLocked(Sequence& s, const SlotRun& r, const RunOutput& out) {
@@ -153,7 +152,8 @@ void RecyclePolicy::DecideLocked(Sequence& s, const SlotRun& r, const RunOutput&
 
   if (m > 0) {
     RecordVerifiedCall(s, m, a);
-    st.acceptance_ema = 0.8 * st.acceptance_ema + 0.2 * static_cast<double>(a) / m;
+    // Forced drafts are certain: only the guesses after them teach the rule.
+    if (m > st.forced) length_rule_.Record(st.source, m - st.forced, std::max(0, a - st.forced));
     st.tokens_since_draft = 0;
   }
   st.tokens_since_draft += a + 1;
@@ -167,32 +167,39 @@ void RecyclePolicy::DecideLocked(Sequence& s, const SlotRun& r, const RunOutput&
   // token and overwrites the rejected drafts' positions.
   s.cached = static_cast<int32_t>(s.tokens.size()) - 1;
   // A draft at position p is worth sending only if p can still be generated.
-  const int room = s.limit - static_cast<int32_t>(s.tokens.size());
-  const int n = std::min(DraftCount(st), room);
-  if (s.grammar) {
-    st.drafts = ProposeLocked(s, n, std::min(room, rules_.max_drafts));
-  } else if (n > 0) {
-    st.drafts = drafter_->Propose(s.tokens, n, &st.own_text).tokens;
-  }
+  ProposeLocked(s, st, s.limit - static_cast<int32_t>(s.tokens.size()));
 }
 
-std::vector<int32_t> RecyclePolicy::ProposeLocked(Sequence& s, int guesses, int most) {
+void RecyclePolicy::ProposeLocked(Sequence& s, RecycleState& st, int room) {
+  const int most = std::min(room, rules_.max_drafts);
+  st.drafts.clear();
+  st.forced = 0;
+  st.source = DraftSource::kNone;
+  if (most <= 0) return;
   // Forced tokens cost nothing to guess, so they are drafted whatever the
-  // gate says; the matrix's guesses only as many as the gate allows.
-  std::vector<int32_t> drafts = s.grammar->Forced(most);
-  const int more = std::min(guesses, most - static_cast<int>(drafts.size()));
-  if (more > 0) {
-    std::vector<int32_t> chain = s.tokens;
-    chain.insert(chain.end(), drafts.begin(), drafts.end());
+  // rule says; the drafter's guesses only as many as pay.
+  if (s.grammar) st.drafts = s.grammar->Forced(most);
+  st.forced = static_cast<int>(st.drafts.size());
+  if (st.forced < most) {
+    std::vector<int32_t> chain;
+    if (st.forced > 0) {
+      chain = s.tokens;
+      chain.insert(chain.end(), st.drafts.begin(), st.drafts.end());
+    }
     // Forced tokens are certain (the grammar allows nothing else), so the
     // own-text index may take them in ahead of their verification.
-    auto& st = PolicyStateOf<RecycleState>(s);
-    for (int32_t t : drafter_->Propose(chain, more, &st.own_text).tokens) drafts.push_back(t);
+    DraftProposal guess = drafter_->Propose(st.forced > 0 ? chain : s.tokens, most - st.forced,
+                                            &st.own_text);
+    const int send = DraftsWorthSending(st, guess.source, static_cast<int>(guess.tokens.size()));
+    st.drafts.insert(st.drafts.end(), guess.tokens.begin(), guess.tokens.begin() + send);
+    st.source = guess.source;
   }
-  size_t kept = 0;
-  while (kept < drafts.size() && s.grammar->AddDraft(drafts[kept])) ++kept;
-  drafts.resize(kept);
-  return drafts;
+  if (s.grammar) {
+    size_t kept = 0;
+    while (kept < st.drafts.size() && s.grammar->AddDraft(st.drafts[kept])) ++kept;
+    st.drafts.resize(kept);
+    st.forced = std::min(st.forced, static_cast<int>(kept));
+  }
 }
 
 }  // namespace

@@ -24,7 +24,7 @@ struct SpecOptions {
   std::string spd_drafter = "module";
   // The recycle policy: drafts per call at most (0 = not served), and the
   // training-free drafter's candidates per token and n-gram range.
-  int recycle_drafts = 4;
+  int recycle_drafts = 8;
   int recycle_candidates = 8;
   int lookup_min_ngram = 2;
   int lookup_max_ngram = 4;
