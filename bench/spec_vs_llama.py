@@ -44,6 +44,10 @@ SPEC_COUNTERS = {
     "draft_tokens": "specline_spec_decode_num_draft_tokens_total",
     "accepted": "specline_spec_decode_num_accepted_tokens_total",
     "flushes": "specline_spec_decode_num_flushes_total",
+    # docs/metrics.md's L'acc = n N / K per request, the pipeline policies'
+    # (spd) figure: their accepted drafts do not map to target steps.
+    "lacc_sum": "specline_spec_decode_equivalent_acceptance_length_sum",
+    "lacc_count": "specline_spec_decode_equivalent_acceptance_length_count",
 }
 
 
@@ -90,6 +94,20 @@ def stream(port, body):
             "content_chunks": chunks, "finish": finish, "timings": timings}
 
 
+def read_port_file(path, timeout_s=60):
+    """specline serve's port file; the gateway may answer HTTP before the
+    launcher has written it."""
+    deadline = time.time() + timeout_s
+    while True:
+        try:
+            with open(path) as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            if time.time() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 def scrape_spec(metrics_port):
     """{(counter, policy): value} from the scheduler's /metrics."""
     if not metrics_port:
@@ -107,15 +125,13 @@ def spec_delta(before, after):
     d = {k: 0.0 for k in SPEC_COUNTERS}
     for (key, policy), v in after.items():
         d[key] += v - before.get((key, policy), 0.0)
-    return {k: int(round(v)) for k, v in d.items()}
+    return {k: v if k == "lacc_sum" else int(round(v)) for k, v in d.items()}
 
 
 def run(args):
     prompts = load_prompts(args.prompts, args.limit_prompts)
     configs = [c for c in args.configs.split(";") if c]
-    metrics_port = None
-    if args.port_file:
-        metrics_port = json.load(open(args.port_file))["scheduler"]["metrics"]
+    metrics_port = read_port_file(args.port_file)["scheduler"]["metrics"] if args.port_file else None
     requests = []
     # One short request first: the server's first request pays its page
     # faults and lazy set-up (both servers start with no warm-up).
@@ -169,6 +185,10 @@ def ratio(a, b):
     return a / b if a is not None and b else None
 
 
+def r_server(requests):
+    return requests[0]["server"] if requests else None
+
+
 def summarize(requests, plain):
     """Per class: median tok/s, identity with the plain replies, acceptance."""
     out = {}
@@ -189,14 +209,22 @@ def summarize(requests, plain):
             tokens = sum(r["tokens"] for r in with_spec)
             s.update(drafted=drafted, accepted=accepted,
                      acceptance=accepted / drafted if drafted else None)
+            lacc_n = sum(x.get("lacc_count", 0) for x in spec)
+            if lacc_n:
+                s["equivalent_acceptance_length"] = sum(x.get("lacc_sum", 0) for x in spec) / lacc_n
             if drafts:
                 # vLLM's mean accepted length, as `specline client` prints it
                 # ("tokens per verification"): over the steps that drafted.
                 s.update(drafts=drafts, tokens_per_verification=1 + accepted / drafts)
             # Tokens per target step, the steps that drafted nothing
-            # included (every step yields one token plus the drafts it
-            # accepted): comparable between the two servers.
-            s["tokens_per_step"] = tokens / (tokens - accepted) if tokens > accepted else None
+            # included: specline's L'acc (n N / K, which for a pipeline
+            # policy counts the stages' cycles); llama-server's every step
+            # yields one token plus the drafts it accepted. For a chain on
+            # one stage the two are the same figure.
+            if "equivalent_acceptance_length" in s:
+                s["tokens_per_step"] = s["equivalent_acceptance_length"]
+            elif r_server(with_spec) == "llama-server" and tokens > accepted:
+                s["tokens_per_step"] = tokens / (tokens - accepted)
         out[cls] = s
     return out
 

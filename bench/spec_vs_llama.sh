@@ -77,7 +77,7 @@ for type in $llama_types; do
   "$peer/llama-server" -m "$model" -t 2 -tb 2 -np 1 --port "$port" --no-warmup "${spec[@]}" > "$log" 2>&1 &
   server_pid=$!
   if ! try_ready "llama-server $type" "$port" "$log"; then
-    reason=$(grep -v '^\s*$' "$log" | tail -1 | cut -c1-160)
+    reason=$( (grep -m1 -i 'error\|fail\|invalid' "$log" || tail -1 "$log") | cut -c1-160)
     /usr/bin/python3 -c 'import json,sys; json.dump({"server": "llama-server", "stages": None, "config": sys.argv[1],
       "skipped": "did not start: " + sys.argv[2]}, open(sys.argv[3], "w"))' "$type" "$reason" "$work/llama-$type.json"
     runs+=("$work/llama-$type.json")
