@@ -27,7 +27,8 @@
 # --specline-configs and --serve-args apply to every stage count of the
 # run; left out, 1 stage runs 'ar;recycle' and 2 stages 'ar;recycle;spd'
 # with --spd-drafter recycle. `default` as a config sends no policy (the
-# server's --default-policy).
+# server's --default-policy). --stages '' or --llama-types '' leaves that
+# server out. Run it on a quiet machine (docs/benchmarks.md, issue 29).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=$here/build
