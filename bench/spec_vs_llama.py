@@ -242,68 +242,89 @@ def report(args):
         for r in run_.get("requests", []):
             if r["config"] == ("ar" if r["server"] == "specline" else "plain") and "error" not in r:
                 plain.setdefault((r["server"], r["stages"]), {})[(r["id"], r["round"])] = r["text"]
-    rows = []
-    for run_ in runs:
-        if run_.get("skipped"):
-            rows.append({"server": run_["server"], "stages": run_.get("stages"), "config": run_["config"],
-                         "skipped": run_["skipped"]})
-            continue
-        reqs = run_["requests"]
-        for config in run_["configs"]:
-            rows.append({"server": run_["server"], "stages": run_["stages"], "config": config,
-                         "classes": summarize([r for r in reqs if r["config"] == config],
-                                              plain.get((run_["server"], run_["stages"]), {}))})
-    # Ratios against the same server's plain decoding at the same stages.
-    for row in rows:
-        if "classes" not in row:
-            continue
-        base_name = "ar" if row["server"] == "specline" else "plain"
-        base = next((b for b in rows if b["server"] == row["server"] and b["stages"] == row["stages"]
-                     and b["config"] == base_name and "classes" in b), None)
-        for cls in CLASSES:
-            c = row["classes"][cls]
-            c["vs_plain"] = ratio(c["median_tok_s"], base["classes"][cls]["median_tok_s"]) if base else None
+    def build_rows(keep):
+        rows = []
+        for run_ in runs:
+            if run_.get("skipped"):
+                rows.append({"server": run_["server"], "stages": run_.get("stages"),
+                             "config": run_["config"], "skipped": run_["skipped"]})
+                continue
+            reqs = [r for r in run_["requests"] if keep(r)]
+            for config in run_["configs"]:
+                rows.append({"server": run_["server"], "stages": run_["stages"], "config": config,
+                             "classes": summarize([r for r in reqs if r["config"] == config],
+                                                  plain.get((run_["server"], run_["stages"]), {}))})
+        # Ratios against the same server's plain decoding at the same stages.
+        for row in rows:
+            if "classes" not in row:
+                continue
+            base_name = "ar" if row["server"] == "specline" else "plain"
+            base = next((b for b in rows if b["server"] == row["server"] and b["stages"] == row["stages"]
+                         and b["config"] == base_name and "classes" in b), None)
+            for cls in CLASSES:
+                c = row["classes"][cls]
+                c["vs_plain"] = (ratio(c["median_tok_s"], base["classes"][cls]["median_tok_s"])
+                                 if base else None)
+        return rows
 
-    def best(server, stages, cls):
-        cands = [r for r in rows if r["server"] == server and "classes" in r
-                 and (stages is None or r["stages"] == stages) and r["classes"][cls]["median_tok_s"]]
-        return max(cands, key=lambda r: r["classes"][cls]["median_tok_s"], default=None)
+    rows = build_rows(lambda r: True)
+    # Round 1 alone: each prompt seen for the first time, before either
+    # server's cross-request memory (ngram-mod's hash table, specline's
+    # recent-requests index) has seen its reply; later rounds repeat it.
+    first_rows = build_rows(lambda r: r["round"] == 0)
 
-    bests = []
-    for stages in sorted({r["stages"] for r in rows if r["server"] == "specline"}):
-        for cls in CLASSES:
-            ours, peer = best("specline", stages, cls), best("llama-server", None, cls)
-            if ours and peer:
-                a, b = ours["classes"][cls]["median_tok_s"], peer["classes"][cls]["median_tok_s"]
-                bests.append({"stages": stages, "class": cls, "specline": ours["config"], "specline_tok_s": a,
-                              "llama_server": peer["config"], "llama_server_tok_s": b, "ratio": a / b})
+    def best_vs_best(rows):
+        def best(server, stages, cls):
+            cands = [r for r in rows if r["server"] == server and "classes" in r
+                     and (stages is None or r["stages"] == stages) and r["classes"][cls]["median_tok_s"]]
+            return max(cands, key=lambda r: r["classes"][cls]["median_tok_s"], default=None)
+
+        bests = []
+        for stages in sorted({r["stages"] for r in rows if r["server"] == "specline"}):
+            for cls in CLASSES:
+                ours, peer = best("specline", stages, cls), best("llama-server", None, cls)
+                if ours and peer:
+                    a, b = ours["classes"][cls]["median_tok_s"], peer["classes"][cls]["median_tok_s"]
+                    bests.append({"stages": stages, "class": cls, "specline": ours["config"],
+                                  "specline_tok_s": a, "llama_server": peer["config"],
+                                  "llama_server_tok_s": b, "ratio": a / b})
+        return bests
+
+    bests = best_vs_best(rows)
+    first_bests = best_vs_best(first_rows)
 
     def name(r):
         if r["server"] == "specline":
             return f"specline {r['stages']} stage{'s' if r['stages'] > 1 else ''} `{r['config']}`"
         return "llama-server" + ("" if r["config"] == "plain" else f" `--spec-type {r['config']}`")
 
-    print("| server | grounded tok/s (x plain) | open tok/s (x plain) | = plain reply g / o | "
-          "accepted / drafted g / o | tokens per verification g / o | tokens per step g / o |")
-    print("|---|---|---|---|---|---|---|")
-    for r in rows:
-        if "skipped" in r:
-            print(f"| {name(r)} | skipped: {r['skipped']} | | | | | |")
-            continue
-        g, o = r["classes"]["grounded"], r["classes"]["open"]
-        cell = [f"{fmt(c['median_tok_s'])} ({fmt(c['vs_plain'], '{:.2f}x')})" +
-                (f", {c['errors']} errors" if c["errors"] else "") for c in (g, o)]
-        same = f"{g['identical_to_plain']}/{g['compared']} / {o['identical_to_plain']}/{o['compared']}"
-        acc = " / ".join(f"{c['accepted']}/{c['drafted']}" if "drafted" in c else "-" for c in (g, o))
-        tpv = " / ".join(fmt(c.get("tokens_per_verification"), "{:.2f}") for c in (g, o))
-        tps = " / ".join(fmt(c.get("tokens_per_step"), "{:.2f}") for c in (g, o))
-        print(f"| {name(r)} | {cell[0]} | {cell[1]} | {same} | {acc} | {tpv} | {tps} |")
-    print()
-    print("| stages | class | specline's best | llama-server's best | ratio |")
-    print("|---|---|---|---|---|")
-    for b in bests:
-        print(f"| {b['stages']} | {b['class']} | `{b['specline']}` {b['specline_tok_s']:.1f} | "
-              f"`{b['llama_server']}` {b['llama_server_tok_s']:.1f} | {b['ratio']:.2f}x |")
+    def table(title, rows):
+        print(title)
+        print("| server | grounded tok/s (x plain) | open tok/s (x plain) | = plain reply g / o | "
+              "accepted / drafted g / o | tokens per verification g / o | tokens per step g / o |")
+        print("|---|---|---|---|---|---|---|")
+        for r in rows:
+            if "skipped" in r:
+                print(f"| {name(r)} | skipped: {r['skipped']} | | | | | |")
+                continue
+            g, o = r["classes"]["grounded"], r["classes"]["open"]
+            cell = [f"{fmt(c['median_tok_s'])} ({fmt(c['vs_plain'], '{:.2f}x')})" +
+                    (f", {c['errors']} errors" if c["errors"] else "") for c in (g, o)]
+            same = f"{g['identical_to_plain']}/{g['compared']} / {o['identical_to_plain']}/{o['compared']}"
+            acc = " / ".join(f"{c['accepted']}/{c['drafted']}" if "drafted" in c else "-" for c in (g, o))
+            tpv = " / ".join(fmt(c.get("tokens_per_verification"), "{:.2f}") for c in (g, o))
+            tps = " / ".join(fmt(c.get("tokens_per_step"), "{:.2f}") for c in (g, o))
+            print(f"| {name(r)} | {cell[0]} | {cell[1]} | {same} | {acc} | {tpv} | {tps} |")
+        print()
+
+    table("All rounds:", rows)
+    table("Round 1 only (every prompt seen for the first time):", first_rows)
+    print("| rounds | stages | class | specline's best | llama-server's best | ratio |")
+    print("|---|---|---|---|---|---|")
+    for which, bs in (("all", bests), ("1st", first_bests)):
+        for b in bs:
+            print(f"| {which} | {b['stages']} | {b['class']} | `{b['specline']}` {b['specline_tok_s']:.1f} | "
+                  f"`{b['llama_server']}` {b['llama_server_tok_s']:.1f} | {b['ratio']:.2f}x |")
     try:
         cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
     except (OSError, StopIteration):
@@ -317,7 +338,8 @@ def report(args):
            "cores": os.cpu_count(), "command": args.command, "model": args.model,
            "llama_cpp": args.llama_cpp, "specline_build": args.build, "git": rev,
            "settings": json.loads(args.settings) if args.settings else {},
-           "rows": rows, "best_vs_best": bests,
+           "rows": rows, "first_round_rows": first_rows, "best_vs_best": bests,
+           "first_round_best_vs_best": first_bests,
            "requests": [r for run_ in runs for r in run_.get("requests", [])]}
     json.dump(out, open(args.out, "w"), indent=1)
     print(f"\nwrote {args.out}", file=sys.stderr)
