@@ -34,6 +34,12 @@
 //   build/bench/drafter_bench [--model PATH] [--tokens 128] [--threads 2]
 //       [--max-draft 5] [--k 8] [--min-ngram 2] [--max-ngram 4]
 //       [--prompts bench/prompts/drafting.jsonl] [--json bench_drafter.json]
+//       [--cost-curve 2:1.45,4:1.85,8:3.1,16:7.5]
+//
+// Last, a chain-against-tree study (TreeStudy): tokens per unit time of
+// chains of 1..8 drafts and two-branch trees of depth 1..4, under the
+// verification curve of --cost-curve (the dev VM's by default).
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -41,6 +47,7 @@
 #include <stdexcept>
 #include <iostream>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -66,6 +73,10 @@ struct Options {
   int min_ngram = 2;
   int max_ngram = 4;
   std::string json = "bench_drafter.json";
+  // A call of m rows against a call of 1 (m:cost pairs, interpolated): the
+  // verification curve measured on the dev VM (docs/benchmarks.md,
+  // verify_curve_bench, 2 threads, mid of three runs).
+  std::vector<std::pair<int, double>> cost_curve = {{1, 1.0}, {2, 1.45}, {4, 1.85}, {8, 3.1}, {16, 7.5}};
   std::string prompts = SPECLINE_SOURCE_DIR "/bench/prompts/drafting.jsonl";
 };
 
@@ -239,6 +250,113 @@ nlohmann::json TallyJson(const Tally& t, bool with_timing = true) {
   return j;
 }
 
+// "2:1.45,4:1.85,8:3.1": (rows, cost of a call of that many rows against
+// one of a single row); 1:1 is implied.
+std::vector<std::pair<int, double>> ParseCostCurve(const std::string& text) {
+  std::vector<std::pair<int, double>> curve = {{1, 1.0}};
+  std::stringstream in(text);
+  for (std::string item; std::getline(in, item, ',');) {
+    const size_t colon = item.find(':');
+    if (colon == std::string::npos) throw std::invalid_argument("--cost-curve: rows:cost pairs");
+    curve.emplace_back(std::stoi(item.substr(0, colon)), std::stod(item.substr(colon + 1)));
+  }
+  std::sort(curve.begin(), curve.end());
+  return curve;
+}
+
+double CostOf(const std::vector<std::pair<int, double>>& curve, int rows) {
+  for (size_t i = 1; i < curve.size(); ++i) {
+    if (rows <= curve[i].first) {
+      const auto [r0, c0] = curve[i - 1];
+      const auto [r1, c1] = curve[i];
+      return c0 + (c1 - c0) * double(rows - r0) / double(r1 - r0);
+    }
+  }
+  const auto [r0, c0] = curve[curve.size() - 2];
+  const auto [r1, c1] = curve.back();
+  return c1 + (c1 - c0) / double(r1 - r0) * double(rows - r1);
+}
+
+// Chain against a two-branch tree (issue 29: "trees, if they pay"), on the
+// traces, with the default drafter (suffix matching, then Token
+// Recycling; one drafter over the traces, as a server's). At each position:
+//   chain n: the drafter's n tokens;
+//   tree 2 x d: the drafter's d tokens, plus a second branch of d tokens
+//     starting at the matrix's best candidate after the context's last
+//     token that differs from the first branch's first token, continued by
+//     the recycling chain: 2d draft rows, verified in one call with an
+//     ancestor mask (the branch whose first token is right counts).
+// Tokens per unit time = sum (1 + accepted) / sum cost(rows + 1), the cost
+// curve's: a tree pays only if it beats every chain on that figure.
+nlohmann::json TreeStudy(const std::vector<Trace>& traces, const Options& o, int vocab_size) {
+  TrainingFreeDrafterOptions dopt;
+  dopt.vocab_size = vocab_size;
+  dopt.k = o.k;
+  dopt.min_ngram = o.min_ngram;
+  dopt.max_ngram = o.max_ngram;
+  TrainingFreeDrafter d(dopt);
+  constexpr int kMaxChain = 8, kMaxDepth = 4;
+  struct Sum {
+    double tokens = 0, cost = 0;
+    int64_t steps = 0;
+  };
+  std::vector<Sum> chain(kMaxChain + 1), tree(kMaxDepth + 1);
+  auto accepted = [](const std::vector<int32_t>& draft, const Trace& t, int64_t i) {
+    int a = 0;
+    const auto T = static_cast<int64_t>(t.generated.size());
+    while (a < static_cast<int>(draft.size()) && i + a + 1 < T && draft[a] == t.generated[i + a]) ++a;
+    return a;
+  };
+  for (const Trace& t : traces) {
+    RequestSuffixIndex own;
+    std::vector<int32_t> ctx = t.prompt;
+    for (int64_t i = 0; i < static_cast<int64_t>(t.generated.size()); ++i) {
+      for (int n = 1; n <= kMaxChain; ++n) {
+        const std::vector<int32_t> draft = d.Propose(ctx, n, &own).tokens;
+        chain[n].tokens += 1 + accepted(draft, t, i);
+        chain[n].cost += CostOf(o.cost_curve, static_cast<int>(draft.size()) + 1);
+        ++chain[n].steps;
+      }
+      const std::vector<int32_t> row = d.recycling().Candidates(ctx.back());
+      for (int depth = 1; depth <= kMaxDepth; ++depth) {
+        const std::vector<int32_t> a = d.Propose(ctx, depth, &own).tokens;
+        std::vector<int32_t> b;
+        for (int32_t c : row) {
+          if (a.empty() || c != a[0]) {
+            b = {c};
+            break;
+          }
+        }
+        if (!b.empty() && depth > 1) {
+          const std::vector<int32_t> more = d.recycling().Draft(std::span<const int32_t>(b), depth - 1);
+          b.insert(b.end(), more.begin(), more.end());
+        }
+        const int got = std::max(accepted(a, t, i), accepted(b, t, i));
+        tree[depth].tokens += 1 + got;
+        tree[depth].cost += CostOf(o.cost_curve, static_cast<int>(a.size() + b.size()) + 1);
+        ++tree[depth].steps;
+      }
+      d.ObserveTopK(ctx.back(), t.step_topk[i]);
+      ctx.push_back(t.generated[i]);
+    }
+    d.Remember(ctx);
+  }
+  std::printf("\n== chain against a two-branch tree (cost curve:");
+  for (const auto& [rows, cost] : o.cost_curve) std::printf(" %d:%.2f", rows, cost);
+  std::printf(") ==\n%-12s %14s %16s\n", "draft", "tokens/step", "tokens/unit time");
+  nlohmann::json out = nlohmann::json::array();
+  auto print = [&](const std::string& name, const Sum& x) {
+    const double per_step = x.tokens / double(std::max<int64_t>(x.steps, 1));
+    const double per_time = x.tokens / std::max(x.cost, 1e-9);
+    std::printf("%-12s %14.3f %16.3f\n", name.c_str(), per_step, per_time);
+    out.push_back({{"draft", name}, {"tokens_per_step", per_step}, {"tokens_per_unit_time", per_time}});
+  };
+  print("plain", Sum{1, 1, 1});
+  for (int n = 1; n <= kMaxChain; ++n) print("chain " + std::to_string(n), chain[n]);
+  for (int depth = 1; depth <= kMaxDepth; ++depth) print("tree 2x" + std::to_string(depth), tree[depth]);
+  return out;
+}
+
 }  // namespace
 }  // namespace specline
 
@@ -258,6 +376,7 @@ int main(int argc, char** argv) {
     else if (a == "--max-ngram") o.max_ngram = std::stoi(next());
     else if (a == "--json") o.json = next();
     else if (a == "--prompts") o.prompts = next();
+    else if (a == "--cost-curve") o.cost_curve = ParseCostCurve(next());
     else return false;
     return true;
   });
@@ -419,6 +538,7 @@ int main(int argc, char** argv) {
       }
     }
   }
+  const nlohmann::json tree_study = TreeStudy(traces, o, c.vocab_size);
   TrainingFreeDrafterOptions sizing;
   sizing.vocab_size = c.vocab_size;
   sizing.k = o.k;
@@ -445,6 +565,7 @@ int main(int argc, char** argv) {
                         {"threads", o.threads},
                         {"matrix_bytes", matrix_bytes},
                         {"costs", costs},
+                        {"chain_vs_tree", tree_study},
                         {"traces", traces_json},
                         {"results", results}};
   std::ofstream(o.json) << out.dump(1) << "\n";
