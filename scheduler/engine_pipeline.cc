@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "scheduler/batch_builder.h"
 #include "scheduler/emitted_logprobs.h"
 #include "scheduler/engine.h"
 #include "scheduler/sequence_grammar.h"
