@@ -272,7 +272,7 @@ bool Engine::WaitUntilUp(std::chrono::milliseconds timeout) const {
 std::shared_ptr<Sequence> Engine::MakeSequenceLocked(std::shared_ptr<const RequestOptions> origin,
                                                      std::shared_ptr<const void> prepared) {
   auto seq = std::make_shared<Sequence>(next_seq_id_++, *origin);
-  seq->limit = std::min<int32_t>(seq->prompt_len + seq->max_tokens, config().max_seq_len);
+  seq->context_len = config().max_seq_len;
   seq->origin = std::move(origin);
   seq->prepared = std::move(prepared);
   PolicyFor(seq->mode)->Attach(*seq, seq->prepared.get());

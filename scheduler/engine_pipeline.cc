@@ -345,8 +345,8 @@ void Engine::SendNotices(std::vector<Notice> notices) {
 }
 
 // Appends a sampled token, streams it, and ends the sequence when the token
-// is a stop id, max_tokens is reached, or the context is full (the same
-// rules, in the same order, as Generate in model/runtime/generator.cc).
+// is a stop id, or when no token may follow it (Sequence::MayGenerateAt:
+// max_tokens is reached or the context is full).
 void Engine::EmitTokenLocked(Sequence& s, int32_t token, std::span<const float> row) {
   const auto now = Clock::now();
   StreamEvent e;
@@ -374,9 +374,7 @@ void Engine::EmitTokenLocked(Sequence& s, int32_t token, std::span<const float> 
   if (std::find(s.stop_ids.begin(), s.stop_ids.end(), token) != s.stop_ids.end() ||
       (s.grammar && s.grammar->Terminated())) {
     reason = FinishReason::kStop;
-  } else if (s.generated() >= s.max_tokens ||
-             (s.policy->LimitedByContext() &&
-              static_cast<int>(s.tokens.size()) > config().max_seq_len)) {
+  } else if (!s.MayGenerateAt(static_cast<int32_t>(s.tokens.size()))) {
     reason = FinishReason::kLength;
   }
   if (reason == FinishReason::kNone) {

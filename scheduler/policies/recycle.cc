@@ -164,7 +164,7 @@ void RecyclePolicy::DecideLocked(Sequence& s, const SlotRun& r, const RunOutput&
   // token and overwrites the rejected drafts' positions.
   s.cached = static_cast<int32_t>(s.tokens.size()) - 1;
   // A draft at position p is worth sending only if p can still be generated.
-  const int room = s.limit - static_cast<int32_t>(s.tokens.size());
+  const int room = s.RoomAheadFrom(static_cast<int32_t>(s.tokens.size()));
   const int n = std::min(DraftCount(st), room);
   if (s.grammar) {
     st.drafts = ProposeLocked(s, n, std::min(room, rules_.max_drafts));
