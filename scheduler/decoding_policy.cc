@@ -11,15 +11,17 @@ namespace specline::scheduler {
 
 absl::Status DecodingPolicy::Validate(const RequestOptions& /*r*/) const { return absl::OkStatus(); }
 
-absl::StatusOr<std::shared_ptr<const void>> DecodingPolicy::Prepare(const RequestOptions& /*r*/) {
-  return std::shared_ptr<const void>();
+absl::StatusOr<std::shared_ptr<const PreparedRequest>> DecodingPolicy::Prepare(
+    const RequestOptions& /*r*/) {
+  return std::shared_ptr<const PreparedRequest>();
 }
 
-int32_t DecodingPolicy::PromptPositions(const RequestOptions& r, const void* /*prepared*/) const {
+int32_t DecodingPolicy::PromptPositions(const RequestOptions& r,
+                                        const PreparedRequest* /*prepared*/) const {
   return static_cast<int32_t>(r.prompt.size());
 }
 
-void DecodingPolicy::Attach(Sequence& s, const void* /*prepared*/) {
+void DecodingPolicy::Attach(Sequence& s, const PreparedRequest* /*prepared*/) {
   s.policy = this;
   s.policy_state.reset();
 }

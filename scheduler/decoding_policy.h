@@ -31,6 +31,7 @@
 #include "scheduler/batch_rows.h"
 #include "scheduler/metrics.h"
 #include "scheduler/policy_host.h"
+#include "scheduler/prepared_request.h"
 #include "scheduler/sequence.h"
 #include "scheduler/slot_run.h"
 #include "specline/internal/stage.pb.h"
@@ -98,9 +99,10 @@ class DecodingPolicy {
   virtual absl::Status Validate(const RequestOptions& r) const;
   // Once per request before it queues, kept for its restarts (PIPO
   // compresses the prompt here). May return null.
-  virtual absl::StatusOr<std::shared_ptr<const void>> Prepare(const RequestOptions& r);
+  virtual absl::StatusOr<std::shared_ptr<const PreparedRequest>> Prepare(
+      const RequestOptions& r);
   // KV positions the prompt takes on the stages.
-  virtual int32_t PromptPositions(const RequestOptions& r, const void* prepared) const;
+  virtual int32_t PromptPositions(const RequestOptions& r, const PreparedRequest* prepared) const;
 
   // --- The rest runs with the engine lock held unless it says otherwise.
   // Whether the current pipeline can serve the policy (FAILED_PRECONDITION).
@@ -108,7 +110,7 @@ class DecodingPolicy {
   // The stages came up: check what the policy needs of them.
   virtual void OnPipelineUpLocked(const std::vector<internal::StageInfo>& /*infos*/) {}
   // A new attempt of a request: set s.policy_state (and anything else per sequence).
-  virtual void Attach(Sequence& s, const void* prepared);
+  virtual void Attach(Sequence& s, const PreparedRequest* prepared);
   // The sequence left the engine (finished, failed, or restarted anew).
   virtual void RetireLocked(Sequence& /*s*/) {}
   // Driver thread, no lock, before each batch: free what RetireLocked queued.

@@ -185,7 +185,7 @@ class Engine : private PolicyHost, private HealthHost {
   // A new attempt of `origin` (its stages' id is fresh) under its policy,
   // from what the policy prepared for it.
   std::shared_ptr<Sequence> MakeSequenceLocked(std::shared_ptr<const RequestOptions> origin,
-                                               std::shared_ptr<const void> prepared);
+                                               std::shared_ptr<const PreparedRequest> prepared);
   // `last` may carry the final token(s); its finish and error are set here.
   // The stream gets exactly one last event, whatever the caller holds.
   void FinishLocked(Sequence& seq, FinishReason reason, absl::Status error, StreamEvent last);

@@ -34,6 +34,7 @@ namespace specline::scheduler {
 
 class DecodingPolicy;
 struct PolicyState;
+struct PreparedRequest;
 class SequenceGrammar;
 
 using Clock = std::chrono::steady_clock;
@@ -85,7 +86,7 @@ struct Sequence : std::enable_shared_from_this<Sequence> {
   // What Submit was given, and what its policy prepared from it once
   // (DecodingPolicy::Prepare), kept to restart.
   std::shared_ptr<const RequestOptions> origin;
-  std::shared_ptr<const void> prepared;
+  std::shared_ptr<const PreparedRequest> prepared;
   int attempts = 1;
   // While waiting for the pipeline to come back: fail when it has not by then.
   std::chrono::steady_clock::time_point retry_deadline{};

@@ -76,7 +76,7 @@ absl::Status PipelineDraftPolicy::AvailableLocked(const RequestOptions& r) const
       "policy ", absl::AsciiStrToUpper(PolicyShortName(mode_)), " is not available on this deployment yet"));
 }
 
-void PipelineDraftPolicy::Attach(Sequence& s, const void* /*prepared*/) {
+void PipelineDraftPolicy::Attach(Sequence& s, const PreparedRequest* /*prepared*/) {
   DecodingPolicy::Attach(s, nullptr);
   auto st = std::make_unique<DraftChainState>();
   const uint64_t seed = s.sampling.seed;

@@ -34,7 +34,7 @@ class PtpPolicy : public DecodingPolicy {
     adapter_id_ = adapter.id;
     unavailable_ = std::move(adapter.unavailable);
   }
-  void Attach(Sequence& s, const void* /*prepared*/) override {
+  void Attach(Sequence& s, const PreparedRequest* /*prepared*/) override {
     DecodingPolicy::Attach(s, nullptr);
     auto st = std::make_unique<PtpState>();
     st->n_aux = n_aux_;

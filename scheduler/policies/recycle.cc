@@ -26,7 +26,7 @@ class RecyclePolicy : public DecodingPolicy {
   v1::DecodingPolicy mode() const override { return v1::DECODING_POLICY_RECYCLE; }
   bool KeepsGrammar() const override { return true; }
 
-  void Attach(Sequence& s, const void* /*prepared*/) override {
+  void Attach(Sequence& s, const PreparedRequest* /*prepared*/) override {
     DecodingPolicy::Attach(s, nullptr);
     s.policy_state = std::make_unique<RecycleState>();
   }
