@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -228,6 +229,13 @@ class Engine : private PolicyHost, private HealthHost {
   bool BuildBatchLocked(internal::MicroBatch& batch, uint64_t& generation);
   void ReceiverLoop();
   void HandleResult(internal::MicroBatch batch);
+  // HandleResult's steps under the lock: the batch's in-flight record
+  // (nullopt: a batch from before a failure, its sequences released); false
+  // when the batch failed or came back malformed (the pipeline is down);
+  // the stages' refusals, taps and completed blocks.
+  std::optional<InFlight> TakeInFlightLocked(const internal::MicroBatch& batch);
+  bool CheckResultLocked(const internal::MicroBatch& batch, const InFlight& f);
+  void RecordResultLocked(const internal::MicroBatch& batch, const InFlight& f);
   void CheckTimeoutsLocked();
   void StoreTapsLocked(const internal::MicroBatch& batch);
   void SendNotices(std::vector<Notice> notices);
