@@ -98,7 +98,8 @@ class DecodingPolicy {
   // What only this policy reads, and whether this deployment serves it.
   virtual absl::Status Validate(const RequestOptions& r) const;
   // Once per request before it queues, kept for its restarts (PIPO
-  // compresses the prompt here). May return null.
+  // compresses the prompt here): a PreparedRequest of the policy's own
+  // type, read back with PreparedAs. May return null.
   virtual absl::StatusOr<std::shared_ptr<const PreparedRequest>> Prepare(
       const RequestOptions& r);
   // KV positions the prompt takes on the stages.
@@ -128,7 +129,7 @@ class DecodingPolicy {
   // The end of the chain of inputs (tokens, then drafts or pairs).
   virtual int32_t ChainEnd(const Sequence& s) const;
   // Whether a token past the context length ends the sequence (false when
-  // positions are not tokens, as PIPO's pairs).
+  // positions are not tokens, as PIPO's pairs): Sequence::MayGenerateAt asks.
   virtual bool LimitedByContext() const { return true; }
   // Whether every token it emits is decided under the sequence's grammar
   // mask (Sequence::grammar), drafts included (structured output). Policies

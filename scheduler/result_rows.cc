@@ -80,7 +80,8 @@ std::optional<RunOutput> RunOutputOf(const ResultRows& rows, const HeadOutputs& 
   if ((p.logits < 0 && p.greedy < 0) || run.epoch != run.seq->epoch) return std::nullopt;
   if (p.greedy >= 0) out.greedy = std::span(head.greedy).subspan(p.greedy, p.decide);
   if (p.logits >= 0) {
-    out.logits = std::span(head.logits).subspan(p.logits * head.vocab, int64_t{p.decide} * head.vocab);
+    out.logits =
+        std::span(head.logits).subspan(p.logits * head.vocab, int64_t{p.decide} * head.vocab);
   }
   if (p.aux >= 0) out.aux = std::span(head.greedy).subspan(p.aux, p.n_aux);
   return out;
