@@ -4,35 +4,11 @@
 #include <gtest/gtest.h>
 
 #include "scheduler/batch_builder.h"
+#include "scheduler/no_engine_for_test.h"
 #include "scheduler/policies/autoregressive.h"
 
 namespace specline::scheduler {
 namespace {
-
-// Planning asks only the policy's shape of a run; nothing here reaches the
-// host.
-class NoEngine : public PolicyHost {
- public:
-  const ModelConfig& config() const override { return config_; }
-  int n_stages() const override { return 1; }
-  std::string StageName(int) const override { return "stage"; }
-  int max_inflight() const override { return 1; }
-  int RunningLocked() const override { return 0; }
-  void EmitTokenLocked(Sequence&, int32_t, std::span<const float>) override { ADD_FAILURE(); }
-  void FinishLocked(Sequence&, FinishReason, absl::Status) override { ADD_FAILURE(); }
-  void NoticeEpochLocked(const Sequence&) override { ADD_FAILURE(); }
-  SchedulerMetrics::Spec& SpecMetrics(const std::string& policy) override {
-    return metrics_.ForPolicy(policy);
-  }
-  double CallCost(int) const override {
-    ADD_FAILURE();
-    return 1.0;
-  }
-
- private:
-  ModelConfig config_;
-  SchedulerMetrics metrics_;
-};
 
 std::shared_ptr<Sequence> Seq(uint64_t id, int prompt, int generated, int32_t cached) {
   static NoEngine host;

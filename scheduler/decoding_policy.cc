@@ -9,42 +9,19 @@
 
 namespace specline::scheduler {
 
-void BatchRows::Add(uint64_t seq_id, int32_t pos, uint32_t epoch, int32_t token, RowModel model) {
-  rows_.push_back({seq_id, pos, epoch, token, model});
-  any_weight_set_ = any_weight_set_ || model.weight_set != 0;
-  any_adapter_ = any_adapter_ || model.adapter != 0;
-}
-
-void BatchRows::AppendInputs(std::span<const float> rows) {
-  inputs_.append(reinterpret_cast<const char*>(rows.data()), rows.size_bytes());
-}
-
-void BatchRows::WriteTo(internal::MicroBatch& batch) const {
-  for (const Row& r : rows_) {
-    batch.add_seq_ids(r.seq);
-    batch.add_positions(r.pos);
-    batch.add_epochs(r.epoch);
-    batch.add_tokens(r.token);
-    if (any_weight_set_) batch.add_weight_set(r.model.weight_set);
-    if (any_adapter_) {
-      batch.add_adapter(r.model.adapter);
-      batch.add_adapter_arg(r.model.adapter_arg);
-    }
-  }
-  if (!inputs_.empty()) batch.set_hidden(inputs_);
-}
-
 absl::Status DecodingPolicy::Validate(const RequestOptions& /*r*/) const { return absl::OkStatus(); }
 
-absl::StatusOr<std::shared_ptr<const void>> DecodingPolicy::Prepare(const RequestOptions& /*r*/) {
-  return std::shared_ptr<const void>();
+absl::StatusOr<std::shared_ptr<const PreparedRequest>> DecodingPolicy::Prepare(
+    const RequestOptions& /*r*/) {
+  return std::shared_ptr<const PreparedRequest>();
 }
 
-int32_t DecodingPolicy::PromptPositions(const RequestOptions& r, const void* /*prepared*/) const {
+int32_t DecodingPolicy::PromptPositions(const RequestOptions& r,
+                                        const PreparedRequest* /*prepared*/) const {
   return static_cast<int32_t>(r.prompt.size());
 }
 
-void DecodingPolicy::Attach(Sequence& s, const void* /*prepared*/) {
+void DecodingPolicy::Attach(Sequence& s, const PreparedRequest* /*prepared*/) {
   s.policy = this;
   s.policy_state.reset();
 }

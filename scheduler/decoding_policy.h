@@ -28,10 +28,12 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "scheduler/batch_builder.h"
+#include "scheduler/batch_rows.h"
 #include "scheduler/metrics.h"
 #include "scheduler/policy_host.h"
+#include "scheduler/prepared_request.h"
 #include "scheduler/sequence.h"
+#include "scheduler/slot_run.h"
 #include "specline/internal/stage.pb.h"
 
 namespace specline::scheduler {
@@ -56,38 +58,6 @@ const T& PolicyStateOf(const Sequence& s) {
 struct DraftWork {
   virtual ~DraftWork() = default;
   virtual void Run() = 0;
-};
-
-// What a row runs with on the stages besides its token: the weight set
-// and the adapter (ids the stages report in StageInfo; 0 = the base model,
-// no adapter) and the adapter's argument. A row on a weight set that takes
-// hidden input has its stage-0 input appended with AppendInputs.
-struct RowModel {
-  uint32_t weight_set = 0;
-  uint32_t adapter = 0;
-  float adapter_arg = 0.0f;
-};
-
-// The rows of one batch being written, in slot order.
-class BatchRows {
- public:
-  void Add(uint64_t seq_id, int32_t pos, uint32_t epoch, int32_t token, RowModel model = {});
-  // Stage-0 input rows of the batch's hidden-input rows, in slot order.
-  void AppendInputs(std::span<const float> rows);
-  // Writes the rows into `batch` (the extras only when a row uses them).
-  void WriteTo(internal::MicroBatch& batch) const;
-
- private:
-  struct Row {
-    uint64_t seq = 0;
-    int32_t pos = 0;
-    uint32_t epoch = 0;
-    int32_t token = 0;
-    RowModel model;
-  };
-  std::vector<Row> rows_;
-  std::string inputs_;
-  bool any_weight_set_ = false, any_adapter_ = false;
 };
 
 // Which rows of a run the receiver hands back to the policy: `used` rows
@@ -128,10 +98,12 @@ class DecodingPolicy {
   // What only this policy reads, and whether this deployment serves it.
   virtual absl::Status Validate(const RequestOptions& r) const;
   // Once per request before it queues, kept for its restarts (PIPO
-  // compresses the prompt here). May return null.
-  virtual absl::StatusOr<std::shared_ptr<const void>> Prepare(const RequestOptions& r);
+  // compresses the prompt here): a PreparedRequest of the policy's own
+  // type, read back with PreparedAs. May return null.
+  virtual absl::StatusOr<std::shared_ptr<const PreparedRequest>> Prepare(
+      const RequestOptions& r);
   // KV positions the prompt takes on the stages.
-  virtual int32_t PromptPositions(const RequestOptions& r, const void* prepared) const;
+  virtual int32_t PromptPositions(const RequestOptions& r, const PreparedRequest* prepared) const;
 
   // --- The rest runs with the engine lock held unless it says otherwise.
   // Whether the current pipeline can serve the policy (FAILED_PRECONDITION).
@@ -139,7 +111,7 @@ class DecodingPolicy {
   // The stages came up: check what the policy needs of them.
   virtual void OnPipelineUpLocked(const std::vector<internal::StageInfo>& /*infos*/) {}
   // A new attempt of a request: set s.policy_state (and anything else per sequence).
-  virtual void Attach(Sequence& s, const void* prepared);
+  virtual void Attach(Sequence& s, const PreparedRequest* prepared);
   // The sequence left the engine (finished, failed, or restarted anew).
   virtual void RetireLocked(Sequence& /*s*/) {}
   // Driver thread, no lock, before each batch: free what RetireLocked queued.
@@ -157,7 +129,7 @@ class DecodingPolicy {
   // The end of the chain of inputs (tokens, then drafts or pairs).
   virtual int32_t ChainEnd(const Sequence& s) const;
   // Whether a token past the context length ends the sequence (false when
-  // positions are not tokens, as PIPO's pairs).
+  // positions are not tokens, as PIPO's pairs): Sequence::MayGenerateAt asks.
   virtual bool LimitedByContext() const { return true; }
   // Whether every token it emits is decided under the sequence's grammar
   // mask (Sequence::grammar), drafts included (structured output). Policies

@@ -151,7 +151,7 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(RequestOptions spe
   if (absl::Status st = Validate(spec); !st.ok()) return st;
   DecodingPolicy* policy = PolicyFor(spec.mode);
   // Whatever the policy computes once per request, before taking the lock.
-  absl::StatusOr<std::shared_ptr<const void>> prepared = policy->Prepare(spec);
+  absl::StatusOr<std::shared_ptr<const PreparedRequest>> prepared = policy->Prepare(spec);
   if (!prepared.ok()) return prepared.status();
   std::shared_ptr<RequestStream> stream;
   {
@@ -269,10 +269,10 @@ bool Engine::WaitUntilUp(std::chrono::milliseconds timeout) const {
   return cv_.wait_for(lock, timeout, [&] { return up_ || stop_; }) && up_;
 }
 
-std::shared_ptr<Sequence> Engine::MakeSequenceLocked(std::shared_ptr<const RequestOptions> origin,
-                                                     std::shared_ptr<const void> prepared) {
+std::shared_ptr<Sequence> Engine::MakeSequenceLocked(
+    std::shared_ptr<const RequestOptions> origin, std::shared_ptr<const PreparedRequest> prepared) {
   auto seq = std::make_shared<Sequence>(next_seq_id_++, *origin);
-  seq->limit = std::min<int32_t>(seq->prompt_len + seq->max_tokens, config().max_seq_len);
+  seq->context_len = config().max_seq_len;
   seq->origin = std::move(origin);
   seq->prepared = std::move(prepared);
   PolicyFor(seq->mode)->Attach(*seq, seq->prepared.get());

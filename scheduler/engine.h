@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -30,7 +31,7 @@
 #include "model/runtime/device_config.h"
 #include "model/runtime/output_head.h"
 #include "scheduler/admission_queue.h"
-#include "scheduler/batch_builder.h"
+#include "scheduler/batch_limits.h"
 #include "scheduler/call_cost_curve.h"
 #include "scheduler/decoding_policy.h"
 #include "scheduler/kv_budget.h"
@@ -41,6 +42,7 @@
 #include "scheduler/policy_host.h"
 #include "scheduler/request_stream.h"
 #include "scheduler/sequence.h"
+#include "scheduler/slot_run.h"
 #include "scheduler/stage_control.h"
 #include "specline/internal/stage.pb.h"
 #include "transport/transport.h"
@@ -186,7 +188,7 @@ class Engine : private PolicyHost, private HealthHost {
   // A new attempt of `origin` (its stages' id is fresh) under its policy,
   // from what the policy prepared for it.
   std::shared_ptr<Sequence> MakeSequenceLocked(std::shared_ptr<const RequestOptions> origin,
-                                               std::shared_ptr<const void> prepared);
+                                               std::shared_ptr<const PreparedRequest> prepared);
   // `last` may carry the final token(s); its finish and error are set here.
   // The stream gets exactly one last event, whatever the caller holds.
   void FinishLocked(Sequence& seq, FinishReason reason, absl::Status error, StreamEvent last);
@@ -229,6 +231,13 @@ class Engine : private PolicyHost, private HealthHost {
   bool BuildBatchLocked(internal::MicroBatch& batch, uint64_t& generation);
   void ReceiverLoop();
   void HandleResult(internal::MicroBatch batch);
+  // HandleResult's steps under the lock: the batch's in-flight record
+  // (nullopt: a batch from before a failure, its sequences released); false
+  // when the batch failed or came back malformed (the pipeline is down);
+  // the stages' refusals, taps and completed blocks.
+  std::optional<InFlight> TakeInFlightLocked(const internal::MicroBatch& batch);
+  bool CheckResultLocked(const internal::MicroBatch& batch, const InFlight& f);
+  void RecordResultLocked(const internal::MicroBatch& batch, const InFlight& f);
   void CheckTimeoutsLocked();
   void StoreTapsLocked(const internal::MicroBatch& batch);
   void SendNotices(std::vector<Notice> notices);

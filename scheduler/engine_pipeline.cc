@@ -1,10 +1,13 @@
 // Engine: the data plane. The driver packs and sends micro-batches; the
 // receiver turns the last stage's hidden states into tokens.
 #include <algorithm>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "scheduler/batch_builder.h"
 #include "scheduler/emitted_logprobs.h"
 #include "scheduler/engine.h"
+#include "scheduler/result_rows.h"
 #include "scheduler/sequence_grammar.h"
 #include "spdlog/spdlog.h"
 
@@ -144,6 +147,10 @@ void Engine::CheckTimeoutsLocked() {
   }
 }
 
+// The receiver's steps for one returned batch: take its in-flight record,
+// check it, record what the stages did, route its rows to the runs' policies
+// (all under the lock); run the head on them (without it); then let each
+// policy decide (under it again, unless the pipeline failed meanwhile).
 void Engine::HandleResult(internal::MicroBatch batch) {
   if (batch.kind() == internal::MicroBatch::TAPS) {
     {
@@ -154,122 +161,24 @@ void Engine::HandleResult(internal::MicroBatch batch) {
     return;
   }
   if (batch.kind() != internal::MicroBatch::BATCH) return;
-  std::vector<SlotRun> runs;
-  // Where each run's rows went: decision rows into `rows` (logits) or
-  // `greedy_rows` (argmax only: a greedy request without penalty needs no
-  // more), auxiliary rows into `greedy_rows`, raw rows into `hidden_rows`
-  // for a policy that reads them itself (DecodingPolicy::Wanted).
-  struct RunRows {
-    int64_t logits = -1;  // first row in `rows`
-    int64_t greedy = -1;  // first row in `greedy_rows`
-    int64_t aux = -1;     // first auxiliary row in `greedy_rows`
-    int64_t hidden = -1;  // first row in `hidden_rows`
-    int32_t decide = 0, n_aux = 0, n_hidden = 0;
-  };
-  std::vector<float> rows, greedy_rows, hidden_rows;
-  std::vector<RunRows> plan;
   const int dim = config().dim;
+  std::vector<SlotRun> runs;
+  ResultRows routed;
   uint64_t generation = 0;
   Clock::time_point sent;
   int call_rows = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = inflight_.find(batch.batch_id());
-    if (it == inflight_.end()) {
-      // From before a failure: a stage that was stuck finished it after the
-      // Reset, so stages from there on hold KV of sequences that no longer
-      // exist. Their ids are never reused; release them.
-      for (uint64_t id : batch.seq_ids()) LogReleaseLocked(id);
-      if (up_ && batch.seq_ids_size() > 0) cv_.notify_all();
-      return;
-    }
-    InFlight f = std::move(it->second);
-    inflight_.erase(it);
-    generation = f.generation;
-    sent = f.sent;
-    call_rows = f.slots;
-    ++steps_;
-    metrics_->step_seconds->Observe(Seconds(Clock::now() - f.sent));
-    for (SlotRun& r : f.runs) --r.seq->in_flight;
-    if (!batch.error().empty()) {
-      PipelineDownLocked(absl::StrCat(StageName(batch.error_stage()), " failed micro-batch ",
-                                      batch.batch_id(), ": ", batch.error()),
-                         batch.error_stage());
-      return;
-    }
-    // Stages drop slots a flush made stale, so the rows are those the batch
-    // came back with, not those it left with.
-    const int slots = batch.seq_ids_size();
-    if (batch.hidden().size() != static_cast<size_t>(slots) * dim * sizeof(float) ||
-        batch.positions_size() != slots || slots > f.slots) {
-      PipelineDownLocked(absl::StrCat("the last stage returned ", batch.hidden().size(),
-                                      " bytes of hidden state for ", slots, " slots (sent ",
-                                      f.slots, ") of dim ", dim, " (", StageName(n_stages() - 1),
-                                      " serves a different model?)"),
-                         n_stages() - 1);
-      return;
-    }
-    // Sequences a stage refused end here, alone; their slots are gone.
-    for (const internal::SequenceFault& f : batch.seq_faults()) {
-      RefuseSequenceLocked(f);
-    }
-    StoreTapsLocked(batch);
-    // The blocks this batch completed are on every stage now.
-    for (SlotRun& r : f.runs) PublishFinalBlocksLocked(*r.seq, r.first_pos + r.count);
-    // Skip the rows that yield no token, and sequences that ended or were
-    // flushed while the batch was out.
-    const float* hidden = reinterpret_cast<const float*>(batch.hidden().data());
-    auto take = [&](std::vector<float>& into, int row, int32_t n) {
-      const int64_t first = static_cast<int64_t>(into.size()) / dim;
-      into.insert(into.end(), hidden + int64_t(row) * dim, hidden + int64_t(row + n) * dim);
-      return first;
-    };
-    int row = 0;
-    for (SlotRun& r : f.runs) {
-      RunRows& p = plan.emplace_back();
-      Sequence& s = *r.seq;
-      const WantedRows want = s.policy->Wanted(r);
-      // Rows keep the order they were sent in; a run's rows are found by
-      // skipping what lies before them (runs of dropped slots are gone).
-      int found = row;
-      while (found < slots &&
-             !(batch.seq_ids(found) == s.id && batch.positions(found) == want.first)) {
-        ++found;
-      }
-      if (found + want.used > slots) continue;  // dropped by a stage as stale
-      bool whole = true;
-      for (int32_t k = 1; k < want.used; ++k) {
-        whole = whole && batch.seq_ids(found + k) == s.id &&
-                batch.positions(found + k) == want.first + k;
-      }
-      if (!whole) continue;
-      row = found;
-      if (s.policy->ReadsHidden()) {
-        if (!s.finished()) {
-          p.hidden = take(hidden_rows, row, want.used);
-          p.n_hidden = want.used;
-        }
-        continue;
-      }
-      if (!r.needs_logits || s.finished() || r.epoch != s.epoch) continue;
-      const SamplingParams& sp = s.sampling;
-      // Ship the argmax alone only when the raw row's argmax is the token
-      // and nobody reads the row (its logprobs included).
-      const bool greedy_only = sp.ArgmaxSuffices() && !want.logits && !s.wants_logprobs() &&
-                               !s.grammar;
-      p.decide = want.used - want.aux;
-      p.n_aux = want.aux;
-      (greedy_only ? p.greedy : p.logits) = take(greedy_only ? greedy_rows : rows, row, p.decide);
-      if (want.aux > 0) p.aux = take(greedy_rows, row + p.decide, want.aux);
-    }
-    runs = std::move(f.runs);
+    std::optional<InFlight> f = TakeInFlightLocked(batch);
+    if (!f || !CheckResultLocked(batch, *f)) return;
+    generation = f->generation;
+    sent = f->sent;
+    call_rows = f->slots;
+    RecordResultLocked(batch, *f);
+    routed = RouteResultRows(batch, f->runs, dim);
+    runs = std::move(f->runs);
   }
-  const int64_t n = static_cast<int64_t>(rows.size()) / dim;
-  const int vocab = head_->vocab_size();
-  std::vector<float> logits(n * vocab);
-  if (n > 0) head_->Logits(rows.data(), n, logits.data());
-  std::vector<int32_t> greedy(greedy_rows.size() / dim);
-  if (!greedy.empty()) head_->Argmax(greedy_rows.data(), static_cast<int64_t>(greedy.size()), greedy.data());
+  const HeadOutputs head = RunHead(*head_, routed, dim);
   // The call's cost by its rows, up to its logits: what a draft row adds.
   call_cost_.Observe(call_rows, Seconds(Clock::now() - sent));
   std::vector<Notice> notices;
@@ -278,25 +187,66 @@ void Engine::HandleResult(internal::MicroBatch batch) {
     if (generation != generation_) return;  // the pipeline failed meanwhile
     for (size_t i = 0; i < runs.size(); ++i) {
       Sequence& s = *runs[i].seq;
-      const RunRows& p = plan[i];
       if (s.finished()) continue;
-      RunOutput out;
-      if (p.hidden >= 0) {
-        out.hidden = std::span(hidden_rows).subspan(p.hidden * dim, int64_t{p.n_hidden} * dim);
-        DecideOrFailLocked(s, runs[i], out);
-        continue;
+      if (std::optional<RunOutput> out = RunOutputOf(routed, head, i, runs[i], dim)) {
+        DecideOrFailLocked(s, runs[i], *out);
       }
-      // Skipped: cancelled, or flushed while the logits were computed.
-      if ((p.logits < 0 && p.greedy < 0) || runs[i].epoch != s.epoch) continue;
-      if (p.greedy >= 0) out.greedy = std::span(greedy).subspan(p.greedy, p.decide);
-      if (p.logits >= 0) out.logits = std::span(logits).subspan(p.logits * vocab, int64_t{p.decide} * vocab);
-      if (p.aux >= 0) out.aux = std::span(greedy).subspan(p.aux, p.n_aux);
-      DecideOrFailLocked(s, runs[i], out);
     }
     notices.swap(notices_);
   }
   cv_.notify_all();
   SendNotices(std::move(notices));
+}
+
+std::optional<Engine::InFlight> Engine::TakeInFlightLocked(const internal::MicroBatch& batch) {
+  auto it = inflight_.find(batch.batch_id());
+  if (it == inflight_.end()) {
+    // From before a failure: a stage that was stuck finished it after the
+    // Reset, so stages from there on hold KV of sequences that no longer
+    // exist. Their ids are never reused; release them.
+    for (uint64_t id : batch.seq_ids()) LogReleaseLocked(id);
+    if (up_ && batch.seq_ids_size() > 0) cv_.notify_all();
+    return std::nullopt;
+  }
+  InFlight f = std::move(it->second);
+  inflight_.erase(it);
+  ++steps_;
+  metrics_->step_seconds->Observe(Seconds(Clock::now() - f.sent));
+  for (SlotRun& r : f.runs) --r.seq->in_flight;
+  return f;
+}
+
+bool Engine::CheckResultLocked(const internal::MicroBatch& batch, const InFlight& f) {
+  if (!batch.error().empty()) {
+    PipelineDownLocked(absl::StrCat(StageName(batch.error_stage()), " failed micro-batch ",
+                                    batch.batch_id(), ": ", batch.error()),
+                       batch.error_stage());
+    return false;
+  }
+  // Stages drop slots a flush made stale, so the rows are those the batch
+  // came back with, not those it left with.
+  const int dim = config().dim;
+  const int slots = batch.seq_ids_size();
+  if (batch.hidden().size() != static_cast<size_t>(slots) * dim * sizeof(float) ||
+      batch.positions_size() != slots || slots > f.slots) {
+    PipelineDownLocked(absl::StrCat("the last stage returned ", batch.hidden().size(),
+                                    " bytes of hidden state for ", slots, " slots (sent ",
+                                    f.slots, ") of dim ", dim, " (", StageName(n_stages() - 1),
+                                    " serves a different model?)"),
+                       n_stages() - 1);
+    return false;
+  }
+  return true;
+}
+
+void Engine::RecordResultLocked(const internal::MicroBatch& batch, const InFlight& f) {
+  // Sequences a stage refused end here, alone; their slots are gone.
+  for (const internal::SequenceFault& fault : batch.seq_faults()) {
+    RefuseSequenceLocked(fault);
+  }
+  StoreTapsLocked(batch);
+  // The blocks this batch completed are on every stage now.
+  for (const SlotRun& r : f.runs) PublishFinalBlocksLocked(*r.seq, r.first_pos + r.count);
 }
 
 // A policy's decision that throws (a bug, or a request whose processing has
@@ -350,8 +300,8 @@ void Engine::SendNotices(std::vector<Notice> notices) {
 }
 
 // Appends a sampled token, streams it, and ends the sequence when the token
-// is a stop id, max_tokens is reached, or the context is full (the same
-// rules, in the same order, as Generate in model/runtime/generator.cc).
+// is a stop id, or when no token may follow it (Sequence::MayGenerateAt:
+// max_tokens is reached or the context is full).
 void Engine::EmitTokenLocked(Sequence& s, int32_t token, std::span<const float> row) {
   const auto now = Clock::now();
   StreamEvent e;
@@ -379,9 +329,7 @@ void Engine::EmitTokenLocked(Sequence& s, int32_t token, std::span<const float> 
   if (std::find(s.stop_ids.begin(), s.stop_ids.end(), token) != s.stop_ids.end() ||
       (s.grammar && s.grammar->Terminated())) {
     reason = FinishReason::kStop;
-  } else if (s.generated() >= s.max_tokens ||
-             (s.policy->LimitedByContext() &&
-              static_cast<int>(s.tokens.size()) > config().max_seq_len)) {
+  } else if (!s.MayGenerateAt(static_cast<int32_t>(s.tokens.size()))) {
     reason = FinishReason::kLength;
   }
   if (reason == FinishReason::kNone) {

@@ -1,5 +1,7 @@
 #include "scheduler/sequence.h"
 
+#include <algorithm>
+
 #include "scheduler/decoding_policy.h"
 #include "scheduler/sequence_grammar.h"
 
@@ -51,6 +53,17 @@ SamplingContext Sequence::SamplingContextFor(std::span<const int32_t> history,
 
 int32_t Sequence::chain_end() const {
   return policy ? policy->ChainEnd(*this) : static_cast<int32_t>(tokens.size());
+}
+
+bool Sequence::MayGenerateAt(int32_t p) const {
+  if (p - prompt_len >= max_tokens) return false;
+  const bool positions_are_tokens = policy == nullptr || policy->LimitedByContext();
+  return !positions_are_tokens || p <= context_len;
+}
+
+int32_t Sequence::RoomAheadFrom(int32_t from) const {
+  // MayGenerateAt(p) and p < context_len hold exactly below this end.
+  return std::min(prompt_len + max_tokens, context_len) - from;
 }
 
 }  // namespace specline::scheduler

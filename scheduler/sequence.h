@@ -34,6 +34,7 @@ namespace specline::scheduler {
 
 class DecodingPolicy;
 struct PolicyState;
+struct PreparedRequest;
 class SequenceGrammar;
 
 using Clock = std::chrono::steady_clock;
@@ -85,7 +86,7 @@ struct Sequence : std::enable_shared_from_this<Sequence> {
   // What Submit was given, and what its policy prepared from it once
   // (DecodingPolicy::Prepare), kept to restart.
   std::shared_ptr<const RequestOptions> origin;
-  std::shared_ptr<const void> prepared;
+  std::shared_ptr<const PreparedRequest> prepared;
   int attempts = 1;
   // While waiting for the pipeline to come back: fail when it has not by then.
   std::chrono::steady_clock::time_point retry_deadline{};
@@ -139,9 +140,9 @@ struct Sequence : std::enable_shared_from_this<Sequence> {
   DecodingPolicy* policy = nullptr;
   std::unique_ptr<PolicyState> policy_state;
   SpecStats stats;
-  // Tokens past this index are never generated: min(prompt + max_tokens,
-  // the context length).
-  int32_t limit = 0;
+  // The context length (ModelConfig::max_seq_len): rows use positions
+  // below it. Set when the engine makes the sequence.
+  int32_t context_len = 0;
 
   int generated() const { return static_cast<int>(tokens.size()) - prompt_len; }
   bool wants_logprobs() const { return top_logprobs >= 0; }
@@ -157,6 +158,17 @@ struct Sequence : std::enable_shared_from_this<Sequence> {
   int32_t chain_end() const;
   // Inputs not yet sent to the stages.
   int32_t pending() const { return chain_end() - cached; }
+  // The stop rule, written only here: whether the token at chain position
+  // p may still be generated. It may while the request wants more
+  // (max_tokens) and the row that decides it, p - 1, fits the context; a
+  // policy whose positions are not tokens (PIPO's pairs) bounds them itself
+  // (DecodingPolicy::LimitedByContext). The same rules, in the same order,
+  // as Generate in model/runtime/generator.cc.
+  bool MayGenerateAt(int32_t p) const;
+  // How many inputs sent ahead of the verified tokens (drafts, proposals)
+  // from chain position `from` on can pay off: each one's own token may be
+  // generated (MayGenerateAt) and its own row fits the context. <= 0: none.
+  int32_t RoomAheadFrom(int32_t from) const;
   bool finished() const { return state == SeqState::kFinished; }
 };
 

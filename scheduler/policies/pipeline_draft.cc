@@ -76,7 +76,7 @@ absl::Status PipelineDraftPolicy::AvailableLocked(const RequestOptions& r) const
       "policy ", absl::AsciiStrToUpper(PolicyShortName(mode_)), " is not available on this deployment yet"));
 }
 
-void PipelineDraftPolicy::Attach(Sequence& s, const void* /*prepared*/) {
+void PipelineDraftPolicy::Attach(Sequence& s, const PreparedRequest* /*prepared*/) {
   DecodingPolicy::Attach(s, nullptr);
   auto st = std::make_unique<DraftChainState>();
   const uint64_t seed = s.sampling.seed;
@@ -128,8 +128,7 @@ bool PipelineDraftPolicy::WantsDraftLocked(const Sequence& s) const {
   if (static_cast<int>(st.spec.drafts.size()) >= rules_.max_drafts) return false;
   if (st.spec.no_draft_at == s.chain_end()) return false;  // asked already: no guess
   // A draft for position p is useful only if p can still be generated.
-  const int32_t p = s.chain_end();
-  if (p >= host_.config().max_seq_len || p - s.prompt_len >= s.max_tokens) return false;
+  if (s.RoomAheadFrom(s.chain_end()) <= 0) return false;
   if (s.grammar) {
     if (s.grammar->ChainEndTerminated()) return false;
     // A token the grammar forces is a draft with nothing to guess.

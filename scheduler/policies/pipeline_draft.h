@@ -41,7 +41,7 @@ class PipelineDraftPolicy : public DecodingPolicy {
   bool KeepsGrammar() const override { return true; }
   absl::Status Validate(const RequestOptions& r) const override;
   absl::Status AvailableLocked(const RequestOptions& r) const override;
-  void Attach(Sequence& s, const void* prepared) override;
+  void Attach(Sequence& s, const PreparedRequest* prepared) override;
   void RetireLocked(Sequence& s) override;
   void ReleaseRetired() override;
   int32_t ChainEnd(const Sequence& s) const override;

@@ -14,8 +14,9 @@ namespace specline::scheduler {
 namespace {
 
 // The pair stream (docs/pipo.md "The pair stream"): positions on the
-// stages and in the MTP layer are pair indices.
-struct PipoState : PolicyState {
+// stages and in the MTP layer are pair indices. Prepare makes the prompt's
+// part once per request; each attempt starts from a copy of it.
+struct PipoState : PolicyState, PreparedRequest {
   float tau = 0;                // keep t2 when the confidence is >= tau
   std::vector<int32_t> stream;  // the padded prompt, then (t1, t2 or PAD) per step
   int32_t prompt_pairs = 0;
@@ -35,7 +36,8 @@ class PipoPolicy : public DecodingPolicy {
   v1::DecodingPolicy mode() const override { return v1::DECODING_POLICY_PIPO; }
 
   // Pads and compresses the prompt, once per request.
-  absl::StatusOr<std::shared_ptr<const void>> Prepare(const RequestOptions& r) override {
+  absl::StatusOr<std::shared_ptr<const PreparedRequest>> Prepare(
+      const RequestOptions& r) override {
     std::lock_guard<std::mutex> lock(mu_);
     absl::StatusOr<std::vector<int32_t>> padded = model_->PadPrompt(r.prompt);
     if (!padded.ok()) {
@@ -47,11 +49,12 @@ class PipoPolicy : public DecodingPolicy {
     st->prompt_pairs = st->pairs();
     st->z.resize(static_cast<size_t>(st->prompt_pairs) * model_->dim());
     model_->CompressPairs(st->stream, st->z.data());
-    return std::shared_ptr<const void>(std::move(st));
+    return std::shared_ptr<const PreparedRequest>(std::move(st));
   }
   // A PIPO request holds one position per pair.
-  int32_t PromptPositions(const RequestOptions& /*r*/, const void* prepared) const override {
-    return static_cast<const PipoState*>(prepared)->prompt_pairs;
+  int32_t PromptPositions(const RequestOptions& /*r*/,
+                          const PreparedRequest* prepared) const override {
+    return PreparedAs<PipoState>(prepared).prompt_pairs;
   }
   absl::Status AvailableLocked(const RequestOptions& /*r*/) const override {
     if (!unavailable_.empty()) return absl::FailedPreconditionError(unavailable_);
@@ -62,9 +65,9 @@ class PipoPolicy : public DecodingPolicy {
     weight_set_id_ = backbone.id;
     unavailable_ = std::move(backbone.unavailable);
   }
-  void Attach(Sequence& s, const void* prepared) override {
+  void Attach(Sequence& s, const PreparedRequest* prepared) override {
     DecodingPolicy::Attach(s, nullptr);
-    s.policy_state = std::make_unique<PipoState>(*static_cast<const PipoState*>(prepared));
+    s.policy_state = std::make_unique<PipoState>(PreparedAs<PipoState>(prepared));
   }
   void RetireLocked(Sequence& s) override {
     std::lock_guard<std::mutex> lock(mu_);

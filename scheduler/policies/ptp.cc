@@ -34,7 +34,7 @@ class PtpPolicy : public DecodingPolicy {
     adapter_id_ = adapter.id;
     unavailable_ = std::move(adapter.unavailable);
   }
-  void Attach(Sequence& s, const void* /*prepared*/) override {
+  void Attach(Sequence& s, const PreparedRequest* /*prepared*/) override {
     DecodingPolicy::Attach(s, nullptr);
     auto st = std::make_unique<PtpState>();
     st->n_aux = n_aux_;
@@ -84,7 +84,7 @@ class PtpPolicy : public DecodingPolicy {
     SlotRun r{s, s->cached, tokens, true, s->epoch};
     r.output_rows = teacher;
     r.aux = std::clamp<int32_t>(std::min(PolicyStateOf<PtpState>(*s).n_aux, budget - tokens), 0,
-                                s->limit - (s->cached + tokens));
+                                s->RoomAheadFrom(s->cached + tokens));
     r.count += r.aux;
     return r;
   }

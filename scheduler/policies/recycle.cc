@@ -26,7 +26,7 @@ class RecyclePolicy : public DecodingPolicy {
   v1::DecodingPolicy mode() const override { return v1::DECODING_POLICY_RECYCLE; }
   bool KeepsGrammar() const override { return true; }
 
-  void Attach(Sequence& s, const void* /*prepared*/) override {
+  void Attach(Sequence& s, const PreparedRequest* /*prepared*/) override {
     DecodingPolicy::Attach(s, nullptr);
     s.policy_state = std::make_unique<RecycleState>();
   }
@@ -167,7 +167,7 @@ void RecyclePolicy::DecideLocked(Sequence& s, const SlotRun& r, const RunOutput&
   // token and overwrites the rejected drafts' positions.
   s.cached = static_cast<int32_t>(s.tokens.size()) - 1;
   // A draft at position p is worth sending only if p can still be generated.
-  ProposeLocked(s, st, s.limit - static_cast<int32_t>(s.tokens.size()));
+  ProposeLocked(s, st, s.RoomAheadFrom(static_cast<int32_t>(s.tokens.size())));
 }
 
 void RecyclePolicy::ProposeLocked(Sequence& s, RecycleState& st, int room) {
