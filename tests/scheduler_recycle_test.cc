@@ -117,6 +117,38 @@ TEST(TrainingFreeGreedy, RecentRequestsAreDraftedFrom) {
   EXPECT_GT(acceptance[1], acceptance[0]);
 }
 
+// A seeded sampled request gives plain decoding's output token for token
+// under recycle, whatever was drafted: every emitted token is the target's
+// own sample from one uniform of the request's stream, drafts only decide
+// how many rows a call computes. Repeated requests draft from the recent
+// index (long accepted runs), fresh ones from the matrix.
+TEST(TrainingFreeSampled, ASeedGivesPlainDecodingsTokens) {
+  for (scheduler::DraftGate gate : {scheduler::DraftGate::kAlways, scheduler::DraftGate::kAuto}) {
+    InprocPipeline p(1, Options(gate), InprocPipeline::kStageKvTokens, std::chrono::microseconds(200));
+    int64_t accepted = 0;
+    for (int round = 0; round < 2; ++round) {
+      for (uint64_t seed : {7u, 8u, 9u}) {
+        for (scheduler::RequestOptions r : Requests(32)) {
+          r.sampling.temperature = 0.9f;
+          r.sampling.top_p = 0.95f;
+          r.sampling.seed = seed;
+          r.mode = v1::DECODING_POLICY_AUTOREGRESSIVE;
+          auto plain = p.engine().Submit(r);
+          ASSERT_TRUE(plain.ok()) << plain.status();
+          const StreamResult want = Collect(**plain);
+          r.mode = v1::DECODING_POLICY_RECYCLE;
+          auto spec = p.engine().Submit(r);
+          ASSERT_TRUE(spec.ok()) << spec.status();
+          const StreamResult got = Collect(**spec);
+          EXPECT_EQ(got.tokens, want.tokens) << "seed " << seed << ", round " << round;
+          accepted += got.last.spec.accepted_tokens;
+        }
+      }
+    }
+    EXPECT_GT(accepted, 0) << "nothing was drafted and kept: the test would not test verification";
+  }
+}
+
 // A mixture-of-experts model (qwen3moe: per-head q/k norm, 4 experts, top
 // 2, renormalised), in 1 and 3 stages: verifying k drafts in one batch must
 // route and sum each row exactly as its own decode step would, or greedy

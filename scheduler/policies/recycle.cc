@@ -130,13 +130,15 @@ void RecyclePolicy::DecideLocked(Sequence& s, const SlotRun& r, const RunOutput&
       next = Sample(row(i), s.sampling, s.SamplingContextFor(history, i), s.rng);  // the bonus token
       break;
     }
-    VerifyResult v;
-    if (s.sampling.greedy()) {
-      v = VerifyGreedy(Sample(row(i), s.sampling, s.SamplingContextFor(history, i), s.rng), drafts[i]);
-    } else {
-      v = VerifyDraft(Warp(row(i), s.sampling, s.SamplingContextFor(history, i)), {{drafts[i]}, {1.0f}},
-                      drafts[i], s.rng);
-    }
+    // Sample the target's token here, exactly as plain decoding would (one
+    // uniform from the request's stream), and keep the draft iff it is that
+    // token. For a point-mass draft this accepts with probability p(draft)
+    // and otherwise emits a token from p without the draft, as rejection
+    // sampling does (VerifyDraft); unlike it, every emitted token costs one
+    // uniform whatever was drafted, so a seed gives plain decoding's output
+    // token for token, with drafts or without.
+    const VerifyResult v =
+        VerifyGreedy(Sample(row(i), s.sampling, s.SamplingContextFor(history, i), s.rng), drafts[i]);
     if (!v.accepted) {
       next = v.token;
       break;

@@ -1,15 +1,16 @@
 // Training-free draft-then-verify (docs/drafters.md), as vLLM's n-gram
 // speculation does it: the sequence's next call carries the newest token
-// and k drafts as k + 1 rows of one micro-batch; their logits verify the
-// drafts in order (greedy equality, or rejection sampling against the
-// point-mass draft, so the output is distributed as plain decoding), then
-// the accepted drafts and one more token are emitted. The drafts come from
-// prompt lookup, else Token Recycling, whose matrix learns from every
+// and k drafts as k + 1 rows of one micro-batch; each row samples the
+// target's token as plain decoding would (the argmax, or one uniform from
+// the request's stream) and the draft is kept iff it equals that token, so
+// the output is plain decoding's, token for token for a given seed. The
+// drafts come from suffix matches over the request's own text and recent
+// requests' texts, else Token Recycling, whose matrix learns from every
 // verified row. One call in flight per sequence: the stages overwrite the
 // rejected rows' KV when the next call writes them (implicit rollback, as
-// for PTP). k adapts to the sequence's acceptance (DraftGate::kAuto), since
-// on CPU each extra row costs a share of a step (docs/benchmarks.md, the
-// verification curve).
+// for PTP). k is the count that maximises expected tokens per unit of time
+// (DraftLengthRule, DraftGate::kAuto), from the measured cost of a call by
+// rows and each source's learnt acceptance: none where drafts do not pay.
 #pragma once
 
 #include <memory>
