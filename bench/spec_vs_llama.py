@@ -38,6 +38,8 @@ import time
 import urllib.error
 import urllib.request
 
+from openai_stream import stream_chat
+
 CLASSES = ("grounded", "open")
 SPEC_COUNTERS = {
     "drafts": "specline_spec_decode_num_drafts_total",
@@ -59,39 +61,6 @@ def load_prompts(path, limit):
         of_class = [p for p in prompts if p["class"] == cls]
         out += of_class[:limit] if limit > 0 else of_class
     return out
-
-
-def stream(port, body):
-    """One streamed chat request: its times, text, tokens and extras."""
-    body = dict(body, stream=True, stream_options={"include_usage": True})
-    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions",
-                                 data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
-    first = last = None
-    text, usage_tokens, chunks, finish, timings = "", None, 0, None, None
-    with urllib.request.urlopen(req, timeout=600) as r:
-        for raw in r:
-            line = raw.decode().strip()
-            if not line.startswith("data:") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line[5:])
-            if chunk.get("usage"):
-                usage_tokens = chunk["usage"].get("completion_tokens")
-            if chunk.get("timings"):
-                timings = chunk["timings"]
-            for c in chunk.get("choices", []):
-                piece = (c.get("delta") or {}).get("content")
-                if piece:
-                    now = time.perf_counter()
-                    first = first or now
-                    last = now
-                    text += piece
-                    chunks += 1
-                finish = c.get("finish_reason") or finish
-    tokens = usage_tokens if usage_tokens is not None else chunks
-    return {"first": first, "last": last, "text": text, "tokens": tokens,
-            "tokens_from": "usage" if usage_tokens is not None else "chunks",
-            "content_chunks": chunks, "finish": finish, "timings": timings}
 
 
 def read_port_file(path, timeout_s=60):
@@ -135,7 +104,7 @@ def run(args):
     requests = []
     # One short request first: the server's first request pays its page
     # faults and lazy set-up (both servers start with no warm-up).
-    stream(args.port, {"messages": [{"role": "user", "content": "Hello"}], "temperature": 0, "max_tokens": 8})
+    stream_chat(args.port, {"messages": [{"role": "user", "content": "Hello"}], "temperature": 0, "max_tokens": 8})
     counters = scrape_spec(metrics_port)
     for rnd in range(args.rounds):
         for p in prompts:
@@ -147,7 +116,7 @@ def run(args):
                 rec = {"server": args.server, "stages": args.stages, "config": config,
                        "class": p["class"], "id": p["id"], "round": rnd}
                 try:
-                    r = stream(args.port, body)
+                    r = stream_chat(args.port, body)
                 except (urllib.error.URLError, OSError, ValueError) as e:
                     rec["error"] = str(e)
                     body_text = getattr(e, "read", lambda: b"")()

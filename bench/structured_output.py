@@ -16,7 +16,8 @@ import platform
 import statistics
 import sys
 import time
-import urllib.request
+
+from openai_stream import stream_chat
 
 SCHEMA = {
     "type": "object",
@@ -37,32 +38,6 @@ PROMPTS = [
     "Give me the profile of a retired teacher.",
     "Describe a young programmer from Berlin.",
 ]
-
-
-def stream(port, body):
-    """(first-chunk time, last-chunk time, text, completion tokens)."""
-    body = dict(body, stream=True, stream_options={"include_usage": True})
-    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions",
-                                 data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
-    first = last = None
-    text, tokens = "", 0
-    with urllib.request.urlopen(req, timeout=600) as r:
-        for raw in r:
-            line = raw.decode().strip()
-            if not line.startswith("data:") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line[5:])
-            if chunk.get("usage"):
-                tokens = chunk["usage"]["completion_tokens"]
-            for c in chunk.get("choices", []):
-                piece = (c.get("delta") or {}).get("content")
-                if piece:
-                    now = time.perf_counter()
-                    first = first or now
-                    last = now
-                    text += piece
-    return first, last, text, tokens
 
 
 def validate(text):
@@ -102,7 +77,8 @@ def run(args):
                         body["policy"] = "ar"
                 else:
                     body.update(configs[name])
-                first, last, text, tokens = stream(args.port, body)
+                got = stream_chat(args.port, body)
+                first, last, text, tokens = got["first"], got["last"], got["text"], got["tokens"]
                 if name == "json":
                     lengths[i] = max(tokens, 8)
                 if name != "free":
