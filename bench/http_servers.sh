@@ -36,3 +36,12 @@ try_ready() {
 
 # The same, exiting the bench instead.
 wait_ready() { try_ready "$@" || exit 1; }
+
+# Sets $peer (the llama.cpp peer's bin directory, built once by
+# ../shared/tools/llama-cpp-peer.sh) and $model (the default model's GGUF),
+# or exits naming the missing step. $here is the repository root.
+peer_and_default_model() {
+  peer=$(bash "$(cd "$here/.." && pwd)/shared/tools/llama-cpp-peer.sh")
+  model=${SPECLINE_MODEL_CACHE:-$HOME/.cache/specline/models}/SmolLM2-135M-Instruct.Q4_1.gguf
+  [ -f "$model" ] || { echo "run scripts/setup.sh first (no default model)" >&2; exit 1; }
+}

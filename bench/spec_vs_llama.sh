@@ -59,10 +59,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 source "$here/bench/http_servers.sh"
-shared=$(cd "$here/.." && pwd)/shared
-peer=$(bash "$shared/tools/llama-cpp-peer.sh")
-model=${SPECLINE_MODEL_CACHE:-$HOME/.cache/specline/models}/SmolLM2-135M-Instruct.Q4_1.gguf
-[ -f "$model" ] || { echo "run scripts/setup.sh first (no default model)" >&2; exit 1; }
+peer_and_default_model
 [ -x "$build/specline" ] || { echo "no $build/specline (build it, or pass --build)" >&2; exit 1; }
 work=$(mktemp -d)
 mkdir -p "$(dirname "$out")"
