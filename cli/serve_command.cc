@@ -87,6 +87,7 @@ const char kServeUsage[] = R"(usage: specline serve [options]
   --spd-drafter D          module (default: --spd-head's) or recycle (the training-free
                            drafter under SPD's timing; no head)
   --default-policy P       ar, ppsd, spd, ptp, pipo or recycle: for requests that do not choose
+                           (default recycle: lossless, drafts only where it pays)
   --spec-policy P          auto (default), always or never: when to draft
   --spec-max-drafts N      drafts in flight per request (default stages - 1)
   --allow-oracle true      accept oracle drafting on the scheduler's internal API

@@ -26,22 +26,23 @@ double CallCostCurve::MeanLocked(int rows) const {
 }
 
 double CallCostCurve::Relative(int rows) const {
-  rows = std::clamp(rows, 1, kMaxRows);
+  rows = std::max(rows, 1);
   if (rows == 1) return 1.0;
   const double prior = 1.0 + kPriorExtraRow * (rows - 1);
   std::lock_guard<std::mutex> lock(mu_);
   const double one = MeanLocked(1);
   if (one <= 0) return prior;
   // The nearest measured row counts on each side.
-  int lo = rows, hi = rows;
+  int lo = std::min(rows, kMaxRows), hi = lo;
   while (lo > 1 && MeanLocked(lo) < 0) --lo;
   while (hi < kMaxRows && MeanLocked(hi) < 0) ++hi;
   const double t_lo = MeanLocked(lo), t_hi = MeanLocked(hi);
   double t;
-  if (t_hi < 0) {
-    // Nothing measured above: extend from the highest measured point with
-    // the prior's slope (lo >= 1 always has a measurement here).
-    t = t_lo + one * kPriorExtraRow * (rows - lo);
+  if (rows > kMaxRows || t_hi < 0) {
+    // Nothing measured above: extend from the highest measured point at
+    // the mean slope measured up to it (the prior's while only one row is).
+    const double slope = lo > 1 ? std::max(0.0, (t_lo - one) / (lo - 1)) : one * kPriorExtraRow;
+    t = t_lo + slope * (rows - lo);
   } else if (lo == hi) {
     t = t_lo;
   } else {

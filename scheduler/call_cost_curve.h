@@ -13,19 +13,29 @@
 
 namespace specline::scheduler {
 
+// The rest of the call a run rode in: what a longer run would slow down.
+// A draft row makes the whole call longer, so its price is the call's
+// margin, cost(others + own + 1) / cost(others + own), not a call of its
+// own; with 4 sequences in a batch each extra row is worth much less.
+struct CallShare {
+  int other_rows = 0;       // rows the call's other runs carried
+  double other_tokens = 0;  // tokens those runs are expected to decide
+};
+
 class CallCostCurve {
  public:
-  // Calls of more rows (prefill chunks) are not measured: drafts never
-  // make a call that long.
-  static constexpr int kMaxRows = 16;
+  // Calls of more rows (long prefill chunks) are not measured; a batch of
+  // decoding sequences with their drafts fits (8 sequences of 1 + 7 rows).
+  static constexpr int kMaxRows = 64;
 
   // A call of `rows` rows took `seconds`, from its send to its logits
   // (thread-safe).
   void Observe(int rows, double seconds);
 
   // T(rows) / T(1): from the measured calls where both are known (at least
-  // kMinSamples each), interpolated between measured row counts, else the
-  // prior. Never below 1 (a call never gets cheaper by carrying more).
+  // kMinSamples each), interpolated between measured row counts, beyond
+  // the longest measured call extended at the measured mean slope, else
+  // the prior. Never below 1 (a call never gets cheaper by carrying more).
   double Relative(int rows) const;
 
   int64_t samples(int rows) const;

@@ -27,9 +27,31 @@ TEST(CallCostCurve, MeasuredRatiosAndInterpolation) {
   EXPECT_NEAR(c.Relative(5), 2.4, 1e-9);
   EXPECT_NEAR(c.Relative(4), 2.0, 1e-9);  // halfway between 3 and 5
   EXPECT_NEAR(c.Relative(2), 1.3, 1e-9);  // between 1 and 3
-  // Beyond the last measured count: its time plus the prior's slope.
-  EXPECT_NEAR(c.Relative(7), 2.4 + 2 * CallCostCurve::kPriorExtraRow, 1e-9);
+  // Beyond the last measured count: its time plus the mean measured slope,
+  // (2.4 - 1) / 4 = 0.35 per row.
+  EXPECT_NEAR(c.Relative(7), 2.4 + 2 * 0.35, 1e-9);
+  // Past the longest call it measures too (a batch larger than kMaxRows).
+  EXPECT_NEAR(c.Relative(CallCostCurve::kMaxRows + 6), 2.4 + (CallCostCurve::kMaxRows + 1) * 0.35,
+              1e-9);
   EXPECT_EQ(c.samples(3), 10);
+}
+
+TEST(CallCostCurve, OnlyTheOneRowCallMeasuredExtendsAtThePrior) {
+  CallCostCurve c;
+  for (int i = 0; i < 10; ++i) c.Observe(1, 0.010);
+  EXPECT_NEAR(c.Relative(5), 1.0 + 4 * CallCostCurve::kPriorExtraRow, 1e-9);
+}
+
+TEST(CallCostCurve, TheLongestCallItKeepsIsMeasuredAndUsedBeyond) {
+  CallCostCurve c;
+  for (int i = 0; i < 10; ++i) {
+    c.Observe(1, 0.010);
+    c.Observe(CallCostCurve::kMaxRows, 0.010 * (1 + 0.2 * (CallCostCurve::kMaxRows - 1)));
+  }
+  EXPECT_NEAR(c.Relative(CallCostCurve::kMaxRows), 1 + 0.2 * (CallCostCurve::kMaxRows - 1), 1e-9);
+  EXPECT_NEAR(c.Relative(CallCostCurve::kMaxRows + 10), 1 + 0.2 * (CallCostCurve::kMaxRows + 9),
+              1e-9);
+  EXPECT_NEAR(c.Relative(11), 1 + 0.2 * 10, 1e-9);  // interpolated
 }
 
 TEST(CallCostCurve, IgnoresLongCallsAndNonsenseAndNeverGoesBelowOne) {

@@ -29,6 +29,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "scheduler/batch_rows.h"
+#include "scheduler/call_cost_curve.h"
 #include "scheduler/metrics.h"
 #include "scheduler/policy_host.h"
 #include "scheduler/prepared_request.h"
@@ -80,6 +81,7 @@ struct RunOutput {
   std::span<const float> logits;    // vocab logits per decision row (otherwise)
   std::span<const int32_t> aux;     // argmax of each auxiliary row
   std::span<const float> hidden;    // ReadsHidden: dim floats per row
+  CallShare share;                  // the call's other runs
 };
 
 class DecodingPolicy {

@@ -268,6 +268,7 @@ class Engine : private PolicyHost, private HealthHost {
   std::unordered_map<uint64_t, std::shared_ptr<RequestStream>> streams_;
   std::map<uint64_t, InFlight> inflight_;  // by batch id
   CallCostCurve call_cost_;  // measured from every returned call
+  double tokens_per_run_ = 1.0;  // tokens a deciding run yields per call (EMA, mu_)
   // The scheduler's view of the stages' prefix cache, and the KV log for
   // the next batch (releases, publications, attachments, evictions).
   PrefixCache prefix_;

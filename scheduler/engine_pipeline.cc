@@ -185,12 +185,24 @@ void Engine::HandleResult(internal::MicroBatch batch) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (generation != generation_) return;  // the pipeline failed meanwhile
+    const int deciding = static_cast<int>(std::count_if(
+        runs.begin(), runs.end(), [](const SlotRun& r) { return r.output_rows > 0; }));
+    int64_t decided = 0;
     for (size_t i = 0; i < runs.size(); ++i) {
       Sequence& s = *runs[i].seq;
       if (s.finished()) continue;
       if (std::optional<RunOutput> out = RunOutputOf(routed, head, i, runs[i], dim)) {
+        out->share = {call_rows - runs[i].count,
+                      (deciding - (runs[i].output_rows > 0 ? 1 : 0)) * tokens_per_run_};
+        const int64_t before = s.generated();
         DecideOrFailLocked(s, runs[i], *out);
+        decided += s.generated() - before;
       }
+    }
+    // Tokens a deciding run yields per call (1 for plain decoding, more
+    // with accepted drafts): what each run's share expects of the others.
+    if (deciding > 0) {
+      tokens_per_run_ += 0.1 * (static_cast<double>(decided) / deciding - tokens_per_run_);
     }
     notices.swap(notices_);
   }

@@ -44,6 +44,7 @@ absl::StatusOr<SchedulerFlags> ParseSchedulerFlags(int argc, char** argv) {
   int timeout_ms = static_cast<int>(e.batch_timeout.count());
   int retry_ms = static_cast<int>(e.retry_window.count());
   std::string device = "cpu", dtype = "bf16";
+  bool default_policy_given = false;
   for (auto& [name, value] : values) {
     absl::Status st;
     if (name == "model") f.model = value;
@@ -106,7 +107,10 @@ absl::StatusOr<SchedulerFlags> ParseSchedulerFlags(int argc, char** argv) {
     else if (name == "allow-oracle") st = ParseBool(name, value, &e.spec.allow_oracle);
     else if (name == "prefix-cache") st = ParseOnOff(name, value, &e.prefix_caching);
     else if (name == "spec-policy") st = ParseSpecPolicy(value, &e.spec.policy);
-    else if (name == "default-policy") st = ParseMode(value, &e.spec.default_mode);
+    else if (name == "default-policy") {
+      st = ParseMode(value, &e.spec.default_mode);
+      default_policy_given = true;
+    }
     else if (name == "spec-min-acceptance") st = ParseNumber(name, value, &e.spec.min_acceptance);
     else if (name == "spec-probe-interval") st = ParseNumber(name, value, &e.spec.probe_interval);
     else if (name == "spec-max-drafts") st = ParseNumber(name, value, &e.spec.max_drafts);
@@ -134,6 +138,14 @@ absl::StatusOr<SchedulerFlags> ParseSchedulerFlags(int argc, char** argv) {
   }
   if (e.spec.recycle_recent_tokens < 0) {
     return absl::InvalidArgumentError("--recycle-recent-tokens must be >= 0");
+  }
+  // Requests that name no policy speculate: recycle is lossless, needs no
+  // head, and measured at least plain decoding's speed on every prompt
+  // class at 1 and 2 stages (docs/benchmarks.md, issue 29). Its draft-length
+  // rule drafts nothing where drafts do not pay.
+  if (!default_policy_given) {
+    e.spec.default_mode = e.spec.recycle_drafts > 0 ? v1::DECODING_POLICY_RECYCLE
+                                                    : v1::DECODING_POLICY_AUTOREGRESSIVE;
   }
   if (e.max_attempts < 1) return absl::InvalidArgumentError("--max-attempts must be >= 1");
   if (f.model.empty()) return absl::InvalidArgumentError("--model is required");

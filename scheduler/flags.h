@@ -46,6 +46,7 @@ inline constexpr const char* kSchedulerUsage =
     "  [--cluster-secret-file PATH]  internal plane's shared secret (docs/security.md)\n"
     "  [--ppsd-head DIR] [--spd-head DIR] [--ptp-head DIR] [--ptp-n-aux N]\n"
     "  [--pipo-head DIR] [--pipo-tau X] [--default-policy ar|ppsd|spd|ptp|pipo|recycle]\n"
+    "                     (default: recycle, or ar with --recycle-drafts 0)\n"
     "  [--recycle-drafts N] [--recycle-candidates N] [--lookup-ngram MIN:MAX]\n"
     "  [--recycle-recent-tokens N]  recent requests' tokens drafted from (0: none)\n"
     "  [--spd-drafter module|recycle]\n"

@@ -23,13 +23,16 @@ void DraftLengthRule::Record(DraftSource source, int drafted, int accepted) {
 }
 
 int DraftLengthRule::Choose(DraftSource source, int available,
-                            const std::function<double(int)>& cost) const {
-  double expected = 1.0, reach = 1.0, best_rate = 1.0;
+                            const std::function<double(int)>& cost,
+                            const CallShare& share) const {
+  const int base_rows = std::max(0, share.other_rows) + 1;
+  const double others = std::max(0.0, share.other_tokens);
+  double expected = 1.0, reach = 1.0, best_rate = (others + 1.0) / cost(base_rows);
   int best = 0;
   for (int k = 1; k <= std::min(available, kMaxPositions); ++k) {
     reach *= Acceptance(source, k);
     expected += reach;
-    const double rate = expected / cost(k + 1);
+    const double rate = (others + expected) / cost(base_rows + k);
     if (rate > best_rate) {
       best_rate = rate;
       best = k;

@@ -1,22 +1,27 @@
 // How many drafts a call carries: the count that maximises the expected
-// tokens per unit of time. A call of k drafts decides 1 + (accepted drafts)
-// tokens and costs CallCostCurve::Relative(k + 1) of a plain decode call,
-// so with a_j the chance that draft j is accepted when drafts 1..j-1 were,
+// tokens per unit of time. With a_j the chance that draft j is accepted
+// when drafts 1..j-1 were, a run of k drafts decides
+// E(k) = 1 + a_1 + a_1 a_2 + ... + a_1...a_k tokens. It shares its call with
+// other runs (CallShare: R rows expected to decide B tokens), and its
+// drafts lengthen the whole call, so the rule maximises the call's rate
 //
-//   rate(k) = (1 + a_1 + a_1 a_2 + ... + a_1...a_k) / cost(k + 1),
+//   rate(k) = (B + E(k)) / cost(R + 1 + k),
 //
-// and plain decoding is rate(0) = 1. The rule drafts the k with the highest
-// rate, and nothing when no k beats plain decoding: on a deployment where
-// extra rows are dear (2 CPU cores) only well-predicted drafts go out; where
-// they are nearly free (a GPU) long drafts do. The a_j are learnt per draft
-// source (the request's own text, recent requests, Token Recycling), since
-// a suffix match and a one-token guess are right at very different rates.
+// (cost relative to a one-row call, CallCostCurve), and drafts nothing when
+// no k beats rate(0) = (B + 1) / cost(R + 1), plain decoding. Alone in its
+// call (R = B = 0) that is E(k) / cost(k + 1) against 1. On a deployment
+// where extra rows are dear (2 CPU cores) only well-predicted drafts go
+// out, and fewer the more sequences share a call; where rows are nearly
+// free (a GPU) long drafts do. The a_j are learnt per draft source (the
+// request's own text, recent requests, Token Recycling), since a suffix
+// match and a one-token guess are right at very different rates.
 #pragma once
 
 #include <array>
 #include <functional>
 
 #include "model/drafters/training_free_drafter.h"
+#include "scheduler/call_cost_curve.h"
 
 namespace specline::scheduler {
 
@@ -24,9 +29,10 @@ class DraftLengthRule {
  public:
   static constexpr int kMaxPositions = 16;
 
-  // Drafts worth sending from `source`, at most `available`. `cost(m)` is
-  // the relative cost of an m-row call.
-  int Choose(DraftSource source, int available, const std::function<double(int)>& cost) const;
+  // Drafts worth sending from `source`, at most `available`, in a call
+  // shared with `share`. `cost(m)` is the relative cost of an m-row call.
+  int Choose(DraftSource source, int available, const std::function<double(int)>& cost,
+             const CallShare& share = {}) const;
 
   // A verification of `drafted` drafts from `source` accepted the first
   // `accepted`: draft j was accepted for j <= accepted, and rejected at

@@ -53,5 +53,25 @@ TEST(DraftLengthRule, LearnsRejectionsAtTheFirstWrongDraft) {
   EXPECT_EQ(other.Choose(DraftSource::kRecentRequests, 5, [](int r) { return Linear(r, 0.1); }), 2);
 }
 
+TEST(DraftLengthRule, ACallSharedWithOtherSequencesDraftsLess) {
+  DraftLengthRule rule;
+  for (int i = 0; i < 400; ++i) rule.Record(DraftSource::kTokenRecycling, 1, 0);
+  for (int i = 0; i < 400; ++i) {  // a_1 -> 0.6: accepted 3 times in 5
+    rule.Record(DraftSource::kTokenRecycling, 1, i % 5 < 3 ? 1 : 0);
+  }
+  const double a1 = rule.Acceptance(DraftSource::kTokenRecycling, 1);
+  ASSERT_NEAR(a1, 0.6, 0.05);
+  auto cost = [](int r) { return Linear(r, 0.3); };
+  // Alone: (1 + a1) / 1.3 > 1, one draft pays.
+  EXPECT_EQ(rule.Choose(DraftSource::kTokenRecycling, 1, cost), 1);
+  EXPECT_EQ(rule.Choose(DraftSource::kTokenRecycling, 1, cost, CallShare{}), 1);
+  // Five other sequences, a row and a token each: (6 + a1) / cost(7) =
+  // 6.6 / 2.8 < 6 / cost(6) = 6 / 2.5, so the draft would slow the batch.
+  EXPECT_EQ(rule.Choose(DraftSource::kTokenRecycling, 1, cost, CallShare{5, 5.0}), 0);
+  // A long prefill chunk in the call (many rows, no tokens) makes a row
+  // nearly free at the margin: the draft goes out.
+  EXPECT_EQ(rule.Choose(DraftSource::kTokenRecycling, 1, cost, CallShare{60, 0.0}), 1);
+}
+
 }  // namespace
 }  // namespace specline::scheduler

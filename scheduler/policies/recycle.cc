@@ -70,13 +70,15 @@ class RecyclePolicy : public DecodingPolicy {
   // The next call's drafts into st: the tokens a grammar forces, then the
   // drafter's guesses after them, as many as pay (DraftsWorthSending), cut
   // at the first one the grammar forbids.
-  void ProposeLocked(Sequence& s, RecycleState& st, int room);
+  void ProposeLocked(Sequence& s, RecycleState& st, int room, const CallShare& share);
 
   // Of `available` guesses from `source`: all (--spec-policy always), none
   // (never), or as many as maximise the expected tokens per unit of time
-  // (auto; one probe every probe_interval tokens when none pay, so the
-  // acceptance estimates stay current).
-  int DraftsWorthSending(const RecycleState& st, DraftSource source, int available) const;
+  // (auto, in a call shared as the last one was; one probe every
+  // probe_interval tokens when none pay, so the acceptance estimates stay
+  // current).
+  int DraftsWorthSending(const RecycleState& st, DraftSource source, int available,
+                         const CallShare& share) const;
 
   DraftRules rules_;
   std::shared_ptr<TrainingFreeDrafter> drafter_;
@@ -88,14 +90,14 @@ bool IsStop(const Sequence& s, int32_t token) {
 }
 
 int RecyclePolicy::DraftsWorthSending(const RecycleState& st, DraftSource source,
-                                      int available) const {
+                                      int available, const CallShare& share) const {
   switch (rules_.when) {
     case DraftGate::kNever: return 0;
     case DraftGate::kAlways: return available;
     case DraftGate::kAuto: break;
   }
-  const int k = length_rule_.Choose(source, available,
-                                    [this](int rows) { return host_.CallCost(rows); });
+  const int k = length_rule_.Choose(
+      source, available, [this](int rows) { return host_.CallCost(rows); }, share);
   if (k == 0 && available > 0 && st.tokens_since_draft >= rules_.probe_interval) return 1;
   return k;
 }
@@ -169,10 +171,11 @@ void RecyclePolicy::DecideLocked(Sequence& s, const SlotRun& r, const RunOutput&
   // token and overwrites the rejected drafts' positions.
   s.cached = static_cast<int32_t>(s.tokens.size()) - 1;
   // A draft at position p is worth sending only if p can still be generated.
-  ProposeLocked(s, st, s.RoomAheadFrom(static_cast<int32_t>(s.tokens.size())));
+  ProposeLocked(s, st, s.RoomAheadFrom(static_cast<int32_t>(s.tokens.size())), out.share);
 }
 
-void RecyclePolicy::ProposeLocked(Sequence& s, RecycleState& st, int room) {
+void RecyclePolicy::ProposeLocked(Sequence& s, RecycleState& st, int room,
+                                  const CallShare& share) {
   const int most = std::min(room, rules_.max_drafts);
   st.drafts.clear();
   st.forced = 0;
@@ -192,7 +195,8 @@ void RecyclePolicy::ProposeLocked(Sequence& s, RecycleState& st, int room) {
     // own-text index may take them in ahead of their verification.
     DraftProposal guess = drafter_->Propose(st.forced > 0 ? chain : s.tokens, most - st.forced,
                                             &st.own_text);
-    const int send = DraftsWorthSending(st, guess.source, static_cast<int>(guess.tokens.size()));
+    const int send =
+        DraftsWorthSending(st, guess.source, static_cast<int>(guess.tokens.size()), share);
     st.drafts.insert(st.drafts.end(), guess.tokens.begin(), guess.tokens.begin() + send);
     st.source = guess.source;
   }
