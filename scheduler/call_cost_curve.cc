@@ -6,49 +6,34 @@ namespace specline::scheduler {
 
 void CallCostCurve::Observe(int rows, double seconds) {
   if (rows < 1 || rows > kMaxRows || !(seconds > 0)) return;
+  const double m = rows;
   std::lock_guard<std::mutex> lock(mu_);
-  Bucket& b = buckets_[rows];
-  // The first samples average; later ones follow drift (longer contexts,
-  // other load) with a time constant of about 20 calls.
-  const double w = b.n < 20 ? 1.0 / static_cast<double>(b.n + 1) : 0.05;
-  b.mean += w * (seconds - b.mean);
-  ++b.n;
+  w_ = kDecay * w_ + 1;
+  m_ = kDecay * m_ + m;
+  mm_ = kDecay * mm_ + m * m;
+  t_ = kDecay * t_ + seconds;
+  mt_ = kDecay * mt_ + m * seconds;
+  ++calls_;
 }
 
-int64_t CallCostCurve::samples(int rows) const {
+int64_t CallCostCurve::calls() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return buckets_[std::clamp(rows, 1, kMaxRows)].n;
-}
-
-double CallCostCurve::MeanLocked(int rows) const {
-  const Bucket& b = buckets_[rows];
-  return b.n >= kMinSamples ? b.mean : -1;
+  return calls_;
 }
 
 double CallCostCurve::Relative(int rows) const {
   rows = std::max(rows, 1);
-  if (rows == 1) return 1.0;
   const double prior = 1.0 + kPriorExtraRow * (rows - 1);
   std::lock_guard<std::mutex> lock(mu_);
-  const double one = MeanLocked(1);
-  if (one <= 0) return prior;
-  // The nearest measured row counts on each side.
-  int lo = std::min(rows, kMaxRows), hi = lo;
-  while (lo > 1 && MeanLocked(lo) < 0) --lo;
-  while (hi < kMaxRows && MeanLocked(hi) < 0) ++hi;
-  const double t_lo = MeanLocked(lo), t_hi = MeanLocked(hi);
-  double t;
-  if (rows > kMaxRows || t_hi < 0) {
-    // Nothing measured above: extend from the highest measured point at
-    // the mean slope measured up to it (the prior's while only one row is).
-    const double slope = lo > 1 ? std::max(0.0, (t_lo - one) / (lo - 1)) : one * kPriorExtraRow;
-    t = t_lo + slope * (rows - lo);
-  } else if (lo == hi) {
-    t = t_lo;
-  } else {
-    t = t_lo + (t_hi - t_lo) * static_cast<double>(rows - lo) / static_cast<double>(hi - lo);
-  }
-  return std::max(1.0, t / one);
+  if (w_ < kMinWeight) return prior;
+  const double mean_m = m_ / w_, mean_t = t_ / w_;
+  const double var_m = mm_ / w_ - mean_m * mean_m;
+  if (var_m < kMinRowVariance || !(mean_t > 0)) return prior;
+  const double per_row = std::max(0.0, (mt_ / w_ - mean_m * mean_t) / var_m);
+  // A line steeper than the calls themselves (noise on few sizes) would put
+  // a one-row call at or below 0 s: keep T(1) at least a tenth of the mean.
+  const double one = std::max(mean_t - per_row * (mean_m - 1), 0.1 * mean_t);
+  return std::max(1.0, (one + per_row * (rows - 1)) / one);
 }
 
 }  // namespace specline::scheduler

@@ -7,55 +7,63 @@
 // configuring it, keeps every deployment's choice right without a flag.
 #pragma once
 
-#include <array>
 #include <cstdint>
 #include <mutex>
 
 namespace specline::scheduler {
 
-// The rest of the call a run rode in: what a longer run would slow down.
-// A draft row makes the whole call longer, so its price is the call's
-// margin, cost(others + own + 1) / cost(others + own), not a call of its
-// own; with 4 sequences in a batch each extra row is worth much less.
+// The rest of the work the stages carry with a run (the other runs of its
+// call and of the calls in flight beside it): what a longer run slows
+// down. A draft row lengthens the call, and on a pipeline the calls behind
+// it, so its price is the margin, cost(others + own + 1) / cost(others +
+// own), not a call of its own; with 4 sequences running each extra row is
+// worth much less. (Pricing the calls in flight as one call of all their
+// rows overstates the margin a little: the rule errs towards plain decoding.)
 struct CallShare {
-  int other_rows = 0;       // rows the call's other runs carried
-  double other_tokens = 0;  // tokens those runs are expected to decide
+  int other_rows = 0;       // rows the other runs carry
+  double other_tokens = 0;  // tokens they are expected to decide
 };
 
+// A straight line T(m) = fixed + per_row * m through the recent calls
+// (least squares, each call's weight decaying by kDecay per later call), so
+// the curve follows the load of the moment (other processes, longer
+// contexts) and every call informs every row count. On the CPU a call's
+// time is close to linear in its rows (the weights are read once, each row
+// costs its matmuls); on a GPU at small batch the slope comes out near 0.
 class CallCostCurve {
  public:
-  // Calls of more rows (long prefill chunks) are not measured; a batch of
-  // decoding sequences with their drafts fits (8 sequences of 1 + 7 rows).
+  // Calls of more rows (long prefill chunks) are left out of the fit: a
+  // few of them would decide the slope for the short calls drafts make.
   static constexpr int kMaxRows = 64;
 
-  // A call of `rows` rows took `seconds`, from its send to its logits
+  // A call of `rows` rows took `seconds`, from its send to its decisions
   // (thread-safe).
   void Observe(int rows, double seconds);
 
-  // T(rows) / T(1): from the measured calls where both are known (at least
-  // kMinSamples each), interpolated between measured row counts, beyond
-  // the longest measured call extended at the measured mean slope, else
-  // the prior. Never below 1 (a call never gets cheaper by carrying more).
+  // T(rows) / T(1) on the fitted line, never below 1 (a call never gets
+  // cheaper by carrying more). Until the recent calls differ enough in
+  // rows to give a slope, each extra row costs kPriorExtraRow of a call.
   double Relative(int rows) const;
 
-  int64_t samples(int rows) const;
+  // Calls observed (weight not decayed), for tests and logs.
+  int64_t calls() const;
 
   // Before any measurement: each extra row costs this share of a one-row
   // call. 0.25 is between a GPU (about 0) and 2 CPU cores (about 0.3), so a
   // new deployment drafts where acceptance is high and measures the rest.
   static constexpr double kPriorExtraRow = 0.25;
-  static constexpr int kMinSamples = 4;
+  // The fit needs this much weight (about this many recent calls)...
+  static constexpr double kMinWeight = 4;
+  // ...and this spread of row counts (their weighted variance), so that
+  // noise on calls of nearly one size does not set the slope.
+  static constexpr double kMinRowVariance = 0.1;
+  static constexpr double kDecay = 0.98;  // about the last 50 calls
 
  private:
-  struct Bucket {
-    double mean = 0;  // seconds, an exponential moving average
-    int64_t n = 0;
-  };
-  // A bucket's mean, under mu_; < 0 when it has too few samples.
-  double MeanLocked(int rows) const;
-
   mutable std::mutex mu_;
-  std::array<Bucket, kMaxRows + 1> buckets_{};  // [rows], 1..kMaxRows
+  // Decayed sums of 1, m, m^2, t and m t over the observed calls.
+  double w_ = 0, m_ = 0, mm_ = 0, t_ = 0, mt_ = 0;
+  int64_t calls_ = 0;
 };
 
 }  // namespace specline::scheduler

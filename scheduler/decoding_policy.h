@@ -81,7 +81,7 @@ struct RunOutput {
   std::span<const float> logits;    // vocab logits per decision row (otherwise)
   std::span<const int32_t> aux;     // argmax of each auxiliary row
   std::span<const float> hidden;    // ReadsHidden: dim floats per row
-  CallShare share;                  // the call's other runs
+  CallShare share;                  // what else the stages carry meanwhile
 };
 
 class DecodingPolicy {

@@ -14,6 +14,11 @@
 namespace specline::scheduler {
 namespace {
 
+int DecidingRuns(const std::vector<SlotRun>& runs) {
+  return static_cast<int>(
+      std::count_if(runs.begin(), runs.end(), [](const SlotRun& r) { return r.output_rows > 0; }));
+}
+
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 }  // namespace
@@ -179,21 +184,25 @@ void Engine::HandleResult(internal::MicroBatch batch) {
     runs = std::move(f->runs);
   }
   const HeadOutputs head = RunHead(*head_, routed, dim);
-  // The call's cost by its rows, up to its logits: what a draft row adds.
-  call_cost_.Observe(call_rows, Seconds(Clock::now() - sent));
   std::vector<Notice> notices;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (generation != generation_) return;  // the pipeline failed meanwhile
-    const int deciding = static_cast<int>(std::count_if(
-        runs.begin(), runs.end(), [](const SlotRun& r) { return r.output_rows > 0; }));
+    const int deciding = DecidingRuns(runs);
+    // A run shares the stages with every call in flight, not only its own:
+    // on a pipeline of micro-batches, a longer call delays the others too.
+    int pipeline_rows = call_rows, pipeline_deciding = deciding;
+    for (const auto& [id, other] : inflight_) {
+      pipeline_rows += other.slots;
+      pipeline_deciding += DecidingRuns(other.runs);
+    }
     int64_t decided = 0;
     for (size_t i = 0; i < runs.size(); ++i) {
       Sequence& s = *runs[i].seq;
       if (s.finished()) continue;
       if (std::optional<RunOutput> out = RunOutputOf(routed, head, i, runs[i], dim)) {
-        out->share = {call_rows - runs[i].count,
-                      (deciding - (runs[i].output_rows > 0 ? 1 : 0)) * tokens_per_run_};
+        out->share = {pipeline_rows - runs[i].count,
+                      (pipeline_deciding - (runs[i].output_rows > 0 ? 1 : 0)) * tokens_per_run_};
         const int64_t before = s.generated();
         DecideOrFailLocked(s, runs[i], *out);
         decided += s.generated() - before;
@@ -204,6 +213,11 @@ void Engine::HandleResult(internal::MicroBatch batch) {
     if (deciding > 0) {
       tokens_per_run_ += 0.1 * (static_cast<double>(decided) / deciding - tokens_per_run_);
     }
+    // The call's cost by its rows, from its send to its decisions: what a
+    // draft row adds, in the stages and in the scheduler (a row's logits,
+    // its sampling, the drafter learning from it). Where the scheduler
+    // shares the cores with the stages, the latter is not small.
+    call_cost_.Observe(call_rows, Seconds(Clock::now() - sent));
     notices.swap(notices_);
   }
   cv_.notify_all();

@@ -58,6 +58,7 @@ bool TrainingFreeDrafter::SuffixMatchDraft(std::span<const int32_t> context, int
   if (best.tokens.empty()) return false;
   d.tokens = std::move(best.tokens);
   d.source = from_recent ? DraftSource::kRecentRequests : DraftSource::kPromptLookup;
+  d.match = best.match;
   (from_recent ? recent_drafts_ : lookup_drafts_).fetch_add(1, std::memory_order_relaxed);
   (from_recent ? recent_tokens_ : lookup_tokens_).fetch_add(d.tokens.size(), std::memory_order_relaxed);
   return true;

@@ -7,14 +7,18 @@
 //
 //   rate(k) = (B + E(k)) / cost(R + 1 + k),
 //
-// (cost relative to a one-row call, CallCostCurve), and drafts nothing when
-// no k beats rate(0) = (B + 1) / cost(R + 1), plain decoding. Alone in its
-// call (R = B = 0) that is E(k) / cost(k + 1) against 1. On a deployment
-// where extra rows are dear (2 CPU cores) only well-predicted drafts go
-// out, and fewer the more sequences share a call; where rows are nearly
-// free (a GPU) long drafts do. The a_j are learnt per draft source (the
-// request's own text, recent requests, Token Recycling), since a suffix
-// match and a one-token guess are right at very different rates.
+// (cost relative to a one-row call, CallCostCurve), and drafts nothing
+// unless some k beats rate(0) = (B + 1) / cost(R + 1), plain decoding, by
+// kMinGain. Alone in its call (R = B = 0) that is E(k) / cost(k + 1)
+// against 1. On a deployment where extra rows are dear (2 CPU cores) only
+// well-predicted drafts go out, and fewer the more sequences share a call;
+// where rows are nearly free (a GPU) long drafts do.
+//
+// The a_j are learnt per kind of draft: its source (the request's own text,
+// recent requests, Token Recycling) and, for a suffix source, the length of
+// the match it continues. A continuation of a 12-token match is right far
+// more often than one of a 2-token match; pooled, the short matches' rate
+// would either hold back the long ones or send the short ones at a loss.
 #pragma once
 
 #include <array>
@@ -25,31 +29,50 @@
 
 namespace specline::scheduler {
 
+// A draft's kind: where it came from and how long a match it continues.
+struct DraftKind {
+  DraftSource source = DraftSource::kNone;
+  int match = 0;
+};
+
 class DraftLengthRule {
  public:
   static constexpr int kMaxPositions = 16;
+  // A draft must promise this much more than plain decoding's rate: the
+  // estimates are noisy, and a draft that only breaks even costs the
+  // scheduler's work for nothing.
+  static constexpr double kMinGain = 0.02;
 
-  // Drafts worth sending from `source`, at most `available`, in a call
-  // shared with `share`. `cost(m)` is the relative cost of an m-row call.
-  int Choose(DraftSource source, int available, const std::function<double(int)>& cost,
+  // Drafts worth sending of `kind`, at most `available`, in a call shared
+  // with `share`. `cost(m)` is the relative cost of an m-row call.
+  int Choose(DraftKind kind, int available, const std::function<double(int)>& cost,
              const CallShare& share = {}) const;
 
-  // A verification of `drafted` drafts from `source` accepted the first
+  // A verification of `drafted` drafts of `kind` accepted the first
   // `accepted`: draft j was accepted for j <= accepted, and rejected at
   // accepted + 1 (the drafts after it say nothing).
-  void Record(DraftSource source, int drafted, int accepted);
+  void Record(DraftKind kind, int drafted, int accepted);
 
-  double Acceptance(DraftSource source, int position) const;  // a_position, position >= 1
+  double Acceptance(DraftKind kind, int position) const;  // a_position, position >= 1
+
+  // Match lengths that share an estimate: 0-2, 3, 4-5, 6-9, 10-15, 16 and up.
+  static int MatchClass(int match);
+  static constexpr int kMatchClasses = 6;
 
  private:
   // Until measured, a draft is as likely right as wrong (the rule then
   // drafts where the curve is cheap and measures).
   static constexpr double kPrior = 0.5;
   static constexpr double kRate = 0.05;  // EMA weight of one verification
+  static constexpr int kSources = 4;
 
-  std::array<std::array<double, kMaxPositions>, 4> a_ = [] {
-    std::array<std::array<double, kMaxPositions>, 4> init{};
-    for (auto& per_source : init) per_source.fill(kPrior);
+  using Estimates = std::array<double, kMaxPositions>;
+  const Estimates& EstimatesOf(DraftKind kind) const;
+  Estimates& EstimatesOf(DraftKind kind);
+
+  std::array<Estimates, kSources * kMatchClasses> a_ = [] {
+    std::array<Estimates, kSources * kMatchClasses> init{};
+    for (auto& per_kind : init) per_kind.fill(kPrior);
     return init;
   }();
 };

@@ -13,7 +13,7 @@ namespace {
 struct RecycleState : PolicyState {
   std::vector<int32_t> drafts;  // for positions tokens.size() ...
   int forced = 0;               // how many of them a grammar forced (certain)
-  DraftSource source = DraftSource::kNone;  // where the others came from
+  DraftKind kind;               // where the others came from
   RequestSuffixIndex own_text;  // the prompt and the accepted tokens, for suffix drafts
   int tokens_since_draft = 0;
 };
@@ -72,12 +72,12 @@ class RecyclePolicy : public DecodingPolicy {
   // at the first one the grammar forbids.
   void ProposeLocked(Sequence& s, RecycleState& st, int room, const CallShare& share);
 
-  // Of `available` guesses from `source`: all (--spec-policy always), none
+  // Of `available` guesses of `kind`: all (--spec-policy always), none
   // (never), or as many as maximise the expected tokens per unit of time
   // (auto, in a call shared as the last one was; one probe every
   // probe_interval tokens when none pay, so the acceptance estimates stay
   // current).
-  int DraftsWorthSending(const RecycleState& st, DraftSource source, int available,
+  int DraftsWorthSending(const RecycleState& st, DraftKind kind, int available,
                          const CallShare& share) const;
 
   DraftRules rules_;
@@ -89,15 +89,15 @@ bool IsStop(const Sequence& s, int32_t token) {
   return std::find(s.stop_ids.begin(), s.stop_ids.end(), token) != s.stop_ids.end();
 }
 
-int RecyclePolicy::DraftsWorthSending(const RecycleState& st, DraftSource source,
-                                      int available, const CallShare& share) const {
+int RecyclePolicy::DraftsWorthSending(const RecycleState& st, DraftKind kind, int available,
+                                      const CallShare& share) const {
   switch (rules_.when) {
     case DraftGate::kNever: return 0;
     case DraftGate::kAlways: return available;
     case DraftGate::kAuto: break;
   }
   const int k = length_rule_.Choose(
-      source, available, [this](int rows) { return host_.CallCost(rows); }, share);
+      kind, available, [this](int rows) { return host_.CallCost(rows); }, share);
   if (k == 0 && available > 0 && st.tokens_since_draft >= rules_.probe_interval) return 1;
   return k;
 }
@@ -157,7 +157,7 @@ void RecyclePolicy::DecideLocked(Sequence& s, const SlotRun& r, const RunOutput&
   if (m > 0) {
     RecordVerifiedCall(s, m, a);
     // Forced drafts are certain: only the guesses after them teach the rule.
-    if (m > st.forced) length_rule_.Record(st.source, m - st.forced, std::max(0, a - st.forced));
+    if (m > st.forced) length_rule_.Record(st.kind, m - st.forced, std::max(0, a - st.forced));
     st.tokens_since_draft = 0;
   }
   st.tokens_since_draft += a + 1;
@@ -179,7 +179,7 @@ void RecyclePolicy::ProposeLocked(Sequence& s, RecycleState& st, int room,
   const int most = std::min(room, rules_.max_drafts);
   st.drafts.clear();
   st.forced = 0;
-  st.source = DraftSource::kNone;
+  st.kind = {};
   if (most <= 0) return;
   // Forced tokens cost nothing to guess, so they are drafted whatever the
   // rule says; the drafter's guesses only as many as pay.
@@ -195,10 +195,10 @@ void RecyclePolicy::ProposeLocked(Sequence& s, RecycleState& st, int room,
     // own-text index may take them in ahead of their verification.
     DraftProposal guess = drafter_->Propose(st.forced > 0 ? chain : s.tokens, most - st.forced,
                                             &st.own_text);
+    st.kind = {guess.source, guess.match};
     const int send =
-        DraftsWorthSending(st, guess.source, static_cast<int>(guess.tokens.size()), share);
+        DraftsWorthSending(st, st.kind, static_cast<int>(guess.tokens.size()), share);
     st.drafts.insert(st.drafts.end(), guess.tokens.begin(), guess.tokens.begin() + send);
-    st.source = guess.source;
   }
   if (s.grammar) {
     size_t kept = 0;
