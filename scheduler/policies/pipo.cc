@@ -223,7 +223,7 @@ constexpr PolicyFlag kFlags[] = {
        return absl::OkStatus();
      },
      /*stages_too=*/true},
-    {"pipo-tau", "X", "PIPO's default confidence threshold", "the head's",
+    {"pipo-tau", "X", "PIPO's default confidence threshold", "< 0: the head's",
      [](const std::string& v, SpecOptions& o) {
        return ParseNumber("pipo-tau", v, &o.Of<PipoOptions>().tau);
      }},

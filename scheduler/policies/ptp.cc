@@ -183,7 +183,7 @@ constexpr PolicyFlag kFlags[] = {
        return absl::OkStatus();
      },
      /*stages_too=*/true},
-    {"ptp-n-aux", "N", "PTP auxiliary rows per call", "the adapter's",
+    {"ptp-n-aux", "N", "PTP auxiliary rows per call", "0: the adapter's",
      [](const std::string& v, SpecOptions& o) {
        return ParseNumber("ptp-n-aux", v, &o.Of<PtpOptions>().n_aux);
      }},

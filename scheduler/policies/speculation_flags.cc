@@ -42,7 +42,7 @@ constexpr PolicyFlag kFlags[] = {
      [](const std::string& v, SpecOptions& o) {
        return ParseNumber("spec-probe-interval", v, &o.probe_interval);
      }},
-    {"spec-max-drafts", "N", "drafts in flight per request", "stages - 1",
+    {"spec-max-drafts", "N", "drafts in flight per request", "0: stages - 1",
      [](const std::string& v, SpecOptions& o) {
        return ParseNumber("spec-max-drafts", v, &o.max_drafts);
      }},
