@@ -132,7 +132,9 @@ int ServeCommand(int argc, char** argv) {
     if (!f.stages_too) forwarded.push_back(f.name);
   }
   for (const std::string& name : forwarded) {
-    if (args.Has(name)) t.scheduler_args.insert(t.scheduler_args.end(), {"--" + name, args.Str(name)});
+    if (args.Has(name)) {
+      t.scheduler_args.insert(t.scheduler_args.end(), {"--" + name, args.Str(name)});
+    }
   }
   launch::GatewayOptions& g = t.gateway.emplace();
   g.tokenizer = args.Str("tokenizer");

@@ -24,12 +24,12 @@
 #include "model/runtime/local_pipeline.h"
 #include "stage_worker/hosted_models.h"
 #include "scheduler/engine.h"
+#include "scheduler/policies/pipo.h"
+#include "scheduler/policies/ptp.h"
 #include "stage_worker/stage_runner.h"
 #include "stage_worker/stage_service.h"
 #include "tests/test_util.h"
 #include "transport/transport.h"
-#include "scheduler/policies/pipo.h"
-#include "scheduler/policies/ptp.h"
 
 namespace specline::testing {
 

@@ -6,9 +6,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "scheduler/policies/spd.h"
 #include "tests/inproc_pipeline.h"
 #include "tests/test_util.h"
-#include "scheduler/policies/spd.h"
 
 namespace specline {
 namespace {

@@ -27,11 +27,11 @@
 #include "model/runtime/local_pipeline.h"
 #include "model/runtime/sampler.h"
 #include "model/tokenizer/model_tokenizer.h"
+#include "scheduler/policies/ptp.h"
+#include "scheduler/policies/spd.h"
 #include "tests/inproc_pipeline.h"
 #include "tests/spec_heads.h"
 #include "tests/test_util.h"
-#include "scheduler/policies/ptp.h"
-#include "scheduler/policies/spd.h"
 
 namespace specline::testing {
 namespace {

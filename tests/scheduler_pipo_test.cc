@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "nlohmann/json.hpp"
+#include "scheduler/policies/pipo.h"
 #include "tests/inproc_pipeline.h"
 #include "tests/pipo_reference.h"
 #include "tests/spec_heads.h"
-#include "scheduler/policies/pipo.h"
 
 namespace specline::testing {
 namespace {

@@ -11,12 +11,12 @@
 #include <string>
 #include <vector>
 
-#include "tests/inproc_pipeline.h"
-#include "tests/spec_heads.h"
 #include "scheduler/policies/pipo.h"
 #include "scheduler/policies/ppsd.h"
 #include "scheduler/policies/ptp.h"
 #include "scheduler/policies/spd.h"
+#include "tests/inproc_pipeline.h"
+#include "tests/spec_heads.h"
 
 namespace specline::testing {
 namespace {

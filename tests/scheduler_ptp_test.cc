@@ -18,9 +18,9 @@
 #include "model/drafters/ptp_adapter.h"
 #include "model/runtime/ptp_coupling.h"
 #include "nlohmann/json.hpp"
+#include "scheduler/policies/ptp.h"
 #include "tests/inproc_pipeline.h"
 #include "tests/spec_heads.h"
-#include "scheduler/policies/ptp.h"
 
 namespace specline::testing {
 namespace {

@@ -7,9 +7,9 @@
 
 #include <string>
 
-#include "tests/inproc_pipeline.h"
 #include "scheduler/policies/recycle.h"
 #include "scheduler/policies/spd.h"
+#include "tests/inproc_pipeline.h"
 
 namespace specline::testing {
 namespace {

@@ -15,10 +15,10 @@
 #include <thread>
 #include <vector>
 
-#include "tests/inproc_pipeline.h"
-#include "tests/spec_heads.h"
 #include "scheduler/policies/ppsd.h"
 #include "scheduler/policies/spd.h"
+#include "tests/inproc_pipeline.h"
+#include "tests/spec_heads.h"
 
 namespace specline::testing {
 namespace {

@@ -8,6 +8,8 @@
 #include <ostream>
 #include <string>
 
+#include "scheduler/policies/ppsd.h"
+#include "scheduler/policies/spd.h"
 #include "tests/inproc_pipeline.h"
 #include "tests/spec_heads.h"
 
@@ -181,7 +183,8 @@ TEST(DraftGate, HeadsThatDoNotFitAreRefusedAtStartUp) {
                         std::move(stages), *std::move(inbox), o);
   };
   scheduler::EngineOptions o;
-  o.spec.Of<scheduler::SpdOptions>().head = HeadDir("spd-v11", 4);  // made for 4 stages, the pipeline has 2
+  // Made for 4 stages, the pipeline has 2.
+  o.spec.Of<scheduler::SpdOptions>().head = HeadDir("spd-v11", 4);
   try {
     make(o);
     ADD_FAILURE() << "an SPD module for 4 stages was accepted by a 2-stage pipeline";
@@ -269,8 +272,6 @@ TEST(SpecFailure, DeadStageWithDraftsInFlightFailsCleanlyAndRecovers) {
 
 #include "model/drafters/spd_module.h"
 #include "scheduler/drafter.h"
-#include "scheduler/policies/ppsd.h"
-#include "scheduler/policies/spd.h"
 
 namespace specline::testing {
 namespace {

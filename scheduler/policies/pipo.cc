@@ -216,7 +216,8 @@ std::unique_ptr<DecodingPolicy> MakePipoPolicy(const PolicyResources& r) {
 
 constexpr PolicyFlag kFlags[] = {
     {"pipo-head", "DIR",
-     "enable DECODING_POLICY_PIPO (not lossless) with this head:\nthe stages run its backbone, the scheduler its heads",
+     "enable DECODING_POLICY_PIPO (not lossless) with this head:\n"
+     "the stages run its backbone, the scheduler its heads",
      "",
      [](const std::string& v, SpecOptions& o) {
        o.Of<PipoOptions>().head = v;

@@ -176,7 +176,8 @@ std::unique_ptr<DecodingPolicy> MakePtpPolicy(const PolicyResources& r) {
 
 constexpr PolicyFlag kFlags[] = {
     {"ptp-head", "DIR",
-     "enable DECODING_POLICY_PTP with this adapter (every stage\nand the scheduler load it; CPU stages)",
+     "enable DECODING_POLICY_PTP with this adapter (every stage\n"
+     "and the scheduler load it; CPU stages)",
      "",
      [](const std::string& v, SpecOptions& o) {
        o.Of<PtpOptions>().head = v;

@@ -29,10 +29,10 @@ const PolicyFlag* FindPolicyFlag(std::string_view name);
 // first declaration whose default_when holds, else autoregressive.
 v1::DecodingPolicy DefaultPolicy(const SpecOptions& o);
 
-// Autoregressive always; every other policy when its head (or, for PPSD and
-// SPD, the oracle) is configured. Throws std::invalid_argument when a head
-// does not fit the model or the pipeline, or when the default policy has no
-// head.
+// Autoregressive always; every other policy its declaration's factory
+// makes (its flags enable it). Throws std::invalid_argument when a head does
+// not fit the model or the pipeline, or when the default policy is not
+// served (naming the flag that would serve it).
 std::vector<std::unique_ptr<DecodingPolicy>> MakePolicies(const PolicyResources& r);
 
 // Fields that only one policy reads, checked whatever policy the request
