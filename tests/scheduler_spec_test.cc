@@ -9,6 +9,7 @@
 #include <string>
 
 #include "scheduler/policies/ppsd.h"
+#include "scheduler/policies/recycle.h"
 #include "scheduler/policies/spd.h"
 #include "tests/inproc_pipeline.h"
 #include "tests/spec_heads.h"
@@ -196,7 +197,23 @@ TEST(DraftGate, HeadsThatDoNotFitAreRefusedAtStartUp) {
   EXPECT_THROW(make(o), std::invalid_argument);
   o = {};
   o.spec.default_mode = v1::DECODING_POLICY_SPD;  // no head for the default
-  EXPECT_THROW(make(o), std::invalid_argument);
+  try {
+    make(o);
+    ADD_FAILURE() << "a default policy the deployment does not serve was accepted";
+  } catch (const std::invalid_argument& e) {
+    // The declaration's message: the flag that would serve it.
+    EXPECT_EQ(std::string(e.what()),
+              "the default policy spd is not served: the scheduler has no --spd-head");
+  }
+  o = {};
+  o.spec.default_mode = v1::DECODING_POLICY_RECYCLE;
+  o.spec.Of<scheduler::RecycleOptions>().drafts = 0;
+  try {
+    make(o);
+    ADD_FAILURE() << "recycle as the default with --recycle-drafts 0 was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("--recycle-drafts 0"), std::string::npos) << e.what();
+  }
   o = {};
   o.spec.Of<scheduler::PpsdOptions>().head = TempDir() + "/no-such-head";
   EXPECT_THROW(make(o), std::exception);
