@@ -20,6 +20,7 @@
 #include "cli/launcher.h"
 #include "cli/request_flags.h"
 #include "cli/stream_client.h"
+#include "scheduler/policies/registry.h"
 
 namespace specline::cli {
 namespace {
@@ -72,31 +73,10 @@ const char kServeUsage[] = R"(usage: specline serve [options]
                            of scheme://host[:port], or *); default none
   --port-file PATH         write every process's ports and pids as JSON
   --startup-timeout-s N    how long start-up may take (default 300)
-  --ppsd-head DIR          enable DECODING_POLICY_PPSD with this early-exit head
-  --spd-head DIR           enable DECODING_POLICY_SPD with this speculation module
-  --ptp-head DIR           enable DECODING_POLICY_PTP with this adapter (every stage
-                           and the scheduler load it; CPU stages)
-  --ptp-n-aux N            PTP auxiliary rows per call (default: the adapter's)
-  --pipo-head DIR          enable DECODING_POLICY_PIPO (not lossless) with this head:
-                           the stages run its backbone, the scheduler its heads
-  --pipo-tau X             PIPO's default confidence threshold (default: the head's)
-  --recycle-drafts N       drafts per call of DECODING_POLICY_RECYCLE, training-free
-                           draft-then-verify, at most (default 8; 0 = not served)
-  --recycle-recent-tokens N  recent requests' tokens its drafter matches against
-                           (default 262144; 0 = only the request's own text)
-  --spd-drafter D          module (default: --spd-head's) or recycle (the training-free
-                           drafter under SPD's timing; no head)
-  --default-policy P       ar, ppsd, spd, ptp, pipo or recycle: for requests that do not choose
-                           (default recycle: lossless, drafts only where it pays)
-  --spec-policy P          auto (default), always or never: when to draft
-  --spec-max-drafts N      drafts in flight per request (default stages - 1)
-  --allow-oracle true      accept oracle drafting on the scheduler's internal API
-                           (tests and benchmarks only)
   --log-level LEVEL        for every process: debug, info, warn, error
                            (default info; warn with --demo-prompt)
   --demo-prompt TEXT       once ready, stream one generation to stdout, print
                            TTFT/TPOT/tok-s to stderr, shut down and exit
-Request options for --demo-prompt:
 )";
 
 std::atomic<bool> g_stop{false};
@@ -110,18 +90,21 @@ int ServeCommand(int argc, char** argv) {
                   "kv-capacity-tokens", "max-waiting", "max-concurrent-streams",
                   "default-max-tokens", "drain-timeout-ms", "auth-token-file", "tls-cert",
                   "tls-key", "cors-origins", "port-file", "startup-timeout-s", "demo-prompt", "log-level",
-                  "ppsd-head", "spd-head", "default-policy", "spec-policy", "spec-max-drafts",
-                  "allow-oracle", "device", "dtype", "ptp-head", "ptp-n-aux", "pipo-head",
-                  "pipo-tau", "retry-window-ms", "max-attempts", "max-streams-per-principal",
-                  "spd-drafter", "recycle-drafts", "recycle-recent-tokens", "prefix-cache",
-                  "served-model-name", "cache-share-group",
+                  "device", "dtype", "retry-window-ms", "max-attempts", "max-streams-per-principal",
+                  "prefix-cache", "served-model-name", "cache-share-group",
                   "max-tokens-per-minute-per-principal", "metrics-per-principal", "admission",
                   "max-kv-blocks-per-tenant"});
+  // The policies' flags, as they declare them (scheduler/policies/registry.h).
+  const std::vector<scheduler::PolicyFlag> policy_flags = scheduler::AllPolicyFlags();
+  for (const scheduler::PolicyFlag& f : policy_flags) options.push_back(f.name);
   std::vector<std::string> flags = kRequestFlags;
   flags.push_back("help");
   Args args(argc, argv, 2, options, flags);
   if (args.Has("help")) {
-    std::cout << kServeUsage << kRequestUsage;
+    std::cout << kServeUsage << "Speculation and decoding policies (the scheduler's):\n"
+              << scheduler::PolicyFlagUsage(policy_flags, 27)
+              << "Request options for --demo-prompt:\n"
+              << kRequestUsage;
     return 0;
   }
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e [serve] %l %v");
@@ -139,15 +122,18 @@ int ServeCommand(int argc, char** argv) {
   c.port_file = args.Str("port-file");
   t.device = args.Str("device");
   t.dtype = args.Str("dtype");
+  // The heads the stages load too go through the topology, which gives each
+  // process its part.
   t.ptp_head = args.Str("ptp-head");
   t.pipo_head = args.Str("pipo-head");
-  for (const char* name :
-       {"ppsd-head", "spd-head", "default-policy", "spec-policy", "spec-max-drafts",
-        "allow-oracle", "ptp-n-aux", "pipo-tau", "retry-window-ms", "max-attempts",
-        "spd-drafter", "recycle-drafts", "recycle-recent-tokens", "prefix-cache", "admission",
-        "max-kv-blocks-per-tenant"}) {
+  std::vector<std::string> forwarded = {"retry-window-ms", "max-attempts", "prefix-cache",
+                                        "admission", "max-kv-blocks-per-tenant"};
+  for (const scheduler::PolicyFlag& f : policy_flags) {
+    if (!f.stages_too) forwarded.push_back(f.name);
+  }
+  for (const std::string& name : forwarded) {
     if (args.Has(name)) {
-      t.scheduler_args.insert(t.scheduler_args.end(), {std::string("--") + name, args.Str(name)});
+      t.scheduler_args.insert(t.scheduler_args.end(), {"--" + name, args.Str(name)});
     }
   }
   launch::GatewayOptions& g = t.gateway.emplace();

@@ -1,39 +1,36 @@
 #include "scheduler/flags.h"
 
-#include <charconv>
 #include <map>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/cluster_secret.h"
 #include "common/flag_map.h"
-#include "proto/policy_names.h"
+#include "scheduler/policies/registry.h"
 
 namespace specline::scheduler {
-namespace {
 
-absl::Status ParseSpecPolicy(const std::string& text, DraftGate* out) {
-  for (DraftGate p : {DraftGate::kAuto, DraftGate::kAlways, DraftGate::kNever}) {
-    if (text == DraftGateName(p)) {
-      *out = p;
-      return absl::OkStatus();
-    }
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("--spec-policy: \"", text, "\" is not auto, always or never"));
+std::string SchedulerUsage() {
+  return "usage: specline-scheduler --model PATH --stage-grpc HOST:PORT[,HOST:PORT...]\n"
+         "  [--tokenizer PATH]  the vocabulary structured output's grammars use (default:\n"
+         "                      the model's own, as the gateway's)\n"
+         "  [--data-listen tcp://HOST:PORT] [--host H] [--grpc-port N] [--metrics-port N|-1]\n"
+         "  [--port-file PATH] [--threads N] [--max-waiting N] [--max-batch-tokens N]\n"
+         "  [--prefill-chunk N] [--max-inflight N] [--kv-capacity-tokens N] [--kv-block-size N]\n"
+         "  [--batch-timeout-ms N] [--drain-timeout-ms N] [--log-level LEVEL]\n"
+         "  [--prefix-cache on|off]  reuse the KV of prompt prefixes (default on)\n"
+         "  [--admission fair|fifo]  waiting requests: round robin across tenants (default)\n"
+         "                     or first come, first served\n"
+         "  [--max-kv-blocks-per-tenant N]  KV blocks one tenant's running requests may\n"
+         "                     hold (default 0: no limit)\n"
+         "  [--retry-window-ms N] [--max-attempts N]  (requests a pipeline failure caught\n"
+         "                     before their first token wait this long for recovery and restart)\n"
+         "  [--cluster-secret-file PATH]  internal plane's shared secret (docs/security.md)\n"
+         "  [--device cpu|cuda|cuda:N] [--dtype bf16|f16]   (where the output head runs)\n"
+         "(--stages is accepted as a synonym of --stage-grpc)\n"
+         "Speculation and decoding policies:\n" +
+         PolicyFlagUsage(AllPolicyFlags(), 27);
 }
-
-absl::Status ParseMode(const std::string& text, v1::DecodingPolicy* out) {
-  absl::StatusOr<v1::DecodingPolicy> p = PolicyFromName(text);
-  if (!p.ok() || *p == v1::DECODING_POLICY_UNSPECIFIED) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--default-policy: \"", text, "\" is not ", kPolicyNames));
-  }
-  *out = *p;
-  return absl::OkStatus();
-}
-
-}  // namespace
 
 absl::StatusOr<SchedulerFlags> ParseSchedulerFlags(int argc, char** argv) {
   SchedulerFlags f;
@@ -44,7 +41,6 @@ absl::StatusOr<SchedulerFlags> ParseSchedulerFlags(int argc, char** argv) {
   int timeout_ms = static_cast<int>(e.batch_timeout.count());
   int retry_ms = static_cast<int>(e.retry_window.count());
   std::string device = "cpu", dtype = "bf16";
-  bool default_policy_given = false;
   for (auto& [name, value] : values) {
     absl::Status st;
     if (name == "model") f.model = value;
@@ -82,43 +78,10 @@ absl::StatusOr<SchedulerFlags> ParseSchedulerFlags(int argc, char** argv) {
       if (!secret.ok()) return secret.status();
       f.cluster_secret = *std::move(secret);
     }
-    else if (name == "ppsd-head") e.spec.ppsd_head = value;
-    else if (name == "spd-head") e.spec.spd_head = value;
-    else if (name == "spd-drafter") e.spec.spd_drafter = value;
-    else if (name == "recycle-drafts") st = ParseNumber(name, value, &e.spec.recycle_drafts);
-    else if (name == "recycle-candidates") st = ParseNumber(name, value, &e.spec.recycle_candidates);
-    else if (name == "recycle-recent-tokens") {
-      st = ParseNumber(name, value, &e.spec.recycle_recent_tokens);
-    }
-    else if (name == "lookup-ngram") {
-      // "MIN:MAX", or one number for both.
-      const std::vector<std::string> parts = absl::StrSplit(value, ':');
-      st = ParseNumber(name, parts.front(), &e.spec.lookup_min_ngram);
-      if (st.ok()) st = ParseNumber(name, parts.back(), &e.spec.lookup_max_ngram);
-      if (st.ok() && (parts.size() > 2 || e.spec.lookup_min_ngram < 1 ||
-                      e.spec.lookup_max_ngram < e.spec.lookup_min_ngram)) {
-        st = absl::InvalidArgumentError("--lookup-ngram: MIN:MAX with 1 <= MIN <= MAX");
-      }
-    }
-    else if (name == "ptp-head") e.spec.ptp_head = value;
-    else if (name == "ptp-n-aux") st = ParseNumber(name, value, &e.spec.ptp_n_aux);
-    else if (name == "pipo-head") e.spec.pipo_head = value;
-    else if (name == "pipo-tau") st = ParseNumber(name, value, &e.spec.pipo_tau);
-    else if (name == "allow-oracle") st = ParseBool(name, value, &e.spec.allow_oracle);
     else if (name == "prefix-cache") st = ParseOnOff(name, value, &e.prefix_caching);
-    else if (name == "spec-policy") st = ParseSpecPolicy(value, &e.spec.policy);
-    else if (name == "default-policy") {
-      st = ParseMode(value, &e.spec.default_mode);
-      default_policy_given = true;
-    }
-    else if (name == "spec-min-acceptance") st = ParseNumber(name, value, &e.spec.min_acceptance);
-    else if (name == "spec-probe-interval") st = ParseNumber(name, value, &e.spec.probe_interval);
-    else if (name == "spec-max-drafts") st = ParseNumber(name, value, &e.spec.max_drafts);
-    else if (name == "draft-kv-capacity-tokens") {
-      st = ParseNumber(name, value, &e.spec.draft_kv_capacity_tokens);
-    }
     else if (name == "device") device = value;
     else if (name == "dtype") dtype = value;
+    else if (const PolicyFlag* flag = FindPolicyFlag(name)) st = flag->parse(value, e.spec);
     else return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
     if (!st.ok()) return st;
   }
@@ -128,25 +91,7 @@ absl::StatusOr<SchedulerFlags> ParseSchedulerFlags(int argc, char** argv) {
   e.batch_timeout = std::chrono::milliseconds(timeout_ms);
   e.retry_window = std::chrono::milliseconds(retry_ms);
   if (retry_ms < 0) return absl::InvalidArgumentError("--retry-window-ms must be >= 0");
-  if (e.spec.spd_drafter != "module" && e.spec.spd_drafter != "recycle") {
-    return absl::InvalidArgumentError(absl::StrCat("--spd-drafter: \"", e.spec.spd_drafter,
-                                                   "\" is not module or recycle"));
-  }
-  if (e.spec.recycle_drafts < 0) return absl::InvalidArgumentError("--recycle-drafts must be >= 0");
-  if (e.spec.recycle_candidates < 1) {
-    return absl::InvalidArgumentError("--recycle-candidates must be >= 1");
-  }
-  if (e.spec.recycle_recent_tokens < 0) {
-    return absl::InvalidArgumentError("--recycle-recent-tokens must be >= 0");
-  }
-  // Requests that name no policy speculate: recycle is lossless, needs no
-  // head, and measured at least plain decoding's speed on every prompt
-  // class at 1 and 2 stages (docs/benchmarks.md, issue 29). Its draft-length
-  // rule drafts nothing where drafts do not pay.
-  if (!default_policy_given) {
-    e.spec.default_mode = e.spec.recycle_drafts > 0 ? v1::DECODING_POLICY_RECYCLE
-                                                    : v1::DECODING_POLICY_AUTOREGRESSIVE;
-  }
+  if (!values.count("default-policy")) e.spec.default_mode = DefaultPolicy(e.spec);
   if (e.max_attempts < 1) return absl::InvalidArgumentError("--max-attempts must be >= 1");
   if (f.model.empty()) return absl::InvalidArgumentError("--model is required");
   if (f.stage_grpc.empty()) return absl::InvalidArgumentError("--stage-grpc is required");

@@ -150,7 +150,7 @@ int Run(const SchedulerFlags& flags, const sigset_t& stop_signals) {
 
 int main(int argc, char** argv) {
   if (HelpRequested(argc, argv)) {
-    std::fputs(kSchedulerUsage, stdout);
+    std::fputs(SchedulerUsage().c_str(), stdout);
     return 0;
   }
   const sigset_t stop_signals = BlockStopSignals();
@@ -158,7 +158,7 @@ int main(int argc, char** argv) {
   auto flags = ParseSchedulerFlags(argc, argv);
   if (!flags.ok()) {
     std::fprintf(stderr, "specline-scheduler: %s\n%s",
-                 std::string(flags.status().message()).c_str(), kSchedulerUsage);
+                 std::string(flags.status().message()).c_str(), SchedulerUsage().c_str());
     return 2;
   }
   spdlog::set_level(spdlog::level::from_str(flags->log_level));

@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "proto/policy_names.h"
+
 namespace specline {
 namespace {
 
@@ -62,9 +64,10 @@ GenerationStream::Step GenerationStream::OnEvent(const internal::SubmitEvent& ev
     cached_tokens_ = event.cached_prompt_tokens();
     metrics_.queue().Observe(queue_seconds_);
   }
-  // Every policy but PIPO gives exactly what plain decoding gives (greedy)
-  // or its distribution (sampling); PIPO changes the model's output.
-  lossless_ = event.policy() != v1::DECODING_POLICY_PIPO;
+  // Declared on the policy's enum value (generation.proto). A scheduler
+  // that reports no policy ran plain decoding.
+  lossless_ = event.policy() == v1::DECODING_POLICY_UNSPECIFIED ||
+              PolicyIsLossless(event.policy());
   v1::GenerateResponse resp;
   resp.set_request_id(id_);
   resp.set_lossless(lossless_);

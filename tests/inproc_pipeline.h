@@ -24,6 +24,8 @@
 #include "model/runtime/local_pipeline.h"
 #include "stage_worker/hosted_models.h"
 #include "scheduler/engine.h"
+#include "scheduler/policies/pipo.h"
+#include "scheduler/policies/ptp.h"
 #include "stage_worker/stage_runner.h"
 #include "stage_worker/stage_service.h"
 #include "tests/test_util.h"
@@ -260,8 +262,8 @@ class InprocPipeline {
   // driver has drafted behind it, so without it whether any draft is sent
   // depends on how busy the machine is.
   //
-  // `model_path` ("" = the random test model); with options.spec.ptp_head
-  // every stage loads that PTP adapter, with options.spec.pipo_head that
+  // `model_path` ("" = the random test model); with a PTP head (PtpOptions)
+  // every stage loads that PTP adapter, with a PIPO head (PipoOptions) that
   // PIPO head's backbone, unless `heads_on_stages` is false.
   InprocPipeline(int n_stages, scheduler::EngineOptions options,
                  int stage_kv_tokens = kStageKvTokens,
@@ -275,11 +277,11 @@ class InprocPipeline {
     // The stages host the policies' models as specline-stage would with
     // --adapter / --weight-set.
     std::vector<std::string> adapter_dirs, weight_set_dirs;
-    if (heads_on_stages && !options.spec.ptp_head.empty()) {
-      adapter_dirs.push_back(options.spec.ptp_head);
+    if (heads_on_stages && !options.spec.Of<scheduler::PtpOptions>().head.empty()) {
+      adapter_dirs.push_back(options.spec.Of<scheduler::PtpOptions>().head);
     }
-    if (heads_on_stages && !options.spec.pipo_head.empty()) {
-      weight_set_dirs.push_back(options.spec.pipo_head);
+    if (heads_on_stages && !options.spec.Of<scheduler::PipoOptions>().head.empty()) {
+      weight_set_dirs.push_back(options.spec.Of<scheduler::PipoOptions>().head);
     }
     absl::StatusOr<LoadedAddOns> addons =
         LoadAddOns(adapter_dirs, weight_set_dirs, model_->config());

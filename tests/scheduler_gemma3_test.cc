@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "scheduler/policies/spd.h"
 #include "tests/inproc_pipeline.h"
 #include "tests/test_util.h"
 
@@ -25,7 +26,7 @@ TEST(Gemma3Speculation, EqualsPlainDecoding) {
   for (auto mode : {v1::DECODING_POLICY_RECYCLE, v1::DECODING_POLICY_SPD}) {
     scheduler::EngineOptions o;
     o.spec.policy = scheduler::DraftGate::kAlways;
-    o.spec.spd_drafter = "recycle";
+    o.spec.Of<scheduler::SpdOptions>().drafter = "recycle";
     testing::InprocPipeline p(2, o, testing::InprocPipeline::kStageKvTokens,
                               std::chrono::microseconds(200), testing::Gemma3Path());
     int64_t drafted = 0;

@@ -27,6 +27,8 @@
 #include "model/runtime/local_pipeline.h"
 #include "model/runtime/sampler.h"
 #include "model/tokenizer/model_tokenizer.h"
+#include "scheduler/policies/ptp.h"
+#include "scheduler/policies/spd.h"
 #include "tests/inproc_pipeline.h"
 #include "tests/spec_heads.h"
 #include "tests/test_util.h"
@@ -130,7 +132,7 @@ scheduler::EngineOptions Options() {
   scheduler::EngineOptions o;
   o.spec.allow_oracle = true;
   o.spec.policy = scheduler::DraftGate::kAlways;
-  o.spec.spd_drafter = "recycle";
+  o.spec.Of<scheduler::SpdOptions>().drafter = "recycle";
   return o;
 }
 
@@ -275,7 +277,7 @@ TEST(GrammarServing, RecycleEndsAtAnAcceptedDraftedStopToken) {
 // matter to the refusal.
 TEST(GrammarServing, PtpRefusesAResponseFormat) {
   scheduler::EngineOptions o;
-  o.spec.ptp_head = HeadDir("ptp", 2);
+  o.spec.Of<scheduler::PtpOptions>().head = HeadDir("ptp", 2);
   InprocPipeline p(2, o);
   scheduler::RequestOptions r;
   r.prompt = MakePrompt(5, 1);

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "model/runtime/logprobs.h"
+#include "scheduler/policies/ptp.h"
 #include "tests/inproc_pipeline.h"
 #include "tests/spec_heads.h"
 
@@ -38,7 +39,9 @@ scheduler::EngineOptions Options(const PolicyCase& c) {
   scheduler::EngineOptions o;
   o.spec.policy = scheduler::DraftGate::kAlways;
   o.spec.allow_oracle = true;
-  if (c.mode == v1::DECODING_POLICY_PTP) o.spec.ptp_head = HeadDir("ptp", c.n_stages);
+  if (c.mode == v1::DECODING_POLICY_PTP) {
+    o.spec.Of<scheduler::PtpOptions>().head = HeadDir("ptp", c.n_stages);
+  }
   return o;
 }
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "nlohmann/json.hpp"
+#include "scheduler/policies/pipo.h"
 #include "tests/inproc_pipeline.h"
 #include "tests/pipo_reference.h"
 #include "tests/spec_heads.h"
@@ -28,7 +29,7 @@ std::string PipoHead() { return SourcePath(Golden()["head"].get<std::string>());
 
 scheduler::EngineOptions PipoOptions() {
   scheduler::EngineOptions o;
-  o.spec.pipo_head = PipoHead();
+  o.spec.Of<scheduler::PipoOptions>().head = PipoHead();
   return o;
 }
 

@@ -11,6 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "scheduler/policies/pipo.h"
+#include "scheduler/policies/ppsd.h"
+#include "scheduler/policies/ptp.h"
+#include "scheduler/policies/spd.h"
 #include "tests/inproc_pipeline.h"
 #include "tests/spec_heads.h"
 
@@ -82,10 +86,10 @@ EngineOptions CaseOptions(const PolicyCase& c, int n_stages, bool cache) {
   EngineOptions o;
   o.prefix_caching = cache;
   o.spec.policy = scheduler::DraftGate::kAlways;
-  o.spec.spd_drafter = "recycle";
-  if (!c.ppsd.empty()) o.spec.ppsd_head = HeadDir(c.ppsd, n_stages);
-  if (!c.ptp.empty()) o.spec.ptp_head = HeadDir(c.ptp, n_stages);
-  if (c.pipo) o.spec.pipo_head = PipoHead();
+  o.spec.Of<scheduler::SpdOptions>().drafter = "recycle";
+  if (!c.ppsd.empty()) o.spec.Of<scheduler::PpsdOptions>().head = HeadDir(c.ppsd, n_stages);
+  if (!c.ptp.empty()) o.spec.Of<scheduler::PtpOptions>().head = HeadDir(c.ptp, n_stages);
+  if (c.pipo) o.spec.Of<scheduler::PipoOptions>().head = PipoHead();
   return o;
 }
 

@@ -18,6 +18,7 @@
 #include "model/drafters/ptp_adapter.h"
 #include "model/runtime/ptp_coupling.h"
 #include "nlohmann/json.hpp"
+#include "scheduler/policies/ptp.h"
 #include "tests/inproc_pipeline.h"
 #include "tests/spec_heads.h"
 
@@ -57,7 +58,7 @@ SamplingParams Params(float t, int k, float p, float min_p, float penalty, uint6
 
 scheduler::EngineOptions PtpOptions(const std::string& adapter) {
   scheduler::EngineOptions o;
-  o.spec.ptp_head = adapter;
+  o.spec.Of<scheduler::PtpOptions>().head = adapter;
   return o;
 }
 
@@ -331,7 +332,7 @@ TEST(PtpEngine, MisconfigurationsAreRefusedWithWhatToFix) {
   }
   // A head of another method is not a PTP adapter.
   scheduler::EngineOptions wrong;
-  wrong.spec.ptp_head = HeadDir("ppsd-norm", 2);
+  wrong.spec.Of<scheduler::PtpOptions>().head = HeadDir("ppsd-norm", 2);
   std::vector<std::unique_ptr<scheduler::StageControl>> none;
   auto inbox = transport::Listen("inproc://ptp-wrong-head");
   ASSERT_TRUE(inbox.ok());

@@ -7,6 +7,8 @@
 
 #include <string>
 
+#include "scheduler/policies/recycle.h"
+#include "scheduler/policies/spd.h"
 #include "tests/inproc_pipeline.h"
 
 namespace specline::testing {
@@ -15,7 +17,7 @@ namespace {
 scheduler::EngineOptions Options(scheduler::DraftGate gate) {
   scheduler::EngineOptions o;
   o.spec.policy = gate;
-  o.spec.spd_drafter = "recycle";
+  o.spec.Of<scheduler::SpdOptions>().drafter = "recycle";
   return o;
 }
 
@@ -98,7 +100,7 @@ TEST(TrainingFreeGreedy, RecentRequestsAreDraftedFrom) {
   double acceptance[2] = {0, 0};
   for (int64_t recent_tokens : {int64_t{0}, int64_t{1} << 16}) {
     scheduler::EngineOptions o = Options(scheduler::DraftGate::kAlways);
-    o.spec.recycle_recent_tokens = recent_tokens;
+    o.spec.Of<TrainingFreeDrafterOptions>().recent_tokens = recent_tokens;
     InprocPipeline p(1, o, InprocPipeline::kStageKvTokens, std::chrono::microseconds(200));
     const Reference ref = Generate1(p.model(), r);
     scheduler::SpecStats second;
@@ -206,7 +208,7 @@ TEST(TrainingFreeGreedy, ConcurrentRequestsShareTheMatrix) {
 
 TEST(TrainingFreePolicy, RecycleDraftsZeroMeansNotServed) {
   scheduler::EngineOptions o;
-  o.spec.recycle_drafts = 0;
+  o.spec.Of<scheduler::RecycleOptions>().drafts = 0;
   InprocPipeline p(1, o);
   scheduler::RequestOptions r = Requests(4).front();
   r.mode = v1::DECODING_POLICY_RECYCLE;

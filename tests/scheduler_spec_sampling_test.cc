@@ -46,6 +46,9 @@
 
 #include "model/runtime/local_pipeline.h"
 #include "model/runtime/sampler.h"
+#include "scheduler/policies/ppsd.h"
+#include "scheduler/policies/ptp.h"
+#include "scheduler/policies/spd.h"
 #include "tests/inproc_pipeline.h"
 #include "tests/spec_heads.h"
 
@@ -476,13 +479,16 @@ TEST_P(SampledOutput, MatchesTheExactDistribution) {
   scheduler::EngineOptions o;
   o.spec.policy = scheduler::DraftGate::kAlways;
   o.spec.allow_oracle = true;
-  if (!c.ppsd.empty()) o.spec.ppsd_head = HeadDir(c.ppsd, c.n_stages);
+  if (!c.ppsd.empty()) o.spec.Of<scheduler::PpsdOptions>().head = HeadDir(c.ppsd, c.n_stages);
   if (c.spd == "recycle") {
-    o.spec.spd_drafter = "recycle";  // the training-free drafter under SPD's timing
+    // The training-free drafter under SPD's timing.
+    o.spec.Of<scheduler::SpdOptions>().drafter = "recycle";
   } else if (!c.spd.empty()) {
-    o.spec.spd_head = HeadDir(c.spd, c.n_stages);
+    o.spec.Of<scheduler::SpdOptions>().head = HeadDir(c.spd, c.n_stages);
   }
-  if (c.mode == v1::DECODING_POLICY_PTP) o.spec.ptp_head = HeadDir("ptp", c.n_stages);
+  if (c.mode == v1::DECODING_POLICY_PTP) {
+    o.spec.Of<scheduler::PtpOptions>().head = HeadDir("ptp", c.n_stages);
+  }
   InprocPipeline p(c.n_stages, o, InprocPipeline::kStageKvTokens, std::chrono::microseconds(0),
                    c.model.empty() ? "" : SamplingModelPath(c.model));
 

@@ -15,6 +15,8 @@
 #include <thread>
 #include <vector>
 
+#include "scheduler/policies/ppsd.h"
+#include "scheduler/policies/spd.h"
 #include "tests/inproc_pipeline.h"
 #include "tests/spec_heads.h"
 
@@ -30,8 +32,8 @@ scheduler::EngineOptions StressOptions() {
   scheduler::EngineOptions o;
   o.spec.policy = scheduler::DraftGate::kAlways;
   o.spec.allow_oracle = true;
-  o.spec.ppsd_head = HeadDir("ppsd-layer", kStages);
-  o.spec.spd_head = HeadDir("spd-v11", kStages);
+  o.spec.Of<scheduler::PpsdOptions>().head = HeadDir("ppsd-layer", kStages);
+  o.spec.Of<scheduler::SpdOptions>().head = HeadDir("spd-v11", kStages);
   return o;
 }
 

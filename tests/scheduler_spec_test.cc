@@ -8,6 +8,9 @@
 #include <ostream>
 #include <string>
 
+#include "scheduler/policies/ppsd.h"
+#include "scheduler/policies/recycle.h"
+#include "scheduler/policies/spd.h"
 #include "tests/inproc_pipeline.h"
 #include "tests/spec_heads.h"
 
@@ -26,8 +29,8 @@ scheduler::EngineOptions SpecOptions(int n_stages, const std::string& ppsd_kind,
   scheduler::EngineOptions o;
   o.spec.policy = scheduler::DraftGate::kAlways;
   o.spec.allow_oracle = true;
-  if (!ppsd_kind.empty()) o.spec.ppsd_head = HeadDir(ppsd_kind, n_stages);
-  if (!spd_kind.empty()) o.spec.spd_head = HeadDir(spd_kind, n_stages);
+  if (!ppsd_kind.empty()) o.spec.Of<scheduler::PpsdOptions>().head = HeadDir(ppsd_kind, n_stages);
+  if (!spd_kind.empty()) o.spec.Of<scheduler::SpdOptions>().head = HeadDir(spd_kind, n_stages);
   return o;
 }
 
@@ -181,7 +184,8 @@ TEST(DraftGate, HeadsThatDoNotFitAreRefusedAtStartUp) {
                         std::move(stages), *std::move(inbox), o);
   };
   scheduler::EngineOptions o;
-  o.spec.spd_head = HeadDir("spd-v11", 4);  // made for 4 stages, the pipeline has 2
+  // Made for 4 stages, the pipeline has 2.
+  o.spec.Of<scheduler::SpdOptions>().head = HeadDir("spd-v11", 4);
   try {
     make(o);
     ADD_FAILURE() << "an SPD module for 4 stages was accepted by a 2-stage pipeline";
@@ -189,13 +193,29 @@ TEST(DraftGate, HeadsThatDoNotFitAreRefusedAtStartUp) {
     EXPECT_NE(std::string(e.what()).find("4 pipeline stages"), std::string::npos) << e.what();
   }
   o = {};
-  o.spec.ppsd_head = HeadDir("spd-v11", 2);  // not a PPSD head
+  o.spec.Of<scheduler::PpsdOptions>().head = HeadDir("spd-v11", 2);  // not a PPSD head
   EXPECT_THROW(make(o), std::invalid_argument);
   o = {};
   o.spec.default_mode = v1::DECODING_POLICY_SPD;  // no head for the default
-  EXPECT_THROW(make(o), std::invalid_argument);
+  try {
+    make(o);
+    ADD_FAILURE() << "a default policy the deployment does not serve was accepted";
+  } catch (const std::invalid_argument& e) {
+    // The declaration's message: the flag that would serve it.
+    EXPECT_EQ(std::string(e.what()),
+              "the default policy spd is not served: the scheduler has no --spd-head");
+  }
   o = {};
-  o.spec.ppsd_head = TempDir() + "/no-such-head";
+  o.spec.default_mode = v1::DECODING_POLICY_RECYCLE;
+  o.spec.Of<scheduler::RecycleOptions>().drafts = 0;
+  try {
+    make(o);
+    ADD_FAILURE() << "recycle as the default with --recycle-drafts 0 was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("--recycle-drafts 0"), std::string::npos) << e.what();
+  }
+  o = {};
+  o.spec.Of<scheduler::PpsdOptions>().head = TempDir() + "/no-such-head";
   EXPECT_THROW(make(o), std::exception);
 }
 

@@ -197,23 +197,45 @@ void PipoPolicy::DecideLocked(Sequence& s, const SlotRun& run, const RunOutput& 
   model_->Compress(t1, t2, p.z.data());
 }
 
-}  // namespace
-
 std::unique_ptr<DecodingPolicy> MakePipoPolicy(const PolicyResources& r) {
-  const SpecOptions& o = r.options;
-  if (o.pipo_head.empty()) return nullptr;
-  std::shared_ptr<const DraftHead> head = LoadDraftHead(o.pipo_head, r.model->config());
+  const PipoOptions& o = r.options.Of<PipoOptions>();
+  if (o.head.empty()) return nullptr;
+  std::shared_ptr<const DraftHead> head = LoadDraftHead(o.head, r.model->config());
   if (head->config().method != DraftMethod::kPipo) {
-    throw std::invalid_argument(o.pipo_head + ": a " + DraftMethodName(head->config().method) +
+    throw std::invalid_argument(o.head + ": a " + DraftMethodName(head->config().method) +
                                 " head is not a PIPO head");
   }
   const uint64_t fingerprint = head->Fingerprint();
   PipoModelOptions mo;
   mo.kv_block_size = r.kv_block_size;
-  mo.kv_capacity_tokens = o.draft_kv_capacity_tokens;
+  mo.kv_capacity_tokens = r.options.draft_kv_capacity_tokens;
   auto model = std::make_unique<PipoModel>(std::move(head), r.pool, mo);
-  const auto tau = static_cast<float>(o.pipo_tau >= 0 ? o.pipo_tau : model->tau_default());
-  return std::make_unique<PipoPolicy>(r.host, o.pipo_head, std::move(model), fingerprint, tau);
+  const auto tau = static_cast<float>(o.tau >= 0 ? o.tau : model->tau_default());
+  return std::make_unique<PipoPolicy>(r.host, o.head, std::move(model), fingerprint, tau);
+}
+
+constexpr PolicyFlag kFlags[] = {
+    {"pipo-head", "DIR",
+     "enable DECODING_POLICY_PIPO (not lossless) with this head:\n"
+     "the stages run its backbone, the scheduler its heads",
+     "",
+     [](const std::string& v, SpecOptions& o) {
+       o.Of<PipoOptions>().head = v;
+       return absl::OkStatus();
+     },
+     /*stages_too=*/true},
+    {"pipo-tau", "X", "PIPO's default confidence threshold", "< 0: the head's",
+     [](const std::string& v, SpecOptions& o) {
+       return ParseNumber("pipo-tau", v, &o.Of<PipoOptions>().tau);
+     }},
+};
+
+}  // namespace
+
+const PolicyDeclaration& PipoDeclaration() {
+  static const PolicyDeclaration d{v1::DECODING_POLICY_PIPO, kFlags,
+                                   "the scheduler has no --pipo-head", MakePipoPolicy};
+  return d;
 }
 
 }  // namespace specline::scheduler

@@ -12,13 +12,22 @@
 
 #include <memory>
 
-#include "scheduler/decoding_policy.h"
-#include "scheduler/policies/resources.h"
+#include <string>
+
+#include "scheduler/policies/policy_flag.h"
 
 namespace specline::scheduler {
 
-// Null without --pipo-head. Throws std::invalid_argument when the directory
-// is not a PIPO head for this model.
-std::unique_ptr<DecodingPolicy> MakePipoPolicy(const PolicyResources& r);
+struct PipoOptions {
+  // --pipo-head: the head ("" = none; opt-in per request); every stage must
+  // run its backbone (specline-stage --pipo-head).
+  std::string head;
+  double tau = -1;  // --pipo-tau: the default threshold; < 0 = the head's tau_default
+};
+
+// Its flags and factory. The factory gives null without a head, and throws
+// std::invalid_argument when the directory is not a PIPO head for this
+// model.
+const PolicyDeclaration& PipoDeclaration();
 
 }  // namespace specline::scheduler

@@ -20,18 +20,17 @@ class PpsdPolicy : public PipelineDraftPolicy {
   bool allow_oracle_ = false;
 };
 
-}  // namespace
-
 std::unique_ptr<DecodingPolicy> MakePpsdPolicy(const PolicyResources& r) {
   const SpecOptions& o = r.options;
-  if (o.ppsd_head.empty() && !o.allow_oracle) return nullptr;
+  const std::string& head_dir = o.Of<PpsdOptions>().head;
+  if (head_dir.empty() && !o.allow_oracle) return nullptr;
   std::unique_ptr<Drafter> drafter, oracle;
-  if (!o.ppsd_head.empty()) {
+  if (!head_dir.empty()) {
     // Checked against the served model now, so a wrong head stops the
     // scheduler at start-up rather than failing requests later.
-    std::shared_ptr<const DraftHead> head = LoadDraftHead(o.ppsd_head, r.model->config());
+    std::shared_ptr<const DraftHead> head = LoadDraftHead(head_dir, r.model->config());
     if (head->config().method == DraftMethod::kSpd) {
-      throw std::invalid_argument(o.ppsd_head + ": an SPD module is not a PPSD head");
+      throw std::invalid_argument(head_dir + ": an SPD module is not a PPSD head");
     }
     drafter = MakePpsdDrafter(head, r.pool, r.kv_block_size, o.draft_kv_capacity_tokens);
     if (o.allow_oracle) oracle = MakeOracleDrafter(head->config().exit_layer);
@@ -40,6 +39,22 @@ std::unique_ptr<DecodingPolicy> MakePpsdPolicy(const PolicyResources& r) {
                                              std::move(drafter), std::move(oracle));
   policy->allow_oracle_ = o.allow_oracle;
   return policy;
+}
+
+constexpr PolicyFlag kFlags[] = {
+    {"ppsd-head", "DIR", "enable DECODING_POLICY_PPSD with this early-exit head", "",
+     [](const std::string& v, SpecOptions& o) {
+       o.Of<PpsdOptions>().head = v;
+       return absl::OkStatus();
+     }},
+};
+
+}  // namespace
+
+const PolicyDeclaration& PpsdDeclaration() {
+  static const PolicyDeclaration d{v1::DECODING_POLICY_PPSD, kFlags,
+                                   "the scheduler has no --ppsd-head", MakePpsdPolicy};
+  return d;
 }
 
 }  // namespace specline::scheduler

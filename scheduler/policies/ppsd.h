@@ -5,13 +5,19 @@
 
 #include <memory>
 
-#include "scheduler/decoding_policy.h"
-#include "scheduler/policies/resources.h"
+#include <string>
+
+#include "scheduler/policies/policy_flag.h"
 
 namespace specline::scheduler {
 
-// Null when the deployment has neither a PPSD head (--ppsd-head) nor the
-// oracle. Throws std::invalid_argument when the head is not a PPSD head.
-std::unique_ptr<DecodingPolicy> MakePpsdPolicy(const PolicyResources& r);
+struct PpsdOptions {
+  std::string head;  // --ppsd-head: the early-exit head ("" = none)
+};
+
+// Its flags and factory. The factory gives null when the deployment has
+// neither a PPSD head nor the oracle, and throws std::invalid_argument when
+// the head is not a PPSD head.
+const PolicyDeclaration& PpsdDeclaration();
 
 }  // namespace specline::scheduler

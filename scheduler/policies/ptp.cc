@@ -163,17 +163,39 @@ void PtpPolicy::DecideLocked(Sequence& s, const SlotRun& r, const RunOutput& out
   }
 }
 
-}  // namespace
-
 std::unique_ptr<DecodingPolicy> MakePtpPolicy(const PolicyResources& r) {
-  const SpecOptions& o = r.options;
-  if (o.ptp_head.empty()) return nullptr;
-  std::shared_ptr<const DraftHead> head = LoadDraftHead(o.ptp_head, r.model->config());
+  const PtpOptions& o = r.options.Of<PtpOptions>();
+  if (o.head.empty()) return nullptr;
+  std::shared_ptr<const DraftHead> head = LoadDraftHead(o.head, r.model->config());
   // PtpAdapter refuses other methods with a message naming the directory.
   const uint64_t fingerprint = PtpAdapter(head).fingerprint();
-  const int n_aux = o.ptp_n_aux > 0 ? o.ptp_n_aux : head->config().ptp_n_aux;
-  if (n_aux < 1) throw std::invalid_argument(o.ptp_head + ": ptp.n_aux must be at least 1");
-  return std::make_unique<PtpPolicy>(r.host, o.ptp_head, fingerprint, n_aux);
+  const int n_aux = o.n_aux > 0 ? o.n_aux : head->config().ptp_n_aux;
+  if (n_aux < 1) throw std::invalid_argument(o.head + ": ptp.n_aux must be at least 1");
+  return std::make_unique<PtpPolicy>(r.host, o.head, fingerprint, n_aux);
+}
+
+constexpr PolicyFlag kFlags[] = {
+    {"ptp-head", "DIR",
+     "enable DECODING_POLICY_PTP with this adapter (every stage\n"
+     "and the scheduler load it; CPU stages)",
+     "",
+     [](const std::string& v, SpecOptions& o) {
+       o.Of<PtpOptions>().head = v;
+       return absl::OkStatus();
+     },
+     /*stages_too=*/true},
+    {"ptp-n-aux", "N", "PTP auxiliary rows per call", "0: the adapter's",
+     [](const std::string& v, SpecOptions& o) {
+       return ParseNumber("ptp-n-aux", v, &o.Of<PtpOptions>().n_aux);
+     }},
+};
+
+}  // namespace
+
+const PolicyDeclaration& PtpDeclaration() {
+  static const PolicyDeclaration d{v1::DECODING_POLICY_PTP, kFlags,
+                                   "the scheduler has no --ptp-head", MakePtpPolicy};
+  return d;
 }
 
 }  // namespace specline::scheduler

@@ -10,13 +10,22 @@
 
 #include <memory>
 
-#include "scheduler/decoding_policy.h"
-#include "scheduler/policies/resources.h"
+#include <string>
+
+#include "scheduler/policies/policy_flag.h"
 
 namespace specline::scheduler {
 
-// Null without --ptp-head. Throws std::invalid_argument when the directory
-// is not a PTP adapter for this model.
-std::unique_ptr<DecodingPolicy> MakePtpPolicy(const PolicyResources& r);
+struct PtpOptions {
+  // --ptp-head: the adapter ("" = none); every stage must run the same one
+  // (specline-stage --ptp-head).
+  std::string head;
+  int n_aux = 0;  // --ptp-n-aux: auxiliary rows per call; 0 = the adapter's N
+};
+
+// Its flags and factory. The factory gives null without a head, and throws
+// std::invalid_argument when the directory is not a PTP adapter for this
+// model.
+const PolicyDeclaration& PtpDeclaration();
 
 }  // namespace specline::scheduler

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_split.h"
 #include "model/drafters/verify.h"
 #include "model/runtime/sampler.h"
 #include "scheduler/policies/draft_length.h"
@@ -211,10 +212,67 @@ void RecyclePolicy::ProposeLocked(Sequence& s, RecycleState& st, int room,
 }  // namespace
 
 std::unique_ptr<DecodingPolicy> MakeRecyclePolicy(const PolicyResources& r) {
-  if (r.options.recycle_drafts <= 0 || !r.training_free) return nullptr;
+  const int drafts = r.options.Of<RecycleOptions>().drafts;
+  if (drafts <= 0) return nullptr;
   DraftRules rules = r.draft_rules();
-  rules.max_drafts = r.options.recycle_drafts;
-  return std::make_unique<RecyclePolicy>(r.host, rules, r.training_free);
+  rules.max_drafts = drafts;
+  return std::make_unique<RecyclePolicy>(r.host, rules, r.training_free());
+}
+
+std::shared_ptr<TrainingFreeDrafter> MakeTrainingFreeDrafter(const PolicyResources& r) {
+  TrainingFreeDrafterOptions t = r.options.Of<TrainingFreeDrafterOptions>();
+  t.vocab_size = r.model->config().vocab_size;
+  return std::make_shared<TrainingFreeDrafter>(t);
+}
+
+namespace {
+
+// The policy's own flag, then its drafter's (SPD's --spd-drafter recycle
+// uses the same drafter).
+constexpr PolicyFlag kFlags[] = {
+    {"recycle-drafts", "N",
+     "drafts per call of DECODING_POLICY_RECYCLE, training-free\ndraft-then-verify, at most",
+     "8; 0 = not served",
+     [](const std::string& v, SpecOptions& o) {
+       return ParseAtLeast("recycle-drafts", v, 0, &o.Of<RecycleOptions>().drafts);
+     }},
+    {"recycle-candidates", "N", "Token Recycling's candidates kept per token", "8",
+     [](const std::string& v, SpecOptions& o) {
+       return ParseAtLeast("recycle-candidates", v, 1, &o.Of<TrainingFreeDrafterOptions>().k);
+     }},
+    {"lookup-ngram", "MIN:MAX",
+     "n-gram lengths drafted from the request's own text\n(one number: both)", "2:4",
+     [](const std::string& v, SpecOptions& o) {
+       TrainingFreeDrafterOptions& t = o.Of<TrainingFreeDrafterOptions>();
+       const std::vector<std::string> parts = absl::StrSplit(v, ':');
+       absl::Status st = ParseNumber("lookup-ngram", parts.front(), &t.min_ngram);
+       if (st.ok()) st = ParseNumber("lookup-ngram", parts.back(), &t.max_ngram);
+       if (st.ok() && (parts.size() > 2 || t.min_ngram < 1 || t.max_ngram < t.min_ngram)) {
+         st = absl::InvalidArgumentError("--lookup-ngram: MIN:MAX with 1 <= MIN <= MAX");
+       }
+       return st;
+     }},
+    {"recycle-recent-tokens", "N",
+     "recent requests' tokens its drafter matches against\n(0: only the request's own text)",
+     "262144",
+     [](const std::string& v, SpecOptions& o) {
+       return ParseAtLeast("recycle-recent-tokens", v, int64_t{0},
+                           &o.Of<TrainingFreeDrafterOptions>().recent_tokens);
+     }},
+};
+
+}  // namespace
+
+const PolicyDeclaration& RecycleDeclaration() {
+  // Lossless, needs no head, and measured at least plain decoding's speed
+  // on every prompt class at 1 and 2 stages (docs/benchmarks.md, issue 29):
+  // the default when served. Its draft-length rule drafts nothing where
+  // drafts do not pay.
+  static const PolicyDeclaration d{
+      v1::DECODING_POLICY_RECYCLE, kFlags, "the scheduler runs with --recycle-drafts 0",
+      MakeRecyclePolicy,
+      [](const SpecOptions& o) { return o.Of<RecycleOptions>().drafts > 0; }};
+  return d;
 }
 
 }  // namespace specline::scheduler

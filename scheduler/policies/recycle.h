@@ -15,12 +15,23 @@
 
 #include <memory>
 
-#include "scheduler/decoding_policy.h"
-#include "scheduler/policies/resources.h"
+#include "scheduler/policies/policy_flag.h"
 
 namespace specline::scheduler {
 
+struct RecycleOptions {
+  int drafts = 8;  // --recycle-drafts: drafts per call at most (0 = not served)
+};
+
+// Its flags (its own and its drafter's, TrainingFreeDrafterOptions) and
+// factory.
+const PolicyDeclaration& RecycleDeclaration();
+
 // Null when --recycle-drafts is 0.
 std::unique_ptr<DecodingPolicy> MakeRecyclePolicy(const PolicyResources& r);
+
+// The training-free drafter its flags describe (SPD's --spd-drafter recycle
+// shares it: PolicyResources::training_free).
+std::shared_ptr<TrainingFreeDrafter> MakeTrainingFreeDrafter(const PolicyResources& r);
 
 }  // namespace specline::scheduler

@@ -5,54 +5,84 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "proto/policy_names.h"
 #include "scheduler/policies/autoregressive.h"
 #include "scheduler/policies/pipo.h"
 #include "scheduler/policies/ppsd.h"
 #include "scheduler/policies/ptp.h"
 #include "scheduler/policies/recycle.h"
 #include "scheduler/policies/spd.h"
+#include "scheduler/policies/speculation_flags.h"
 
 namespace specline::scheduler {
 namespace {
 
-// Why a deployment lacks the policy: the flag that enables it.
-std::string Missing(v1::DecodingPolicy mode) {
-  switch (mode) {
-    case v1::DECODING_POLICY_PPSD: return "the scheduler has no --ppsd-head";
-    case v1::DECODING_POLICY_SPD: return "the scheduler has no --spd-head";
-    case v1::DECODING_POLICY_PTP: return "the scheduler has no --ptp-head";
-    case v1::DECODING_POLICY_PIPO: return "the scheduler has no --pipo-head";
-    case v1::DECODING_POLICY_RECYCLE: return "the scheduler runs with --recycle-drafts 0";
-    default: return "no such policy";
+const PolicyDeclaration* Find(v1::DecodingPolicy mode) {
+  for (const PolicyDeclaration* d : PolicyDeclarations()) {
+    if (d->mode == mode) return d;
   }
+  return nullptr;
 }
 
 }  // namespace
 
+std::span<const PolicyDeclaration* const> PolicyDeclarations() {
+  static const PolicyDeclaration* const declarations[] = {
+      &PpsdDeclaration(), &SpdDeclaration(),     &PtpDeclaration(),
+      &PipoDeclaration(), &RecycleDeclaration(),
+  };
+  return declarations;
+}
+
+std::vector<PolicyFlag> AllPolicyFlags() {
+  std::span<const PolicyFlag> shared = SpeculationFlags();
+  std::vector<PolicyFlag> all(shared.begin(), shared.end());
+  for (const PolicyDeclaration* d : PolicyDeclarations()) {
+    all.insert(all.end(), d->flags.begin(), d->flags.end());
+  }
+  return all;
+}
+
+const PolicyFlag* FindPolicyFlag(std::string_view name) {
+  for (const PolicyFlag& f : SpeculationFlags()) {
+    if (name == f.name) return &f;
+  }
+  for (const PolicyDeclaration* d : PolicyDeclarations()) {
+    for (const PolicyFlag& f : d->flags) {
+      if (name == f.name) return &f;
+    }
+  }
+  return nullptr;
+}
+
+v1::DecodingPolicy DefaultPolicy(const SpecOptions& o) {
+  for (const PolicyDeclaration* d : PolicyDeclarations()) {
+    if (d->default_when && d->default_when(o)) return d->mode;
+  }
+  return v1::DECODING_POLICY_AUTOREGRESSIVE;
+}
+
 std::vector<std::unique_ptr<DecodingPolicy>> MakePolicies(const PolicyResources& resources) {
   PolicyResources r = resources;
-  const SpecOptions& o = r.options;
-  if (o.recycle_drafts > 0 || o.spd_drafter == "recycle") {
-    TrainingFreeDrafterOptions t;
-    t.vocab_size = r.model->config().vocab_size;
-    t.k = o.recycle_candidates;
-    t.min_ngram = o.lookup_min_ngram;
-    t.max_ngram = o.lookup_max_ngram;
-    t.recent_tokens = o.recycle_recent_tokens;
-    r.training_free = std::make_shared<TrainingFreeDrafter>(t);
-  }
+  // Made by the first policy that asks, so a deployment whose policies do
+  // not draft with it never holds its tables.
+  std::shared_ptr<TrainingFreeDrafter> training_free;
+  r.training_free = [&] {
+    if (!training_free) training_free = MakeTrainingFreeDrafter(r);
+    return training_free;
+  };
   std::vector<std::unique_ptr<DecodingPolicy>> policies;
   policies.push_back(std::make_unique<AutoregressivePolicy>(r.host));
-  for (auto make :
-       {MakePpsdPolicy, MakeSpdPolicy, MakePtpPolicy, MakePipoPolicy, MakeRecyclePolicy}) {
-    if (auto p = make(r)) policies.push_back(std::move(p));
+  for (const PolicyDeclaration* d : PolicyDeclarations()) {
+    if (auto p = d->make(r)) policies.push_back(std::move(p));
   }
   const v1::DecodingPolicy want = r.options.default_mode;
   if (std::none_of(policies.begin(), policies.end(),
                    [&](const auto& p) { return p->mode() == want && p->advertised(); })) {
-    throw std::invalid_argument(absl::StrCat(
-        "the default policy ", PolicyShortName(want),
-        " needs its head (--ppsd-head / --spd-head / --ptp-head / --pipo-head)"));
+    const PolicyDeclaration* d = Find(want);
+    throw std::invalid_argument(absl::StrCat("the default policy ", PolicyShortName(want),
+                                             " is not served: ",
+                                             d ? d->not_served : "no such policy"));
   }
   return policies;
 }
@@ -87,9 +117,11 @@ absl::Status ValidatePolicyFields(const RequestOptions& r, const SpecOptions& op
 }
 
 absl::Status NotServed(v1::DecodingPolicy mode) {
+  const PolicyDeclaration* d = Find(mode);
   return absl::FailedPreconditionError(
       absl::StrCat("policy ", absl::AsciiStrToUpper(PolicyShortName(mode)),
-                   " is not available on this deployment (", Missing(mode), ")"));
+                   " is not available on this deployment (",
+                   d ? d->not_served : "no such policy", ")"));
 }
 
 }  // namespace specline::scheduler

@@ -5,14 +5,22 @@
 
 #include <memory>
 
-#include "scheduler/decoding_policy.h"
-#include "scheduler/policies/resources.h"
+#include <string>
+
+#include "scheduler/policies/policy_flag.h"
 
 namespace specline::scheduler {
 
-// Null when the deployment has neither an SPD module (--spd-head) nor the
-// oracle. Throws std::invalid_argument when the head is not an SPD module
-// or was made for another number of stages.
-std::unique_ptr<DecodingPolicy> MakeSpdPolicy(const PolicyResources& r);
+struct SpdOptions {
+  std::string head;  // --spd-head: the speculation module ("" = none)
+  // --spd-drafter: "module" (the trained module of `head`) or "recycle"
+  // (the training-free drafter, no head).
+  std::string drafter = "module";
+};
+
+// Its flags and factory. The factory gives null when the deployment has
+// neither a drafter nor the oracle, and throws std::invalid_argument when
+// the head is not an SPD module or was made for another number of stages.
+const PolicyDeclaration& SpdDeclaration();
 
 }  // namespace specline::scheduler

@@ -332,7 +332,7 @@ std::optional<ApiError> ParseRequest(Endpoint endpoint, std::string_view body_te
   if (auto e = ReadBool(body, "ignore_eos", &ignore_eos)) return e;
   r.set_ignore_eos(ignore_eos);
   if (auto it = body.find("policy"); it != body.end() && !it->is_null()) {
-    if (!it->is_string()) return BadField("policy", absl::StrCat("must be one of ", kPolicyNames));
+    if (!it->is_string()) return BadField("policy", absl::StrCat("must be one of ", PolicyNames()));
     auto policy = PolicyFromName(it->get<std::string>());
     if (!policy.ok()) return BadField("policy", std::string(policy.status().message()));
     r.set_policy(*policy);
