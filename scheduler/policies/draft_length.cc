@@ -1,7 +1,6 @@
 #include "scheduler/policies/draft_length.h"
 
 #include <algorithm>
-#include <utility>
 
 namespace specline::scheduler {
 
@@ -14,39 +13,53 @@ int DraftLengthRule::MatchClass(int match) {
   return 5;
 }
 
-const DraftLengthRule::Estimates& DraftLengthRule::EstimatesOf(DraftKind kind) const {
-  const int source = std::clamp(static_cast<int>(kind.source), 0, kSources - 1);
-  return a_[static_cast<size_t>(source * kMatchClasses + MatchClass(kind.match))];
+size_t DraftLengthRule::SourceIndex(DraftKind kind) {
+  return static_cast<size_t>(std::clamp(static_cast<int>(kind.source), 0, kSources - 1));
 }
 
-DraftLengthRule::Estimates& DraftLengthRule::EstimatesOf(DraftKind kind) {
-  return const_cast<Estimates&>(std::as_const(*this).EstimatesOf(kind));
+size_t DraftLengthRule::ClassIndex(DraftKind kind) {
+  return SourceIndex(kind) * kMatchClasses + static_cast<size_t>(MatchClass(kind.match));
+}
+
+const DraftLengthRule::Estimates& DraftLengthRule::EstimatesOf(DraftKind kind) const {
+  const size_t c = ClassIndex(kind);
+  return class_samples_[c] >= kClassSamples ? by_class_[c] : pooled_[SourceIndex(kind)];
 }
 
 double DraftLengthRule::Acceptance(DraftKind kind, int position) const {
-  return EstimatesOf(kind)[std::clamp(position, 1, kMaxPositions) - 1];
+  const Estimates& e = EstimatesOf(kind);
+  int j = std::clamp(position, 1, kMaxPositions);
+  while (j > 1 && e.judged[static_cast<size_t>(j - 1)] < kPositionSamples) --j;
+  return e.a[static_cast<size_t>(j - 1)];
+}
+
+void DraftLengthRule::Estimates::Record(int drafted, int accepted) {
+  const int last = std::min({drafted, accepted + 1, kMaxPositions});
+  for (int j = 1; j <= last; ++j) {
+    const auto i = static_cast<size_t>(j - 1);
+    const double seen = j <= accepted ? 1.0 : 0.0;
+    a[i] += kRate * (seen - a[i]);
+    if (judged[i] < kPositionSamples) ++judged[i];
+  }
 }
 
 void DraftLengthRule::Record(DraftKind kind, int drafted, int accepted) {
-  Estimates& a = EstimatesOf(kind);
-  const int last = std::min({drafted, accepted + 1, kMaxPositions});
-  for (int j = 1; j <= last; ++j) {
-    const double seen = j <= accepted ? 1.0 : 0.0;
-    a[j - 1] += kRate * (seen - a[j - 1]);
-  }
+  const size_t c = ClassIndex(kind);
+  pooled_[SourceIndex(kind)].Record(drafted, accepted);
+  by_class_[c].Record(drafted, accepted);
+  if (drafted > 0 && class_samples_[c] < kClassSamples) ++class_samples_[c];
 }
 
 int DraftLengthRule::Choose(DraftKind kind, int available,
                             const std::function<double(int)>& cost,
                             const CallShare& share) const {
-  const Estimates& a = EstimatesOf(kind);
   const int base_rows = std::max(0, share.other_rows) + 1;
   const double others = std::max(0.0, share.other_tokens);
   double expected = 1.0, reach = 1.0;
   double best_rate = (1.0 + kMinGain) * (others + 1.0) / cost(base_rows);
   int best = 0;
   for (int k = 1; k <= std::min(available, kMaxPositions); ++k) {
-    reach *= a[static_cast<size_t>(k - 1)];
+    reach *= Acceptance(kind, k);
     expected += reach;
     const double rate = (others + expected) / cost(base_rows + k);
     if (rate > best_rate) {

@@ -19,6 +19,12 @@
 // the match it continues. A continuation of a 12-token match is right far
 // more often than one of a 2-token match; pooled, the short matches' rate
 // would either hold back the long ones or send the short ones at a loss.
+// Until a kind has kClassSamples verifications of its own, its source's
+// pooled estimate stands in for it (a new server learns a source in a few
+// drafts, each of its match classes only in many). A position never judged
+// often enough takes the estimate of the one before it: the drafts beyond
+// what the rule has sent so far would otherwise stay at the prior forever,
+// and a copy that has held for 3 drafts does not fall to even odds at the 4th.
 #pragma once
 
 #include <array>
@@ -65,16 +71,25 @@ class DraftLengthRule {
   static constexpr double kPrior = 0.5;
   static constexpr double kRate = 0.05;  // EMA weight of one verification
   static constexpr int kSources = 4;
+  static constexpr int kClassSamples = 8;
 
-  using Estimates = std::array<double, kMaxPositions>;
+  static constexpr int kPositionSamples = 4;
+
+  // a_j by position, and how many verifications judged each position.
+  struct Estimates {
+    std::array<double, kMaxPositions> a;
+    std::array<int, kMaxPositions> judged{};
+    Estimates() { a.fill(kPrior); }
+    void Record(int drafted, int accepted);
+  };
+  static size_t SourceIndex(DraftKind kind);
+  static size_t ClassIndex(DraftKind kind);
+  // The class's estimates once it has enough samples, else its source's.
   const Estimates& EstimatesOf(DraftKind kind) const;
-  Estimates& EstimatesOf(DraftKind kind);
 
-  std::array<Estimates, kSources * kMatchClasses> a_ = [] {
-    std::array<Estimates, kSources * kMatchClasses> init{};
-    for (auto& per_kind : init) per_kind.fill(kPrior);
-    return init;
-  }();
+  std::array<Estimates, kSources> pooled_{};
+  std::array<Estimates, kSources * kMatchClasses> by_class_{};
+  std::array<int, kSources * kMatchClasses> class_samples_{};
 };
 
 }  // namespace specline::scheduler
