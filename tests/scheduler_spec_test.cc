@@ -288,7 +288,7 @@ TEST(SpecFailure, DeadStageWithDraftsInFlightFailsCleanlyAndRecovers) {
 }  // namespace specline::testing
 
 #include "model/drafters/spd_module.h"
-#include "scheduler/drafter.h"
+#include "scheduler/policies/pipeline_drafter.h"
 
 namespace specline::testing {
 namespace {

@@ -16,7 +16,7 @@
 
 #include "model/drafters/oracle_drafter.h"
 #include "scheduler/decoding_policy.h"
-#include "scheduler/drafter.h"
+#include "scheduler/policies/pipeline_drafter.h"
 #include "scheduler/policies/draft_rules.h"
 
 namespace specline::scheduler {

@@ -1,7 +1,7 @@
 // The training-free drafter under pipeline speculation's timing (SPD): one
 // token per call, proposed from the chain as it stands.
 #include "model/drafters/training_free_drafter.h"
-#include "scheduler/drafter.h"
+#include "scheduler/policies/pipeline_drafter.h"
 
 namespace specline::scheduler {
 namespace {

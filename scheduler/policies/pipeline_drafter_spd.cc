@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "model/drafters/spd_module.h"
-#include "scheduler/drafter.h"
+#include "scheduler/policies/pipeline_drafter.h"
 
 namespace specline::scheduler {
 namespace {

@@ -1,5 +1,5 @@
 // The oracle and PPSD drafters (the SPD module's is in drafter_spd.cc).
-#include "scheduler/drafter.h"
+#include "scheduler/policies/pipeline_drafter.h"
 
 #include "absl/strings/str_cat.h"
 #include "model/drafters/draft_head_ppsd.h"
