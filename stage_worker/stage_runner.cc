@@ -232,7 +232,8 @@ absl::Status StageRunner::CheckSlotFields(const internal::MicroBatch& batch) con
                                    {"adapter", batch.adapter_size()},
                                    {"adapter_arg", batch.adapter_arg_size()}}) {
     if (size != 0 && size != n) {
-      return absl::InvalidArgumentError(absl::StrCat(name, " has ", size, " entries for ", n, " slots"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, " has ", size, " entries for ", n, " slots"));
     }
   }
   return absl::OkStatus();
