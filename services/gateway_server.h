@@ -70,6 +70,13 @@ class Gateway {
   void Wait();
 
  private:
+  // The constructor's steps after the service exists, in order
+  // (gateway_server.cc says why each exists).
+  void StartGrpcServer();
+  void StartHttpApi();
+  void WritePorts();
+  void LogServing(const GenerationService::Options& options) const;
+  void StartReadinessProbe();
   void StopReadiness();
 
   GatewayConfig config_;

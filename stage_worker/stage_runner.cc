@@ -49,7 +49,7 @@ bool StageRunner::TakesHidden(const internal::MicroBatch& batch, int i) const {
 // today); other groups' tap rows are zero. `input_` holds the batch's
 // hidden rows.
 absl::Status StageRunner::ForwardGroups(const internal::MicroBatch& batch,
-                                        const std::vector<SlotRef>& slots,
+                                        std::span<const SlotRef> slots,
                                         std::span<const int> taps, SliceOutput* out) {
   const int n = static_cast<int>(slots.size());
   const int64_t dim = slice_.config().dim;
@@ -196,6 +196,133 @@ void StageRunner::SendTaps(internal::MicroBatch& batch) {
   }
 }
 
+// An EPOCH message only moves each sequence's newest epoch forward, so the
+// slots the scheduler has flushed are dropped before they cost a forward.
+void StageRunner::NoteEpochsLocked(const internal::MicroBatch& batch) {
+  for (int i = 0; i < std::min(batch.seq_ids_size(), batch.epochs_size()); ++i) {
+    uint32_t& newest = epochs_[batch.seq_ids(i)];
+    newest = std::max(newest, batch.epochs(i));
+  }
+}
+
+// Marks the batch failed at this stage, naming the stage and its layers so
+// the scheduler's error says where in the pipeline it happened.
+void StageRunner::FailBatch(internal::MicroBatch& batch, absl::string_view why,
+                            std::chrono::steady_clock::time_point t0) const {
+  batch.set_error(absl::StrCat("stage ", stage_, " (layers ", slice_.begin(), ":", slice_.end(),
+                               "): ", why));
+  batch.set_error_stage(stage_);
+  batch.add_stage_seconds(Seconds(t0));
+}
+
+// Every per-slot field must have one entry per slot (the optional tags may
+// also be empty), or the slice would read past a short field.
+absl::Status StageRunner::CheckSlotFields(const internal::MicroBatch& batch) const {
+  const int n = batch.seq_ids_size();
+  if (batch.positions_size() != n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("positions has ", batch.positions_size(), " entries for ", n, " slots"));
+  }
+  if (slice_.begin() == 0 && batch.tokens_size() != n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tokens has ", batch.tokens_size(), " entries for ", n, " slots"));
+  }
+  // Per-slot tags: empty, or one per slot.
+  for (const auto& [name, size] : {std::pair<const char*, int>{"weight_set", batch.weight_set_size()},
+                                   {"adapter", batch.adapter_size()},
+                                   {"adapter_arg", batch.adapter_arg_size()}}) {
+    if (size != 0 && size != n) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, " has ", size, " entries for ", n, " slots"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Refuses a weight set this stage was not started with (a misconfigured
+// pipeline), and says whether any slot leaves the base set, which decides
+// between one forward and the grouped path.
+absl::StatusOr<bool> StageRunner::UsesOtherWeightSets(const internal::MicroBatch& batch) const {
+  bool grouped = false;
+  for (int i = 0; i < batch.weight_set_size(); ++i) {
+    const uint32_t id = batch.weight_set(i);
+    if (id > weight_sets_.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("slot ", i, " asks for weight set ", id, " but this stage has ",
+                       weight_sets_.size(), " (start every stage with the same --weight-set)"));
+    }
+    grouped = grouped || id != 0;
+  }
+  return grouped;
+}
+
+// Validates the batch before anything runs (so a bad batch leaves the caches
+// as they were) and records what the forward needs to know about it.
+absl::Status StageRunner::CheckBatch(const internal::MicroBatch& batch, BatchShape* shape) const {
+  if (absl::Status st = CheckSlotFields(batch); !st.ok()) return st;
+  absl::StatusOr<bool> grouped = UsesOtherWeightSets(batch);
+  if (!grouped.ok()) return grouped.status();
+  const int n = batch.seq_ids_size();
+  const int64_t dim = slice_.config().dim;
+  const bool first = slice_.begin() == 0;
+  int hidden_rows = 0;
+  for (int i = 0; i < n; ++i) hidden_rows += TakesHidden(batch, i) ? 1 : 0;
+  const size_t row_bytes = static_cast<size_t>(dim) * sizeof(float);
+  const size_t hidden_bytes = static_cast<size_t>(hidden_rows) * row_bytes;
+  if ((!first || hidden_rows > 0) && batch.hidden().size() != hidden_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("hidden has ", batch.hidden().size(), " bytes, expected ", hidden_bytes, " (",
+                     hidden_rows, " rows x dim ", dim, " fp32)"));
+  }
+  *shape = BatchShape{n, first, *grouped, hidden_bytes};
+  return absl::OkStatus();
+}
+
+// The requested tap layers this stage produces, each once (see Process for
+// which stage owns a boundary).
+std::vector<int> StageRunner::TapsToProduce(const internal::MicroBatch& batch) const {
+  std::vector<int> taps;
+  for (int layer : batch.tap_layers()) {
+    if (ProducesTap(layer) && std::find(taps.begin(), taps.end(), layer) == taps.end()) {
+      taps.push_back(layer);
+    }
+  }
+  return taps;
+}
+
+// Runs the slots through the slice (or, when slots ask for other weight
+// sets, through each set's slice in groups), reading the batch in place.
+absl::Status StageRunner::RunSlice(const internal::MicroBatch& batch, const BatchShape& shape,
+                                   std::span<const SlotRef> slots, std::span<const int> taps,
+                                   SliceOutput* out) {
+  // Copied out of the protobuf string: its bytes carry no float alignment.
+  input_.resize(shape.hidden_bytes / sizeof(float));
+  if (shape.hidden_bytes > 0) std::memcpy(input_.data(), batch.hidden().data(), shape.hidden_bytes);
+  if (shape.grouped) return ForwardGroups(batch, slots, taps, out);
+  SliceInput in{slots,
+                {},
+                {},
+                {batch.adapter().data(), static_cast<size_t>(batch.adapter_size())},
+                {batch.adapter_arg().data(), static_cast<size_t>(batch.adapter_arg_size())}};
+  if (shape.first) {
+    in.tokens = std::span<const int32_t>(batch.tokens().data(), shape.n);
+  } else {
+    in.hidden = input_;
+  }
+  return slice_.Forward(in, taps, out);
+}
+
+// Replaces the batch's hidden with this stage's output and appends the taps,
+// the form the next stage (or the scheduler) reads.
+void StageRunner::StoreOutput(const SliceOutput& out, internal::MicroBatch& batch) {
+  batch.set_hidden(out.hidden.data(), out.hidden.size() * sizeof(float));
+  for (const Tap& tap : out.taps) {
+    internal::TapData* t = batch.add_taps();
+    t->set_layer(tap.index);
+    t->set_hidden(tap.hidden.data(), tap.hidden.size() * sizeof(float));
+  }
+}
+
 bool StageRunner::Process(internal::MicroBatch& batch) {
   const auto t0 = std::chrono::steady_clock::now();
   std::lock_guard<std::mutex> lock(mu_);
@@ -205,18 +332,9 @@ bool StageRunner::Process(internal::MicroBatch& batch) {
     ~Publish() { self->PublishStatsLocked(); }
   } publish{this};
   if (batch.kind() == internal::MicroBatch::EPOCH) {
-    for (int i = 0; i < std::min(batch.seq_ids_size(), batch.epochs_size()); ++i) {
-      uint32_t& newest = epochs_[batch.seq_ids(i)];
-      newest = std::max(newest, batch.epochs(i));
-    }
+    NoteEpochsLocked(batch);
     return false;
   }
-  auto fail = [&](const std::string& why) {
-    batch.set_error(absl::StrCat("stage ", stage_, " (layers ", slice_.begin(), ":", slice_.end(),
-                                 "): ", why));
-    batch.set_error_stage(stage_);
-    batch.add_stage_seconds(Seconds(t0));
-  };
   // The KV log applies even on failed batches: every stage must keep the
   // keys the scheduler believes it has, and a finished sequence's KV must
   // come back whatever happened to the slots travelling with it. It never
@@ -225,91 +343,25 @@ bool StageRunner::Process(internal::MicroBatch& batch) {
   if (!batch.error().empty()) return true;
   DropStaleSlots(batch);
 
-  const int n = batch.seq_ids_size();
-  const int64_t dim = slice_.config().dim;
-  if (batch.positions_size() != n) {
-    fail(absl::StrCat("positions has ", batch.positions_size(), " entries for ", n, " slots"));
+  BatchShape shape;
+  if (absl::Status st = CheckBatch(batch, &shape); !st.ok()) {
+    FailBatch(batch, st.message(), t0);
     return true;
   }
-  const bool first = slice_.begin() == 0;
-  if (first && batch.tokens_size() != n) {
-    fail(absl::StrCat("tokens has ", batch.tokens_size(), " entries for ", n, " slots"));
-    return true;
-  }
-  // Per-slot tags: empty, or one per slot.
-  for (const auto& [name, size] : {std::pair<const char*, int>{"weight_set", batch.weight_set_size()},
-                                   {"adapter", batch.adapter_size()},
-                                   {"adapter_arg", batch.adapter_arg_size()}}) {
-    if (size != 0 && size != n) {
-      fail(absl::StrCat(name, " has ", size, " entries for ", n, " slots"));
-      return true;
-    }
-  }
-  bool grouped = false;  // some slot runs on another weight set than the base
-  for (int i = 0; i < batch.weight_set_size(); ++i) {
-    const uint32_t id = batch.weight_set(i);
-    if (id > weight_sets_.size()) {
-      fail(absl::StrCat("slot ", i, " asks for weight set ", id, " but this stage has ",
-                        weight_sets_.size(), " (start every stage with the same --weight-set)"));
-      return true;
-    }
-    grouped = grouped || id != 0;
-  }
-  int hidden_rows = 0;
-  for (int i = 0; i < n; ++i) hidden_rows += TakesHidden(batch, i) ? 1 : 0;
-  const size_t row_bytes = static_cast<size_t>(dim) * sizeof(float);
-  const size_t hidden_bytes = static_cast<size_t>(hidden_rows) * row_bytes;
-  if ((!first || hidden_rows > 0) && batch.hidden().size() != hidden_bytes) {
-    fail(absl::StrCat("hidden has ", batch.hidden().size(), " bytes, expected ", hidden_bytes,
-                      " (", hidden_rows, " rows x dim ", dim, " fp32)"));
-    return true;
-  }
-
-  std::vector<SlotRef> slots(n);
-  for (int i = 0; i < n; ++i) slots[i] = {batch.seq_ids(i), batch.positions(i)};
-  std::vector<int> taps;
-  for (int layer : batch.tap_layers()) {
-    if (ProducesTap(layer) && std::find(taps.begin(), taps.end(), layer) == taps.end()) {
-      taps.push_back(layer);
-    }
-  }
-  if (n == 0) {
+  std::vector<SlotRef> slots(shape.n);
+  for (int i = 0; i < shape.n; ++i) slots[i] = {batch.seq_ids(i), batch.positions(i)};
+  const std::vector<int> taps = TapsToProduce(batch);
+  if (shape.n == 0) {
     batch.add_stage_seconds(Seconds(t0));
     return true;
   }
-
-  // Copied out of the protobuf string: its bytes carry no float alignment.
-  input_.resize(hidden_bytes / sizeof(float));
-  if (hidden_bytes > 0) std::memcpy(input_.data(), batch.hidden().data(), hidden_bytes);
   SliceOutput out;
-  absl::Status st;
-  if (!grouped) {
-    SliceInput in{slots,
-                  {},
-                  {},
-                  {batch.adapter().data(), static_cast<size_t>(batch.adapter_size())},
-                  {batch.adapter_arg().data(), static_cast<size_t>(batch.adapter_arg_size())}};
-    if (first) {
-      in.tokens = std::span<const int32_t>(batch.tokens().data(), n);
-    } else {
-      in.hidden = input_;
-    }
-    st = slice_.Forward(in, taps, &out);
-  } else {
-    st = ForwardGroups(batch, slots, taps, &out);
-  }
-  if (!st.ok()) {
-    fail(st.ToString());
+  if (absl::Status st = RunSlice(batch, shape, slots, taps, &out); !st.ok()) {
+    FailBatch(batch, st.ToString(), t0);
     return true;
   }
   for (const SlotRef& s : slots) sequences_.insert(s.seq_id);
-
-  batch.set_hidden(out.hidden.data(), out.hidden.size() * sizeof(float));
-  for (const Tap& tap : out.taps) {
-    internal::TapData* t = batch.add_taps();
-    t->set_layer(tap.index);
-    t->set_hidden(tap.hidden.data(), tap.hidden.size() * sizeof(float));
-  }
+  StoreOutput(out, batch);
   // Taps leave before the batch moves on, so they reach the scheduler
   // before (in-process: strictly before) the batch's result.
   SendTaps(batch);

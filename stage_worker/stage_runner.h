@@ -4,9 +4,11 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <thread>
 #include <string>
 #include <unordered_map>
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "model/runtime/slice_backend.h"
 #include "specline/internal/stage.pb.h"
 #include "transport/transport.h"
@@ -119,8 +122,27 @@ class StageRunner {
   bool TakesHidden(const internal::MicroBatch& batch, int i) const;
   // Runs a batch whose slots ask for several weight sets: each group on its
   // own slice, outputs back in slot order.
-  absl::Status ForwardGroups(const internal::MicroBatch& batch, const std::vector<SlotRef>& slots,
+  absl::Status ForwardGroups(const internal::MicroBatch& batch, std::span<const SlotRef> slots,
                              std::span<const int> taps, SliceOutput* out);
+  // The steps of Process, in order (stage_runner.cc says why each exists).
+  // What CheckBatch learns about a valid batch, for the forward.
+  struct BatchShape {
+    int n = 0;              // slots
+    bool first = false;     // this stage starts at layer 0 (tokens in)
+    bool grouped = false;   // some slot runs on another weight set than the base
+    size_t hidden_bytes = 0;  // bytes of batch.hidden the slots read
+  };
+  void NoteEpochsLocked(const internal::MicroBatch& batch);
+  void FailBatch(internal::MicroBatch& batch, absl::string_view why,
+                 std::chrono::steady_clock::time_point t0) const;
+  absl::Status CheckSlotFields(const internal::MicroBatch& batch) const;
+  absl::StatusOr<bool> UsesOtherWeightSets(const internal::MicroBatch& batch) const;
+  absl::Status CheckBatch(const internal::MicroBatch& batch, BatchShape* shape) const;
+  std::vector<int> TapsToProduce(const internal::MicroBatch& batch) const;
+  absl::Status RunSlice(const internal::MicroBatch& batch, const BatchShape& shape,
+                        std::span<const SlotRef> slots, std::span<const int> taps,
+                        SliceOutput* out);
+  static void StoreOutput(const SliceOutput& out, internal::MicroBatch& batch);
   SliceBackend& slice_;
   int stage_;
   bool is_last_;

@@ -115,6 +115,198 @@ GgufValue ReadValue(ByteReader& r, uint32_t type, int depth,
   return out;
 }
 
+// The fixed-size preamble, read before anything else: the counts bound the
+// loops that follow, and the version decides whether we can read on at all.
+struct GgufHeader {
+  uint32_t version;
+  uint64_t n_tensors;
+  uint64_t n_kv;
+};
+
+// Reads and checks magic and version, so a non-GGUF or big-endian file gets
+// a message saying so instead of a confusing failure further in.
+GgufHeader ReadHeader(ByteReader& r) {
+  uint32_t magic = r.Read<uint32_t>("GGUF magic");
+  if (magic != kGgufMagic) r.Fail("not a GGUF file (bad magic)");
+  GgufHeader h;
+  h.version = r.Read<uint32_t>("GGUF version");
+  if (h.version != 2 && h.version != 3) {
+    // A byte-swapped small number means a big-endian file.
+    if (h.version > 0xffff && (h.version & 0xffff) == 0) {
+      r.Fail("big-endian GGUF files are not supported");
+    }
+    r.Fail("unsupported GGUF version " + std::to_string(h.version) +
+           " (only 2 and 3 are read)");
+  }
+  h.n_tensors = r.Read<uint64_t>("tensor count");
+  h.n_kv = r.Read<uint64_t>("metadata count");
+  return h;
+}
+
+// Reads the key/value section into `kv`, keeping each key's exact type
+// signature in `kv_types` so metadata can be rewritten with the same types.
+void ReadMetadata(ByteReader& r, uint64_t n_kv,
+                  std::map<std::string, GgufValue>* kv,
+                  std::map<std::string, std::vector<GgufType>>* kv_types) {
+  // Each key/value takes at least 8 (key length) + 4 (type) + 1 bytes, each
+  // tensor entry at least 8 + 4 + 8 + 4 + 8.
+  if (n_kv > r.remaining() / 13) {
+    r.Fail("corrupt metadata count " + std::to_string(n_kv));
+  }
+  for (uint64_t i = 0; i < n_kv; ++i) {
+    std::string key = ReadString(r, "metadata key");
+    uint32_t type = r.Read<uint32_t>("metadata value type");
+    std::vector<GgufType> sig;
+    GgufValue value = ReadValue(r, type, 0, key, &sig);
+    if (!kv->emplace(key, std::move(value)).second) {
+      r.Fail("duplicate metadata key '" + key + "'");
+    }
+    kv_types->emplace(key, std::move(sig));
+  }
+}
+
+// The data alignment the metadata asks for (general.alignment), checked to be
+// a sane power of two because tensor offsets are validated against it.
+uint64_t AlignmentOf(const ByteReader& r,
+                     const std::map<std::string, GgufValue>& kv) {
+  auto it = kv.find("general.alignment");
+  if (it == kv.end()) return kDefaultAlignment;
+  auto v = it->second.AsInt();
+  if (!v || *v <= 0 || (*v & (*v - 1)) != 0 || *v > (1 << 20)) {
+    r.Fail("general.alignment must be a power of two");
+  }
+  return static_cast<uint64_t>(*v);
+}
+
+// One tensor directory entry as read, before its data offset is checked
+// against the file (which needs the end of the directory, so comes later).
+struct TensorEntry {
+  std::string name;
+  std::vector<int64_t> shape;
+  DType dtype;
+  uint64_t offset;
+  int64_t nbytes;
+};
+
+// Reads a tensor's dimension list (ne[0] innermost), refusing counts and
+// sizes no real tensor has, so later size arithmetic cannot be fooled.
+std::vector<int64_t> ReadTensorDims(ByteReader& r, const std::string& name) {
+  uint32_t n_dims = r.Read<uint32_t>("tensor dimension count");
+  if (n_dims == 0 || n_dims > kMaxDims) {
+    r.Fail("tensor '" + name + "' has " + std::to_string(n_dims) +
+           " dimensions (1 to 4 allowed)");
+  }
+  std::vector<int64_t> ne(n_dims);
+  for (uint32_t d = 0; d < n_dims; ++d) {
+    uint64_t n = r.Read<uint64_t>("tensor dimension");
+    if (n > static_cast<uint64_t>(INT64_MAX)) {
+      r.Fail("tensor '" + name + "' has a corrupt dimension");
+    }
+    ne[d] = static_cast<int64_t>(n);
+  }
+  return ne;
+}
+
+// Maps the GGML type id to a dtype, naming the tensor and the supported list
+// when it is one we cannot compute with (a user-facing "convert it" hint).
+DType SupportedDType(uint32_t ggml_type, const std::string& name,
+                     const std::string& path) {
+  auto dtype = DTypeFromGgmlType(ggml_type);
+  if (!dtype) {
+    throw ModelFormatError(path + ": tensor '" + name + "' has type " +
+                           GgmlTypeName(ggml_type) +
+                           ", which specline does not support (supported: "
+                           "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, "
+                           "Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)");
+  }
+  return *dtype;
+}
+
+// The tensor's byte size from its dtype's row size, with overflow checks, so
+// the bounds check against the file uses a size that cannot wrap.
+int64_t TensorBytes(const ByteReader& r, const std::string& name, DType dtype,
+                    const std::vector<int64_t>& ne) {
+  auto row = RowBytes(dtype, ne[0]);
+  if (!row) {
+    r.Fail("tensor '" + name + "': row length " + std::to_string(ne[0]) +
+           " is not a multiple of the " + std::string(DTypeName(dtype)) +
+           " block size, or is too large");
+  }
+  int64_t nbytes = *row;
+  for (size_t d = 1; d < ne.size(); ++d) {
+    if (!CheckedMul(nbytes, ne[d], &nbytes)) {
+      r.Fail("tensor '" + name + "': size overflows");
+    }
+  }
+  return nbytes;
+}
+
+// Reads one directory entry: name, dims, type and offset, in file order.
+TensorEntry ReadTensorEntry(ByteReader& r, const std::string& path) {
+  TensorEntry e;
+  e.name = ReadString(r, "tensor name");
+  std::vector<int64_t> ne = ReadTensorDims(r, e.name);
+  uint32_t ggml_type = r.Read<uint32_t>("tensor type");
+  e.offset = r.Read<uint64_t>("tensor data offset");
+  e.dtype = SupportedDType(ggml_type, e.name, path);
+  e.nbytes = TensorBytes(r, e.name, e.dtype, ne);
+  e.shape.assign(ne.rbegin(), ne.rend());
+  return e;
+}
+
+// Reads the whole tensor directory; the count is checked first so a corrupt
+// one cannot make us reserve an absurd amount.
+std::vector<TensorEntry> ReadTensorDirectory(ByteReader& r, uint64_t n_tensors,
+                                             const std::string& path) {
+  if (n_tensors > r.remaining() / 32) {
+    r.Fail("corrupt tensor count " + std::to_string(n_tensors));
+  }
+  std::vector<TensorEntry> entries;
+  entries.reserve(n_tensors);
+  for (uint64_t i = 0; i < n_tensors; ++i) {
+    entries.push_back(ReadTensorEntry(r, path));
+  }
+  return entries;
+}
+
+// Checks each entry's data lies aligned and inside the file, then records it
+// as a TensorInfo pointing into the map: the last point where a corrupt
+// offset can be caught before someone reads through it.
+void PlaceTensors(std::vector<TensorEntry>& entries, uint64_t data_start,
+                  uint64_t alignment, const MappedFile& map,
+                  const std::string& path,
+                  std::map<std::string, TensorInfo>* tensors) {
+  std::set<std::string> seen;
+  for (TensorEntry& e : entries) {
+    if (!seen.insert(e.name).second) {
+      throw ModelFormatError(path + ": duplicate tensor '" + e.name + "'");
+    }
+    if (e.offset % alignment != 0) {
+      throw ModelFormatError(path + ": tensor '" + e.name + "' data offset " +
+                             std::to_string(e.offset) +
+                             " is not a multiple of the alignment " +
+                             std::to_string(alignment));
+    }
+    if (e.offset > UINT64_MAX - data_start ||
+        !map.Contains(data_start + e.offset, static_cast<uint64_t>(e.nbytes))) {
+      throw ModelFormatError(
+          path + ": tensor '" + e.name + "' (" + std::to_string(e.nbytes) +
+          " bytes at data offset " + std::to_string(e.offset) +
+          ") extends past the end of the file (" + std::to_string(map.size()) +
+          " bytes); the file is truncated or corrupt");
+    }
+    TensorInfo t;
+    t.name = e.name;
+    t.file_name = e.name;
+    t.file_path = path;
+    t.dtype = e.dtype;
+    t.shape = std::move(e.shape);
+    t.data = map.data() + data_start + e.offset;
+    t.nbytes = e.nbytes;
+    tensors->emplace(e.name, std::move(t));
+  }
+}
+
 }  // namespace
 
 std::optional<DType> DTypeFromGgmlType(uint32_t t) {
@@ -217,132 +409,17 @@ std::unique_ptr<GgufFile> GgufFile::Open(const std::string& path) {
   const MappedFile& map = *f->map_;
   ByteReader r(path, map.data(), map.size());
 
-  uint32_t magic = r.Read<uint32_t>("GGUF magic");
-  if (magic != kGgufMagic) r.Fail("not a GGUF file (bad magic)");
-  f->version_ = r.Read<uint32_t>("GGUF version");
-  if (f->version_ != 2 && f->version_ != 3) {
-    // A byte-swapped small number means a big-endian file.
-    if (f->version_ > 0xffff && (f->version_ & 0xffff) == 0) {
-      r.Fail("big-endian GGUF files are not supported");
-    }
-    r.Fail("unsupported GGUF version " + std::to_string(f->version_) +
-           " (only 2 and 3 are read)");
-  }
-  uint64_t n_tensors = r.Read<uint64_t>("tensor count");
-  uint64_t n_kv = r.Read<uint64_t>("metadata count");
-  // Each key/value takes at least 8 (key length) + 4 (type) + 1 bytes, each
-  // tensor entry at least 8 + 4 + 8 + 4 + 8.
-  if (n_kv > r.remaining() / 13) {
-    r.Fail("corrupt metadata count " + std::to_string(n_kv));
-  }
-  for (uint64_t i = 0; i < n_kv; ++i) {
-    std::string key = ReadString(r, "metadata key");
-    uint32_t type = r.Read<uint32_t>("metadata value type");
-    std::vector<GgufType> sig;
-    GgufValue value = ReadValue(r, type, 0, key, &sig);
-    if (!f->kv_.emplace(key, std::move(value)).second) {
-      r.Fail("duplicate metadata key '" + key + "'");
-    }
-    f->kv_types_.emplace(key, std::move(sig));
-  }
-
-  uint64_t alignment = kDefaultAlignment;
-  if (const GgufValue* a = f->Find("general.alignment")) {
-    auto v = a->AsInt();
-    if (!v || *v <= 0 || (*v & (*v - 1)) != 0 || *v > (1 << 20)) {
-      r.Fail("general.alignment must be a power of two");
-    }
-    alignment = static_cast<uint64_t>(*v);
-  }
-
-  if (n_tensors > r.remaining() / 32) {
-    r.Fail("corrupt tensor count " + std::to_string(n_tensors));
-  }
-  struct Entry {
-    std::string name;
-    std::vector<int64_t> shape;
-    DType dtype;
-    uint64_t offset;
-    int64_t nbytes;
-  };
-  std::vector<Entry> entries;
-  entries.reserve(n_tensors);
-  for (uint64_t i = 0; i < n_tensors; ++i) {
-    Entry e;
-    e.name = ReadString(r, "tensor name");
-    uint32_t n_dims = r.Read<uint32_t>("tensor dimension count");
-    if (n_dims == 0 || n_dims > kMaxDims) {
-      r.Fail("tensor '" + e.name + "' has " + std::to_string(n_dims) +
-             " dimensions (1 to 4 allowed)");
-    }
-    std::vector<int64_t> ne(n_dims);
-    for (uint32_t d = 0; d < n_dims; ++d) {
-      uint64_t n = r.Read<uint64_t>("tensor dimension");
-      if (n > static_cast<uint64_t>(INT64_MAX)) {
-        r.Fail("tensor '" + e.name + "' has a corrupt dimension");
-      }
-      ne[d] = static_cast<int64_t>(n);
-    }
-    uint32_t ggml_type = r.Read<uint32_t>("tensor type");
-    e.offset = r.Read<uint64_t>("tensor data offset");
-    auto dtype = DTypeFromGgmlType(ggml_type);
-    if (!dtype) {
-      throw ModelFormatError(path + ": tensor '" + e.name + "' has type " +
-                             GgmlTypeName(ggml_type) +
-                             ", which specline does not support (supported: "
-                             "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, "
-                             "Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)");
-    }
-    e.dtype = *dtype;
-    auto row = RowBytes(e.dtype, ne[0]);
-    if (!row) {
-      r.Fail("tensor '" + e.name + "': row length " + std::to_string(ne[0]) +
-             " is not a multiple of the " + std::string(DTypeName(e.dtype)) +
-             " block size, or is too large");
-    }
-    int64_t nbytes = *row;
-    for (uint32_t d = 1; d < n_dims; ++d) {
-      if (!CheckedMul(nbytes, ne[d], &nbytes)) {
-        r.Fail("tensor '" + e.name + "': size overflows");
-      }
-    }
-    e.nbytes = nbytes;
-    e.shape.assign(ne.rbegin(), ne.rend());
-    entries.push_back(std::move(e));
-  }
+  GgufHeader header = ReadHeader(r);
+  f->version_ = header.version;
+  ReadMetadata(r, header.n_kv, &f->kv_, &f->kv_types_);
+  uint64_t alignment = AlignmentOf(r, f->kv_);
+  std::vector<TensorEntry> entries =
+      ReadTensorDirectory(r, header.n_tensors, path);
 
   // Tensor data starts at the next multiple of the alignment.
   uint64_t data_start = r.pos();
   if (data_start % alignment) data_start += alignment - data_start % alignment;
-  std::set<std::string> seen;
-  for (Entry& e : entries) {
-    if (!seen.insert(e.name).second) {
-      throw ModelFormatError(path + ": duplicate tensor '" + e.name + "'");
-    }
-    if (e.offset % alignment != 0) {
-      throw ModelFormatError(path + ": tensor '" + e.name + "' data offset " +
-                             std::to_string(e.offset) +
-                             " is not a multiple of the alignment " +
-                             std::to_string(alignment));
-    }
-    if (e.offset > UINT64_MAX - data_start ||
-        !map.Contains(data_start + e.offset, static_cast<uint64_t>(e.nbytes))) {
-      throw ModelFormatError(
-          path + ": tensor '" + e.name + "' (" + std::to_string(e.nbytes) +
-          " bytes at data offset " + std::to_string(e.offset) +
-          ") extends past the end of the file (" + std::to_string(map.size()) +
-          " bytes); the file is truncated or corrupt");
-    }
-    TensorInfo t;
-    t.name = e.name;
-    t.file_name = e.name;
-    t.file_path = path;
-    t.dtype = e.dtype;
-    t.shape = std::move(e.shape);
-    t.data = map.data() + data_start + e.offset;
-    t.nbytes = e.nbytes;
-    f->tensors_.emplace(e.name, std::move(t));
-  }
+  PlaceTensors(entries, data_start, alignment, map, path, &f->tensors_);
   return f;
 }
 
