@@ -219,10 +219,7 @@ constexpr PolicyFlag kFlags[] = {
      "enable DECODING_POLICY_PIPO (not lossless) with this head:\n"
      "the stages run its backbone, the scheduler its heads",
      "",
-     [](const std::string& v, SpecOptions& o) {
-       o.Of<PipoOptions>().head = v;
-       return absl::OkStatus();
-     },
+     StoreText<PipoOptions, &PipoOptions::head>,
      /*stages_too=*/true},
     {"pipo-tau", "X", "PIPO's default confidence threshold", "< 0: the head's",
      [](const std::string& v, SpecOptions& o) {

@@ -47,6 +47,13 @@ struct PolicyDeclaration {
 // from column `help_column`.
 std::string PolicyFlagUsage(std::span<const PolicyFlag> flags, int help_column);
 
+// A flag whose value is kept as given (a head directory): parse = this.
+template <class Options, std::string Options::*field>
+absl::Status StoreText(const std::string& value, SpecOptions& o) {
+  o.Of<Options>().*field = value;
+  return absl::OkStatus();
+}
+
 // `text` as a number of at least `min`: "--NAME must be >= MIN" otherwise.
 template <typename T>
 absl::Status ParseAtLeast(const char* flag, const std::string& text, T min, T* out) {

@@ -43,10 +43,7 @@ std::unique_ptr<DecodingPolicy> MakePpsdPolicy(const PolicyResources& r) {
 
 constexpr PolicyFlag kFlags[] = {
     {"ppsd-head", "DIR", "enable DECODING_POLICY_PPSD with this early-exit head", "",
-     [](const std::string& v, SpecOptions& o) {
-       o.Of<PpsdOptions>().head = v;
-       return absl::OkStatus();
-     }},
+     StoreText<PpsdOptions, &PpsdOptions::head>},
 };
 
 }  // namespace

@@ -179,10 +179,7 @@ constexpr PolicyFlag kFlags[] = {
      "enable DECODING_POLICY_PTP with this adapter (every stage\n"
      "and the scheduler load it; CPU stages)",
      "",
-     [](const std::string& v, SpecOptions& o) {
-       o.Of<PtpOptions>().head = v;
-       return absl::OkStatus();
-     },
+     StoreText<PtpOptions, &PtpOptions::head>,
      /*stages_too=*/true},
     {"ptp-n-aux", "N", "PTP auxiliary rows per call", "0: the adapter's",
      [](const std::string& v, SpecOptions& o) {

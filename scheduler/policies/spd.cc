@@ -37,10 +37,7 @@ std::unique_ptr<DecodingPolicy> MakeSpdPolicy(const PolicyResources& r) {
 
 constexpr PolicyFlag kFlags[] = {
     {"spd-head", "DIR", "enable DECODING_POLICY_SPD with this speculation module", "",
-     [](const std::string& v, SpecOptions& o) {
-       o.Of<SpdOptions>().head = v;
-       return absl::OkStatus();
-     }},
+     StoreText<SpdOptions, &SpdOptions::head>},
     {"spd-drafter", "D",
      "module (--spd-head's) or recycle (the training-free\ndrafter under SPD's timing; no head)",
      "module",
