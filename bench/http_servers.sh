@@ -42,6 +42,8 @@ wait_ready() { try_ready "$@" || exit 1; }
 # or exits naming the missing step. $here is the repository root.
 peer_and_default_model() {
   peer=$(bash "$(cd "$here/.." && pwd)/shared/tools/llama-cpp-peer.sh")
-  model=${SPECLINE_MODEL_CACHE:-$HOME/.cache/specline/models}/SmolLM2-135M-Instruct.Q4_1.gguf
-  [ -f "$model" ] || { echo "run scripts/setup.sh first (no default model)" >&2; exit 1; }
+  # SPECLINE_BENCH_MODEL names another GGUF (e.g. Gemma 3 270M, which
+  # setup.sh also fetches) for the benches that take the default model.
+  model=${SPECLINE_BENCH_MODEL:-${SPECLINE_MODEL_CACHE:-$HOME/.cache/specline/models}/SmolLM2-135M-Instruct.Q4_1.gguf}
+  [ -f "$model" ] || { echo "no model $model (run scripts/setup.sh first)" >&2; exit 1; }
 }
