@@ -24,6 +24,7 @@
 #     [--max-tokens 192] [--limit-prompts N (per class; 0 = all)]
 #     [--llama-types 'plain ngram-mod ngram-simple ngram-map-k ngram-map-k4v ngram-cache']
 #     [--specline-configs 'ar;recycle'] [--serve-args '...'] [--prompts PATH] [--out PATH]
+#     [--chat-template FILE (both servers; for a GGUF without one, e.g. Gemma 3 270M)]
 # --specline-configs and --serve-args apply to every stage count of the
 # run; left out, 1 stage runs 'ar;recycle' and 2 stages 'ar;recycle;spd'
 # with --spd-drafter recycle. `default` as a config sends no policy (the
@@ -41,6 +42,8 @@ limit=0
 llama_types="plain ngram-mod ngram-simple ngram-map-k ngram-map-k4v ngram-cache"
 configs=""
 serve_args=""
+template=()
+llama_template=()
 serve_args_set=0
 command="bash bench/spec_vs_llama.sh $*"
 while [ $# -gt 0 ]; do
@@ -55,6 +58,7 @@ while [ $# -gt 0 ]; do
     --serve-args) serve_args=$2; serve_args_set=1; shift 2 ;;
     --prompts) prompts=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
+    --chat-template) template=(--chat-template "$2"); llama_template=(--chat-template-file "$2"); shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -72,7 +76,7 @@ for type in $llama_types; do
   [ "$type" = plain ] || spec=(--spec-type "$type")
   port=$(free_port)
   log=$work/llama-$type.log
-  "$peer/llama-server" -m "$model" -t 2 -tb 2 -np 1 --port "$port" --no-warmup "${spec[@]}" > "$log" 2>&1 &
+  "$peer/llama-server" -m "$model" -t 2 -tb 2 -np 1 --port "$port" --no-warmup "${spec[@]}" "${llama_template[@]}" > "$log" 2>&1 &
   server_pid=$!
   if ! try_ready "llama-server $type" "$port" "$log"; then
     reason=$( (grep -m1 -i 'error\|fail\|invalid' "$log" || tail -1 "$log") | cut -c1-160)
@@ -95,7 +99,7 @@ for stages in $stages_list; do
   log=$work/specline-$stages.log
   # shellcheck disable=SC2086  # the extra flags split into words
   "$build/specline" serve --model "$model" --stages "$stages" --threads "$threads" --http-port "$port" --port 0 \
-    --port-file "$work/ports-$stages.json" $a > "$log" 2>&1 &
+    --port-file "$work/ports-$stages.json" "${template[@]}" $a > "$log" 2>&1 &
   server_pid=$!
   wait_ready "specline $stages stages" "$port" "$log"
   "${drive[@]}" run --server specline --label "specline $stages stages" --stages "$stages" --port "$port" \
