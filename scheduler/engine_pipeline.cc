@@ -19,6 +19,29 @@ int DecidingRuns(const std::vector<SlotRun>& runs) {
       std::count_if(runs.begin(), runs.end(), [](const SlotRun& r) { return r.output_rows > 0; }));
 }
 
+// What the stages carry while a returned call's runs decide: its rows and
+// deciding runs plus every call still in flight (on a pipeline of
+// micro-batches a longer call delays the others too).
+struct PipelineLoad {
+  int rows = 0;
+  int deciding = 0;
+
+  // The rest of the load, as seen by one run of the returned call.
+  CallShare ShareOf(const SlotRun& run, double tokens_per_run) const {
+    return {rows - run.count, (deciding - (run.output_rows > 0 ? 1 : 0)) * tokens_per_run};
+  }
+};
+
+template <class InFlightMap>
+PipelineLoad LoadOf(int call_rows, const std::vector<SlotRun>& runs, const InFlightMap& inflight) {
+  PipelineLoad load{call_rows, DecidingRuns(runs)};
+  for (const auto& [id, other] : inflight) {
+    load.rows += other.slots;
+    load.deciding += DecidingRuns(other.runs);
+  }
+  return load;
+}
+
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 }  // namespace
@@ -189,20 +212,13 @@ void Engine::HandleResult(internal::MicroBatch batch) {
     std::lock_guard<std::mutex> lock(mu_);
     if (generation != generation_) return;  // the pipeline failed meanwhile
     const int deciding = DecidingRuns(runs);
-    // A run shares the stages with every call in flight, not only its own:
-    // on a pipeline of micro-batches, a longer call delays the others too.
-    int pipeline_rows = call_rows, pipeline_deciding = deciding;
-    for (const auto& [id, other] : inflight_) {
-      pipeline_rows += other.slots;
-      pipeline_deciding += DecidingRuns(other.runs);
-    }
+    const PipelineLoad load = LoadOf(call_rows, runs, inflight_);
     int64_t decided = 0;
     for (size_t i = 0; i < runs.size(); ++i) {
       Sequence& s = *runs[i].seq;
       if (s.finished()) continue;
       if (std::optional<RunOutput> out = RunOutputOf(routed, head, i, runs[i], dim)) {
-        out->share = {pipeline_rows - runs[i].count,
-                      (pipeline_deciding - (runs[i].output_rows > 0 ? 1 : 0)) * tokens_per_run_};
+        out->share = load.ShareOf(runs[i], tokens_per_run_);
         const int64_t before = s.generated();
         DecideOrFailLocked(s, runs[i], *out);
         decided += s.generated() - before;
