@@ -1,5 +1,6 @@
 #include "scheduler/metrics.h"
 
+#include <limits>
 #include <string>
 
 namespace specline::scheduler {
@@ -119,6 +120,16 @@ SchedulerMetrics::SchedulerMetrics(std::shared_ptr<prometheus::Registry> reg)
                            .Name("specline_spec_decode_num_accepted_tokens_per_pos_total")
                            .Help("Accepted draft tokens by position in their chain")
                            .Register(r);
+  token_interval_ = &BuildGauge()
+                         .Name("specline_spec_decode_token_interval_seconds")
+                         .Help("Pipeline speculation: mean gap to a sequence's next token after one "
+                               "decided plainly, by an accepted draft, or as a replacement")
+                         .Register(r);
+  break_even_ = &BuildGauge()
+                     .Name("specline_spec_decode_break_even_acceptance")
+                     .Help("Pipeline speculation: the acceptance above which drafting beats plain "
+                           "decoding on this deployment's measured pace (above 1: never)")
+                     .Register(r);
   // Series exist from the start for the built-in speculative policies, so
   // rate() over them is 0 rather than absent before the first draft.
   ForPolicy("ppsd");
@@ -140,12 +151,19 @@ SchedulerMetrics::Spec& SchedulerMetrics::ForPolicy(const std::string& policy) {
         label, prometheus::Histogram::BucketBoundaries{1, 1.25, 1.5, 1.75, 2, 2.5, 3, 3.5, 4, 5, 6, 8, 12, 16});
     spec->policy = policy;
     spec->accepted_per_pos = accepted_per_pos_;
+    spec->token_interval = token_interval_;
+    spec->break_even_acceptance = &break_even_->Add(label);
+    spec->break_even_acceptance->Set(std::numeric_limits<double>::quiet_NaN());  // not measured yet
   }
   return *spec;
 }
 
 prometheus::Counter* SchedulerMetrics::Spec::AcceptedAtPosition(int position) {
   return &accepted_per_pos->Add({{"policy", policy}, {"position", std::to_string(position)}});
+}
+
+prometheus::Gauge* SchedulerMetrics::Spec::TokenInterval(const std::string& after) {
+  return &token_interval->Add({{"policy", policy}, {"after", after}});
 }
 
 }  // namespace specline::scheduler

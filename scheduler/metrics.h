@@ -54,9 +54,15 @@ struct SchedulerMetrics {
     prometheus::Histogram* equivalent_acceptance_length;  // n * N / K per request
     // Accepted drafts by position in their chain (0 = the first draft).
     prometheus::Counter* AcceptedAtPosition(int position);
+    // Pipeline speculation's measured pace (policies/draft_pace.h): the
+    // mean gap to a sequence's next token after one decided as `after`
+    // (plain, accepted, replacement), and the acceptance drafting needs.
+    prometheus::Gauge* TokenInterval(const std::string& after);
+    prometheus::Gauge* break_even_acceptance;
 
     std::string policy;
     prometheus::Family<prometheus::Counter>* accepted_per_pos;
+    prometheus::Family<prometheus::Gauge>* token_interval;
   };
   // The policy's set, created on first use; `policy` is its label value.
   Spec& ForPolicy(const std::string& policy);
@@ -67,6 +73,8 @@ struct SchedulerMetrics {
   prometheus::Family<prometheus::Counter>* accepted_per_pos_;
   prometheus::Family<prometheus::Counter>* spec_counters_[5];
   prometheus::Family<prometheus::Histogram>* spec_length_;
+  prometheus::Family<prometheus::Gauge>* token_interval_;
+  prometheus::Family<prometheus::Gauge>* break_even_;
 };
 
 }  // namespace specline::scheduler

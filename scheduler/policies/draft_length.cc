@@ -52,15 +52,15 @@ void DraftLengthRule::Record(DraftKind kind, int drafted, int accepted) {
 
 int DraftLengthRule::Choose(DraftKind kind, int available,
                             const std::function<double(int)>& cost,
-                            const CallShare& share) const {
+                            const CallShare& share, int checked, double live) const {
   const int base_rows = std::max(0, share.other_rows) + 1;
   const double others = std::max(0.0, share.other_tokens);
-  double expected = 1.0, reach = 1.0;
+  double expected = 1.0, reach = std::clamp(live, 0.0, 1.0);
   double best_rate = (1.0 + kMinGain) * (others + 1.0) / cost(base_rows);
   int best = 0;
   for (int k = 1; k <= std::min(available, kMaxPositions); ++k) {
     reach *= Acceptance(kind, k);
-    expected += reach;
+    if (k > checked) expected += reach;
     const double rate = (others + expected) / cost(base_rows + k);
     if (rate > best_rate) {
       best_rate = rate;

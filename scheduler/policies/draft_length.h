@@ -51,8 +51,12 @@ class DraftLengthRule {
 
   // Drafts worth sending of `kind`, at most `available`, in a call shared
   // with `share`. `cost(m)` is the relative cost of an m-row call.
+  // `checked`: the first drafts only confirm a token the call decides
+  // anyway and yield none of their own (PTP's first auxiliary row);
+  // `live`: the chance the drafts are verified at all (PTP's auxiliary rows
+  // count only if every proposal the call verifies is accepted).
   int Choose(DraftKind kind, int available, const std::function<double(int)>& cost,
-             const CallShare& share = {}) const;
+             const CallShare& share = {}, int checked = 0, double live = 1.0) const;
 
   // A verification of `drafted` drafts of `kind` accepted the first
   // `accepted`: draft j was accepted for j <= accepted, and rejected at

@@ -136,5 +136,25 @@ TEST(DraftLengthRule, ACallSharedWithOtherSequencesDraftsLess) {
   EXPECT_EQ(rule.Choose(kRecycling, 1, cost, CallShare{60, 0.0}), 1);
 }
 
+// PTP's auxiliary rows: the first only checks the token the call decides
+// anyway, and the rows count only if every proposal the call verifies is
+// accepted.
+TEST(DraftLengthRule, CheckedDraftsYieldNothingAndLiveScalesTheRest) {
+  DraftLengthRule rule;
+  const DraftKind aux{};
+  for (int i = 0; i < 400; ++i) rule.Record(aux, 4, 4);  // every a_j -> 1
+  auto cost = [](int r) { return Linear(r, 0.3); };
+  // Unchecked: rate(4) = 5 / 1.9. Checked: E(k) = k, rate(k) = k / (1 +
+  // 0.3 k), best at 4 (1.82), and one row alone (the check) never pays.
+  EXPECT_EQ(rule.Choose(aux, 4, cost), 4);
+  EXPECT_EQ(rule.Choose(aux, 4, cost, {}, /*checked=*/1), 4);
+  EXPECT_EQ(rule.Choose(aux, 1, [](int) { return 1.0; }, {}, /*checked=*/1), 0);
+  // The proposals before them hold with 0.3: E(4) = 1 + 0.3 * 3 = 1.9,
+  // under cost(5) = 2.2 (plain decoding's 1), so none go out; on a flat
+  // curve they still pay.
+  EXPECT_EQ(rule.Choose(aux, 4, cost, {}, 1, /*live=*/0.3), 0);
+  EXPECT_EQ(rule.Choose(aux, 4, [](int) { return 1.0; }, {}, 1, 0.3), 4);
+}
+
 }  // namespace
 }  // namespace specline::scheduler

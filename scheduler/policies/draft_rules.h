@@ -11,8 +11,11 @@ enum class DraftGate {
   kAlways,  // draft whenever the sequence has room in the pipeline
   // Draft only while fewer sequences run than micro-batches fit in the
   // pipeline (otherwise other requests fill it), and only while the
-  // sequence's recent acceptance is at least min_acceptance (else one probe
-  // draft every probe_interval tokens).
+  // sequence's recent acceptance pays on the deployment's measured pace
+  // (policies/draft_pace.h; min_acceptance until it is measured), else one
+  // probe draft every probe_interval tokens. Call-based policies (recycle,
+  // PTP) size their drafts by the measured cost curve instead
+  // (policies/draft_length.h).
   kAuto,
 };
 const char* DraftGateName(DraftGate p);

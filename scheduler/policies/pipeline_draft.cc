@@ -90,6 +90,7 @@ void PipelineDraftPolicy::Attach(Sequence& s, const PreparedRequest* /*prepared*
   } else {
     st->drafter = drafter_.get();
   }
+  st->spec.acceptance_ema = pooled_acceptance_;
   s.policy_state = std::move(st);
 }
 
@@ -140,13 +141,35 @@ bool PipelineDraftPolicy::WantsDraftLocked(const Sequence& s) const {
     case DraftGate::kAuto:
       // Other requests can fill the pipeline: their tokens are all useful.
       if (host_.RunningLocked() >= host_.max_inflight()) return false;
-      if (st.spec.acceptance_ema < rules_.min_acceptance &&
-          st.spec.tokens_since_draft < rules_.probe_interval) {
-        return false;
-      }
+      if (!DraftPaysLocked(st.spec)) return false;
       break;
   }
   return st.drafter->Ready(st.spec, static_cast<int32_t>(s.tokens.size()));
+}
+
+bool PipelineDraftPolicy::DraftPaysLocked(const SpecState& spec) const {
+  // Until every gap is measured, the configured floor decides.
+  const double needed = pace_.BreakEven().value_or(rules_.min_acceptance);
+  if (spec.acceptance_ema >= needed) return true;
+  // Below it, a probe draft now and then keeps the sequence's acceptance
+  // and the pace current. Where no acceptance pays (needed > 1: one stage,
+  // or stages starved of cores) a probe only refreshes the pace: rarer.
+  const int interval = needed > 1 ? 4 * rules_.probe_interval : rules_.probe_interval;
+  return spec.tokens_since_draft >= interval;
+}
+
+void PipelineDraftPolicy::ObservePaceLocked(DraftChainState& st, TokenOrigin origin) {
+  const auto now = std::chrono::steady_clock::now();
+  // Gaps under a full pipeline measure the other requests, not drafting
+  // (auto drafts nothing there).
+  if (st.last_token_at && host_.RunningLocked() < host_.max_inflight()) {
+    pace_.Observe(st.last_origin, std::chrono::duration<double>(now - *st.last_token_at).count());
+    auto& m = metrics();
+    m.TokenInterval(TokenOriginName(st.last_origin))->Set(pace_.Mean(st.last_origin));
+    if (const std::optional<double> be = pace_.BreakEven()) m.break_even_acceptance->Set(*be);
+  }
+  st.last_token_at = now;
+  st.last_origin = origin;
 }
 
 std::unique_ptr<DraftWork> PipelineDraftPolicy::GatherDraftLocked(
@@ -277,7 +300,8 @@ void PipelineDraftPolicy::DecideLocked(Sequence& s, const SlotRun& r, const RunO
 
 void PipelineDraftPolicy::DecideTokenLocked(Sequence& s, std::span<const float> logits,
                                             int32_t greedy_token) {
-  SpecState& sp = PolicyStateOf<DraftChainState>(s).spec;
+  DraftChainState& st = PolicyStateOf<DraftChainState>(s);
+  SpecState& sp = st.spec;
   SpecStats& stats = s.stats;
   const int n = host_.n_stages();
   // Greedy (with or without penalty) consumes no randomness.
@@ -288,6 +312,7 @@ void PipelineDraftPolicy::DecideTokenLocked(Sequence& s, std::span<const float> 
   if (sp.drafts.empty()) {
     stats.cycles += n;  // decided by a token that crossed the whole pipeline alone
     ++sp.tokens_since_draft;
+    ObservePaceLocked(st, TokenOrigin::kPlain);
     host_.EmitTokenLocked(s, target(), logits);
     return;
   }
@@ -305,7 +330,9 @@ void PipelineDraftPolicy::DecideTokenLocked(Sequence& s, std::span<const float> 
   // Recent acceptance, for the auto rule (a short memory: acceptance
   // changes with the text).
   sp.acceptance_ema = 0.8 * sp.acceptance_ema + 0.2 * (v.accepted ? 1.0 : 0.0);
+  pooled_acceptance_ += DraftPace::kRate * ((v.accepted ? 1.0 : 0.0) - pooled_acceptance_);
   ++sp.tokens_since_draft;
+  ObservePaceLocked(st, v.accepted ? TokenOrigin::kAccepted : TokenOrigin::kReplacement);
   if (v.accepted) {
     ++stats.accepted_tokens;
     stats.cycles += 1;

@@ -8,16 +8,19 @@
 // (policies/ppsd.cc, policies/spd.cc).
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "model/drafters/oracle_drafter.h"
 #include "scheduler/decoding_policy.h"
-#include "scheduler/policies/pipeline_drafter.h"
+#include "scheduler/policies/draft_pace.h"
 #include "scheduler/policies/draft_rules.h"
+#include "scheduler/policies/pipeline_drafter.h"
 
 namespace specline::scheduler {
 
@@ -27,6 +30,9 @@ struct DraftChainState : PolicyState {
   Drafter* drafter = nullptr;  // null: decodes plainly (its drafter failed)
   std::unique_ptr<OracleDrafter> oracle;  // oracle requests only
   const std::vector<int32_t>* reference = nullptr;  // the oracle's truth (the request's)
+  // When the newest token was emitted and how it was decided (DraftPace).
+  std::optional<std::chrono::steady_clock::time_point> last_token_at;
+  TokenOrigin last_origin = TokenOrigin::kPlain;
 };
 
 class PipelineDraftPolicy : public DecodingPolicy {
@@ -69,11 +75,20 @@ class PipelineDraftPolicy : public DecodingPolicy {
   // when there is none) and emits the verified token.
   void DecideTokenLocked(Sequence& s, std::span<const float> logits, int32_t greedy_token);
   void FlushLocked(Sequence& s);
+  // Under `auto`: whether the sequence's acceptance pays on this
+  // deployment's measured pace (else one probe now and then).
+  bool DraftPaysLocked(const SpecState& spec) const;
+  // The gap since the sequence's previous token, into the pace.
+  void ObservePaceLocked(DraftChainState& st, TokenOrigin origin);
   void QueueRelease(Drafter* d, uint64_t seq_id);
 
   v1::DecodingPolicy mode_;
   DraftRules rules_;
   std::unique_ptr<Drafter> drafter_;
+  DraftPace pace_;  // over this policy's sequences (engine lock)
+  // Acceptance over this policy's recent verifications: where a new
+  // sequence's own estimate starts (engine lock).
+  double pooled_acceptance_ = 0.5;
   std::mutex release_mu_;  // RetireLocked (engine lock) -> ReleaseRetired (driver)
   std::vector<std::pair<Drafter*, uint64_t>> releases_;
 };

@@ -6,6 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "model/drafters/ptp_adapter.h"
 #include "model/runtime/ptp_coupling.h"
+#include "scheduler/policies/draft_length.h"
+#include "scheduler/policies/draft_rules.h"
 #include "scheduler/policies/stage_check.h"
 
 namespace specline::scheduler {
@@ -13,15 +15,21 @@ namespace {
 
 // The proposals the last call made, verified by the next one.
 struct PtpState : PolicyState {
-  int n_aux = 0;  // auxiliary rows per call
+  int aux = 0;  // auxiliary rows the next call carries (AuxRowsWorthSending)
   std::vector<int32_t> proposals;  // for positions tokens.size() ...
+  int tokens_since_aux = 0;  // tokens decided since a call last carried auxiliary rows
 };
+
+// The auxiliary rows are PTP's drafts; the draft-length rule sizes them
+// (one estimate set per policy: PTP's rows are one kind of draft).
+constexpr DraftKind kAuxRows{};
 
 class PtpPolicy : public DecodingPolicy {
  public:
-  PtpPolicy(PolicyHost& host, std::string head_dir, uint64_t fingerprint, int n_aux)
+  PtpPolicy(PolicyHost& host, std::string head_dir, uint64_t fingerprint, int n_aux,
+            DraftRules rules)
       : DecodingPolicy(host), head_dir_(std::move(head_dir)), fingerprint_(fingerprint),
-        n_aux_(n_aux) {}
+        n_aux_(n_aux), rules_(rules) {}
 
   v1::DecodingPolicy mode() const override { return v1::DECODING_POLICY_PTP; }
 
@@ -37,7 +45,7 @@ class PtpPolicy : public DecodingPolicy {
   void Attach(Sequence& s, const PreparedRequest* /*prepared*/) override {
     DecodingPolicy::Attach(s, nullptr);
     auto st = std::make_unique<PtpState>();
-    st->n_aux = n_aux_;
+    st->aux = AuxRowsWorthSending(*st, {}, 1.0);
     s.policy_state = std::move(st);
   }
 
@@ -83,7 +91,7 @@ class PtpPolicy : public DecodingPolicy {
                       int32_t budget) {
     SlotRun r{s, s->cached, tokens, true, s->epoch};
     r.output_rows = teacher;
-    r.aux = std::clamp<int32_t>(std::min(PolicyStateOf<PtpState>(*s).n_aux, budget - tokens), 0,
+    r.aux = std::clamp<int32_t>(std::min(PolicyStateOf<PtpState>(*s).aux, budget - tokens), 0,
                                 s->RoomAheadFrom(s->cached + tokens));
     r.count += r.aux;
     return r;
@@ -93,11 +101,22 @@ class PtpPolicy : public DecodingPolicy {
   // coupled sampling at the u of its generated index.
   int32_t TeacherToken(const Sequence& s, std::span<const int32_t> accepted,
                        std::span<const float> logits) const;
+  // What the calls taught the rule: proposals judged now (their first
+  // auxiliary row's check passed in the call before), or a failed check.
+  void RecordLocked(int verified, int accepted, int aux, bool checked);
+  // Auxiliary rows for the next call: all (--spec-policy always), none
+  // (never), or as many as maximise the expected tokens per unit of time
+  // on the measured cost curve (auto), in a call shared as the last one
+  // was and carrying `st.proposals`; a call with every row now and then
+  // when none pay, so the estimates stay current.
+  int AuxRowsWorthSending(const PtpState& st, const CallShare& share, double live) const;
 
   std::string head_dir_;
   uint64_t fingerprint_;
   uint32_t adapter_id_ = 0;  // the stages' id of the adapter (OnPipelineUpLocked)
   int n_aux_;
+  DraftRules rules_;
+  DraftLengthRule length_rule_;  // learnt over every request (engine lock held)
   std::string unavailable_ = "the pipeline is not up";
 };
 
@@ -142,6 +161,13 @@ void PtpPolicy::DecideLocked(Sequence& s, const SlotRun& r, const RunOutput& out
   while (a < m && proposals[a] == c) c = teacher(++a);
 
   RecordVerifiedCall(s, m, a);  // one call
+  const int aux = static_cast<int>(out.aux.size());
+  // The auxiliary rows assumed every proposal was right: their proposals
+  // hold only if so, and only if the first one foresaw the teacher's token.
+  const bool checked = a == m && aux > 0 && out.aux[0] == c;
+  RecordLocked(m, a, aux, checked);
+  if (aux > 0) st.tokens_since_aux = 0;
+  st.tokens_since_aux += a + 1;
   s.stats.cycles += host_.n_stages();  // a call crosses the whole pipeline once
 
   // The stages keep positions up to the call's last row; the next call
@@ -156,11 +182,42 @@ void PtpPolicy::DecideLocked(Sequence& s, const SlotRun& r, const RunOutput& out
   if (!s.finished()) host_.EmitTokenLocked(s, c, row(a));
   if (s.finished()) return;
   s.cached = static_cast<int32_t>(s.tokens.size()) - 1;
-  // The auxiliary rows assumed every proposal was right: their proposals
-  // hold only if so, and only if the first one foresaw the teacher's token.
-  if (a == m && !out.aux.empty() && out.aux[0] == c) {
-    st.proposals.assign(out.aux.begin() + 1, out.aux.end());
+  if (checked) st.proposals.assign(out.aux.begin() + 1, out.aux.end());
+  // The next call carries the proposals (rows the rule counts as shared)
+  // and expects the accepted ones; its auxiliary rows count only if all are.
+  CallShare share = out.share;
+  double live = 1.0, expected = 0.0;
+  for (size_t j = 0; j < st.proposals.size(); ++j) {
+    live *= length_rule_.Acceptance(kAuxRows, static_cast<int>(j) + 2);
+    expected += live;
   }
+  share.other_rows += static_cast<int>(st.proposals.size());
+  share.other_tokens += expected;
+  st.aux = AuxRowsWorthSending(st, share, live);
+}
+
+void PtpPolicy::RecordLocked(int verified, int accepted, int aux, bool checked) {
+  // Position 1 of the rule's chain is the first auxiliary row's check,
+  // positions 2... the proposals it let through.
+  if (verified > 0) length_rule_.Record(kAuxRows, 1 + verified, 1 + accepted);
+  if (accepted == verified && aux > 0) {
+    if (!checked) length_rule_.Record(kAuxRows, aux, 0);
+    else if (aux == 1) length_rule_.Record(kAuxRows, 1, 1);
+  }
+}
+
+int PtpPolicy::AuxRowsWorthSending(const PtpState& st, const CallShare& share,
+                                   double live) const {
+  switch (rules_.when) {
+    case DraftGate::kNever: return 0;
+    case DraftGate::kAlways: return n_aux_;
+    case DraftGate::kAuto: break;
+  }
+  const int k = length_rule_.Choose(
+      kAuxRows, n_aux_, [this](int rows) { return host_.CallCost(rows); }, share,
+      /*checked=*/1, live);
+  if (k == 0 && st.tokens_since_aux >= rules_.probe_interval) return n_aux_;
+  return k;
 }
 
 std::unique_ptr<DecodingPolicy> MakePtpPolicy(const PolicyResources& r) {
@@ -171,7 +228,7 @@ std::unique_ptr<DecodingPolicy> MakePtpPolicy(const PolicyResources& r) {
   const uint64_t fingerprint = PtpAdapter(head).fingerprint();
   const int n_aux = o.n_aux > 0 ? o.n_aux : head->config().ptp_n_aux;
   if (n_aux < 1) throw std::invalid_argument(o.head + ": ptp.n_aux must be at least 1");
-  return std::make_unique<PtpPolicy>(r.host, o.head, fingerprint, n_aux);
+  return std::make_unique<PtpPolicy>(r.host, o.head, fingerprint, n_aux, r.draft_rules());
 }
 
 constexpr PolicyFlag kFlags[] = {

@@ -33,7 +33,7 @@ constexpr PolicyFlag kFlags[] = {
      ParseDefaultPolicy},
     {"spec-policy", "P", "auto, always or never: when to draft", "auto", ParseDraftGate},
     {"spec-min-acceptance", "X",
-     "auto drafts while a request's recent acceptance is at\nleast this",
+     "until the pipeline's pace is measured, auto drafts\nwhile a request's recent acceptance is at least this",
      "0.3",
      [](const std::string& v, SpecOptions& o) {
        return ParseNumber("spec-min-acceptance", v, &o.min_acceptance);
