@@ -245,6 +245,7 @@ int main(int argc, char** argv) try {
     d.stage_threads = o.stage_threads;
     d.kv_tokens = std::max(1024, o.max_tokens + 32);
     d.spec_policy = o.spec_policy;
+    d.metrics = true;  // the pace auto measured (PaceGauges)
     if (h.method == "ptp") {
       d.scheduler_args = {"--ptp-head", h.dir};
       if (o.ptp_n_aux > 0) {
@@ -271,6 +272,11 @@ int main(int argc, char** argv) try {
       j["head_dir"] = h.dir;
       j["method"] = h.method;
       out["results"].push_back(j);
+    }
+    if (o.spec_policy == "auto") {
+      const std::vector<std::string> pace = deployment.PaceGauges();
+      for (const std::string& line : pace) std::printf("  %s\n", line.c_str());
+      out["auto_pace"][h.dir] = pace;
     }
   }
   out["mismatches"] = mismatches;

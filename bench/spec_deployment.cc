@@ -10,6 +10,9 @@
 #include <stdexcept>
 #include <thread>
 
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
 #include <grpcpp/grpcpp.h>
 
 #include "bench/bench_util.h"
@@ -54,7 +57,7 @@ Deployment::Deployment(const DeploymentOptions& o) {
   t.stage_threads = o.stage_threads;
   t.scheduler_threads = o.scheduler_threads;
   t.kv_capacity_tokens = (o.kv_tokens + 15) / 16 * 16;  // whole 16-position blocks
-  t.metrics = false;
+  t.metrics = o.metrics;
   t.scheduler_args = {"--allow-oracle", o.allow_oracle ? "true" : "false",
                       "--spec-policy", o.spec_policy};
   t.scheduler_args.insert(t.scheduler_args.end(), o.scheduler_args.begin(), o.scheduler_args.end());
@@ -85,6 +88,32 @@ Deployment::~Deployment() {
   processes_.Stop(stop);
   std::error_code ec;
   fs::remove_all(dir_, ec);
+}
+
+std::vector<std::string> Deployment::PaceGauges() const {
+  const int port = processes_.scheduler().spec.metrics_port;
+  if (port <= 0) return {};
+  namespace http = boost::beast::http;
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::socket socket(io);
+  socket.connect({boost::asio::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port)});
+  http::request<http::empty_body> request{http::verb::get, "/metrics", 11};
+  request.set(http::field::host, "127.0.0.1");
+  http::write(socket, request);
+  boost::beast::flat_buffer buffer;
+  http::response<http::string_body> response;
+  http::read(socket, buffer, response);
+  std::vector<std::string> lines;
+  std::istringstream body(response.body());
+  for (std::string line; std::getline(body, line);) {
+    const bool pace = line.starts_with("specline_spec_decode_break_even_acceptance{") ||
+                      line.starts_with("specline_spec_decode_token_interval_seconds{");
+    // Series of policies that never measured hold NaN or 0.
+    if (pace && !line.ends_with(" Nan") && !line.ends_with(" NaN") && !line.ends_with(" 0")) {
+      lines.push_back(line);
+    }
+  }
+  return lines;
 }
 
 Run Deployment::Submit(const BenchRequest& q) {

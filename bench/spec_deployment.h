@@ -57,6 +57,7 @@ struct DeploymentOptions {
   bool allow_oracle = false;
   std::vector<std::string> scheduler_args;  // extra flags, as is (e.g. --spd-head DIR)
   std::vector<std::string> stage_args;      // extra flags for every stage (e.g. --device cuda)
+  bool metrics = false;                     // the scheduler serves /metrics (PaceGauges)
 };
 
 struct BenchRequest {
@@ -81,6 +82,11 @@ class Deployment {
 
   // One request; throws on failure.
   Run Submit(const BenchRequest& request);
+
+  // Pipeline speculation's measured pace from the scheduler's /metrics
+  // (policies/draft_pace.h): the lines of the token-gap and break-even
+  // gauges that hold a value, as exposed. Empty without `metrics`.
+  std::vector<std::string> PaceGauges() const;
 
  private:
   double CpuSeconds();  // user + system CPU time of every process so far

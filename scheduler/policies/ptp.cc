@@ -107,7 +107,7 @@ class PtpPolicy : public DecodingPolicy {
   // Auxiliary rows for the next call: all (--spec-policy always), none
   // (never), or as many as maximise the expected tokens per unit of time
   // on the measured cost curve (auto), in a call shared as the last one
-  // was and carrying `st.proposals`; a call with every row now and then
+  // was and carrying `st.proposals`; a probe of two rows now and then
   // when none pay, so the estimates stay current.
   int AuxRowsWorthSending(const PtpState& st, const CallShare& share, double live) const;
 
@@ -216,7 +216,10 @@ int PtpPolicy::AuxRowsWorthSending(const PtpState& st, const CallShare& share,
   const int k = length_rule_.Choose(
       kAuxRows, n_aux_, [this](int rows) { return host_.CallCost(rows); }, share,
       /*checked=*/1, live);
-  if (k == 0 && st.tokens_since_aux >= rules_.probe_interval) return n_aux_;
+  // The probe is the smallest call that teaches anything: the check row and
+  // one proposal (positions beyond what the rule has judged take the
+  // estimate before them, so good proposals lengthen the next calls).
+  if (k == 0 && st.tokens_since_aux >= rules_.probe_interval) return std::min(2, n_aux_);
   return k;
 }
 
