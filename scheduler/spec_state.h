@@ -70,10 +70,14 @@ struct SpecState {
   // their taps are no longer needed. A flush at p lowers it to p.
   int32_t fed = 0;
   Rng draft_rng{0};           // the drafter's randomness, separate from the verifier's
-  // Recent acceptance, for the auto policy. It starts neutral: at 1 a
-  // request whose drafts never fit wasted ~6 of them before backing off,
-  // several percent of a short request (bench/spec_bench, alpha = 0).
+  // Recent share of tokens that arrived as accepted drafts while the
+  // sequence drafted (a rejection, or a draft not ready in time, counts 0),
+  // for the auto policy. It starts at the policy's pooled share (0.5 on a
+  // new server): at 1 a request whose drafts never fit wasted ~6 of them
+  // before backing off, several percent of a short request
+  // (bench/spec_bench, alpha = 0).
   double acceptance_ema = 0.5;
+  bool draft_asked = false;  // a draft was asked for since the newest token
   int tokens_since_draft = 0;
   // The chain end at which the drafter last had no guess: it is not asked
   // again until the chain moves.

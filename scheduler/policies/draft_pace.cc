@@ -5,18 +5,22 @@
 
 namespace specline::scheduler {
 
-const char* TokenOriginName(TokenOrigin o) {
-  switch (o) {
-    case TokenOrigin::kPlain: return "plain";
-    case TokenOrigin::kAccepted: return "accepted";
-    case TokenOrigin::kReplacement: return "replacement";
+const char* TokenGapName(TokenGap g) {
+  switch (g) {
+    case TokenGap::kPlain: return "plain";
+    case TokenGap::kAccepted: return "accepted";
+    case TokenGap::kFresh: return "fresh";
   }
   return "?";
 }
 
-void DraftPace::Observe(TokenOrigin previous, double seconds) {
+void DraftPace::Observe(TokenGap gap, double seconds) {
   if (!(seconds >= 0)) return;
-  RunningMean& m = means_[Index(previous)];
+  RunningMean& m = means_[Index(gap)];
+  // A gap the OS stretched (the process descheduled on a shared machine)
+  // would move the mean for the next 20 tokens: once the mean is
+  // established, one observation counts for at most kMaxRatio of it.
+  if (m.samples >= kMinSamples) seconds = std::min(seconds, kMaxRatio * m.value);
   // The first observations average evenly, then the weight settles at
   // kRate: an early outlier does not linger.
   ++m.samples;
@@ -28,14 +32,14 @@ std::optional<double> DraftPace::BreakEven() const {
   for (const RunningMean& m : means_) {
     if (m.samples < kMinSamples) return std::nullopt;
   }
-  const double plain = Mean(TokenOrigin::kPlain) / (1 + kMinGain);
-  const double accepted = Mean(TokenOrigin::kAccepted);
-  const double replacement = Mean(TokenOrigin::kReplacement);
-  // Time per token while drafting is linear in the acceptance a, from
-  // `replacement` at a = 0 to `accepted` at a = 1.
-  if (replacement <= plain) return 0.0;  // pays even when every draft fails
-  if (accepted >= replacement) return std::numeric_limits<double>::infinity();
-  return (replacement - plain) / (replacement - accepted);
+  const double plain = Mean(TokenGap::kPlain) / (1 + kMinGain);
+  const double accepted = Mean(TokenGap::kAccepted);
+  const double fresh = Mean(TokenGap::kFresh);
+  // Time per token while drafting is linear in the accepted share a, from
+  // `fresh` at a = 0 to `accepted` at a = 1.
+  if (fresh <= plain) return 0.0;  // pays even when every draft fails
+  if (accepted >= fresh) return std::numeric_limits<double>::infinity();
+  return (fresh - plain) / (fresh - accepted);
 }
 
 }  // namespace specline::scheduler

@@ -1,27 +1,28 @@
 // When pipeline speculation (SPD, PPSD) pays on this deployment, measured
 // from live sequences rather than assumed.
 //
-// Under pipeline speculation a token's row is sent before the token is
-// known when it was a draft, so the gap to the next token depends on how
-// the token before it was decided:
+// Under pipeline speculation the gap between a sequence's tokens depends on
+// when the row that decides the next token was sent:
 //
-//   after an accepted draft: its row was already one stage behind, so the
-//     next token comes one stage time later (t_accepted);
-//   after a replacement (a rejected draft): the row starts down the
-//     pipeline now, behind the voided drafts still in the stages
-//     (t_replacement);
-//   after a plain token (no draft in flight): the row crosses the pipeline
-//     alone (t_plain).
+//   kAccepted: the token was an accepted draft, so its row was already one
+//     stage behind: the next token comes one stage time later;
+//   kFresh: the row is sent now, while the sequence drafts (after a
+//     rejected draft, behind the voided drafts still in the stages, or
+//     after a draft that was asked for and not ready in time), and the
+//     drafter's work shares the machine with it;
+//   kPlain: the row is sent now by a sequence that is not drafting.
 //
-// A sequence that drafts at acceptance a spends a t_accepted + (1 - a)
-// t_replacement per token against t_plain plainly, so drafting pays above
+// A sequence whose tokens arrive as accepted drafts with share a spends
+// a t_accepted + (1 - a) t_fresh per token while drafting, against t_plain
+// plainly, so drafting pays above
 //
-//   a* = (t_replacement - t_plain / (1 + gain)) / (t_replacement - t_accepted).
+//   a* = (t_fresh - t_plain / (1 + gain)) / (t_fresh - t_accepted).
 //
 // Four stages on four GPUs give t_accepted near t_plain / 4 and a* near 0;
-// two stage processes sharing 2 CPU cores with the scheduler and its
-// drafter give t_accepted close to t_plain and a* near 1. Nothing here is
-// configured: each gap is a running mean over the policy's sequences.
+// a drafter whose work delays the next row, or stage processes short of
+// cores, give t_fresh well above t_plain and a* near or above 1. Nothing
+// here is configured: each gap is a running mean over the policy's
+// sequences.
 #pragma once
 
 #include <array>
@@ -29,8 +30,8 @@
 
 namespace specline::scheduler {
 
-enum class TokenOrigin { kPlain, kAccepted, kReplacement };
-const char* TokenOriginName(TokenOrigin o);
+enum class TokenGap { kPlain, kAccepted, kFresh };
+const char* TokenGapName(TokenGap g);
 
 class DraftPace {
  public:
@@ -42,26 +43,28 @@ class DraftPace {
   // Weight of one observation in a mean: about the last 20 tokens, so the
   // pace follows the load of the moment.
   static constexpr double kRate = 0.05;
+  // An observation counts for at most this multiple of the mean so far.
+  static constexpr double kMaxRatio = 3.0;
 
-  // A sequence's token came `seconds` after its previous one, which was
-  // decided as `previous` (not thread-safe: the engine lock).
-  void Observe(TokenOrigin previous, double seconds);
+  // A sequence's token came `seconds` after its previous one, over a gap
+  // of kind `gap` (not thread-safe: the engine lock).
+  void Observe(TokenGap gap, double seconds);
 
-  // The acceptance above which drafting gives tokens faster than plain
-  // decoding (a*, may exceed 1: drafting never pays); nullopt until every
-  // gap has kMinSamples observations.
+  // The share of tokens arriving as accepted drafts above which drafting
+  // gives tokens faster than plain decoding (a*, may exceed 1: drafting
+  // never pays); nullopt until every gap has kMinSamples observations.
   std::optional<double> BreakEven() const;
 
-  // The running mean gap after `origin` (0 until observed).
-  double Mean(TokenOrigin origin) const { return means_[Index(origin)].value; }
-  int Samples(TokenOrigin origin) const { return means_[Index(origin)].samples; }
+  // The running mean gap of a kind (0 until observed).
+  double Mean(TokenGap gap) const { return means_[Index(gap)].value; }
+  int Samples(TokenGap gap) const { return means_[Index(gap)].samples; }
 
  private:
   struct RunningMean {
     double value = 0;
     int samples = 0;
   };
-  static size_t Index(TokenOrigin o) { return static_cast<size_t>(o); }
+  static size_t Index(TokenGap g) { return static_cast<size_t>(g); }
   std::array<RunningMean, 3> means_{};
 };
 

@@ -10,11 +10,11 @@
 namespace specline::scheduler {
 namespace {
 
-void Feed(DraftPace& pace, double plain, double accepted, double replacement, int n) {
+void Feed(DraftPace& pace, double plain, double accepted, double fresh, int n) {
   for (int i = 0; i < n; ++i) {
-    pace.Observe(TokenOrigin::kPlain, plain);
-    pace.Observe(TokenOrigin::kAccepted, accepted);
-    pace.Observe(TokenOrigin::kReplacement, replacement);
+    pace.Observe(TokenGap::kPlain, plain);
+    pace.Observe(TokenGap::kAccepted, accepted);
+    pace.Observe(TokenGap::kFresh, fresh);
   }
 }
 
@@ -25,23 +25,24 @@ TEST(DraftPace, UnknownUntilEveryGapIsMeasured) {
   EXPECT_FALSE(pace.BreakEven().has_value());
   // Plain and accepted gaps alone do not decide it either.
   for (int i = 0; i < 50; ++i) {
-    pace.Observe(TokenOrigin::kPlain, 4);
-    pace.Observe(TokenOrigin::kAccepted, 1);
+    pace.Observe(TokenGap::kPlain, 4);
+    pace.Observe(TokenGap::kAccepted, 1);
   }
   EXPECT_FALSE(pace.BreakEven().has_value());
-  pace.Observe(TokenOrigin::kReplacement, 4.2);
+  pace.Observe(TokenGap::kFresh, 4.2);
   EXPECT_TRUE(pace.BreakEven().has_value());
 }
 
 TEST(DraftPace, BreakEvenByHand) {
   // Four stages on four devices: an accepted draft's successor comes one
-  // stage later, a replacement's a little after a plain token's.
+  // stage later, a fresh row's a little after a plain token's.
   DraftPace gpu;
   Feed(gpu, 4, 1, 4.2, 20);
   const double plain = 4 / (1 + DraftPace::kMinGain);
   EXPECT_NEAR(*gpu.BreakEven(), (4.2 - plain) / (4.2 - 1), 1e-9);
   EXPECT_LT(*gpu.BreakEven(), 0.1);
-  // Two stage processes on 2 busy cores: an accepted draft saves little.
+  // Two stage processes on 2 busy cores, the drafter's work in the way of
+  // fresh rows: an accepted draft saves little.
   DraftPace cpu;
   Feed(cpu, 10, 8, 12, 20);
   EXPECT_NEAR(*cpu.BreakEven(), (12 - 10 / (1 + DraftPace::kMinGain)) / (12 - 8.0), 1e-9);
@@ -57,7 +58,7 @@ TEST(DraftPace, NeverAndAlways) {
   DraftPace worse;
   Feed(worse, 10, 12, 11, 20);
   EXPECT_EQ(*worse.BreakEven(), std::numeric_limits<double>::infinity());
-  // A replacement no slower than a plain token: even failed drafts cost
+  // A fresh row no slower than a plain token's: even failed drafts cost
   // nothing.
   DraftPace free_flush;
   Feed(free_flush, 10, 3, 9, 20);
@@ -66,14 +67,19 @@ TEST(DraftPace, NeverAndAlways) {
 
 TEST(DraftPace, FollowsTheRecentGapsAndIgnoresBadOnes) {
   DraftPace pace;
-  for (int i = 0; i < 200; ++i) pace.Observe(TokenOrigin::kPlain, 1.0);
-  EXPECT_DOUBLE_EQ(pace.Mean(TokenOrigin::kPlain), 1.0);
-  for (int i = 0; i < 200; ++i) pace.Observe(TokenOrigin::kPlain, 2.0);
-  EXPECT_NEAR(pace.Mean(TokenOrigin::kPlain), 2.0, 1e-3);
-  pace.Observe(TokenOrigin::kPlain, -1.0);
-  pace.Observe(TokenOrigin::kPlain, std::nan(""));
-  EXPECT_EQ(pace.Samples(TokenOrigin::kPlain), 400);
-  EXPECT_NEAR(pace.Mean(TokenOrigin::kPlain), 2.0, 1e-3);
+  for (int i = 0; i < 200; ++i) pace.Observe(TokenGap::kPlain, 1.0);
+  EXPECT_DOUBLE_EQ(pace.Mean(TokenGap::kPlain), 1.0);
+  for (int i = 0; i < 200; ++i) pace.Observe(TokenGap::kPlain, 2.0);
+  EXPECT_NEAR(pace.Mean(TokenGap::kPlain), 2.0, 1e-3);
+  // A stretched gap counts for at most kMaxRatio of the mean.
+  pace.Observe(TokenGap::kPlain, 1000.0);
+  EXPECT_NEAR(pace.Mean(TokenGap::kPlain), 2.0 + DraftPace::kRate * (DraftPace::kMaxRatio - 1) * 2.0,
+              1e-3);
+  for (int i = 0; i < 200; ++i) pace.Observe(TokenGap::kPlain, 2.0);
+  pace.Observe(TokenGap::kPlain, -1.0);
+  pace.Observe(TokenGap::kPlain, std::nan(""));
+  EXPECT_EQ(pace.Samples(TokenGap::kPlain), 601);
+  EXPECT_NEAR(pace.Mean(TokenGap::kPlain), 2.0, 1e-3);
 }
 
 }  // namespace

@@ -141,13 +141,21 @@ bool PipelineDraftPolicy::WantsDraftLocked(const Sequence& s) const {
     case DraftGate::kAuto:
       // Other requests can fill the pipeline: their tokens are all useful.
       if (host_.RunningLocked() >= host_.max_inflight()) return false;
-      if (!DraftPaysLocked(st.spec)) return false;
+      if (!DraftPaysLocked(st)) return false;
       break;
   }
   return st.drafter->Ready(st.spec, static_cast<int32_t>(s.tokens.size()));
 }
 
-bool PipelineDraftPolicy::DraftPaysLocked(const SpecState& spec) const {
+bool PipelineDraftPolicy::DraftPaysLocked(const DraftChainState& st) const {
+  const SpecState& spec = st.spec;
+  // A sequence that always drafts never shows what a plain token costs: now
+  // and then it lets one plain gap pass (a token or two without a draft),
+  // so t_plain stays measured.
+  const int plain_every = pace_.Samples(TokenGap::kPlain) < DraftPace::kMinSamples
+                              ? rules_.probe_interval
+                              : 8 * rules_.probe_interval;
+  if (st.tokens_since_plain_gap >= plain_every) return false;
   // Until every gap is measured, the configured floor decides.
   const double needed = pace_.BreakEven().value_or(rules_.min_acceptance);
   if (spec.acceptance_ema >= needed) return true;
@@ -158,24 +166,37 @@ bool PipelineDraftPolicy::DraftPaysLocked(const SpecState& spec) const {
   return spec.tokens_since_draft >= interval;
 }
 
-void PipelineDraftPolicy::ObservePaceLocked(DraftChainState& st, TokenOrigin origin) {
+void PipelineDraftPolicy::ObservePaceLocked(DraftChainState& st, bool accepted, bool drafting) {
   const auto now = std::chrono::steady_clock::now();
   // Gaps under a full pipeline measure the other requests, not drafting
   // (auto drafts nothing there).
   if (st.last_token_at && host_.RunningLocked() < host_.max_inflight()) {
-    pace_.Observe(st.last_origin, std::chrono::duration<double>(now - *st.last_token_at).count());
+    const TokenGap gap = st.last_accepted                 ? TokenGap::kAccepted
+                         : st.drafting || st.spec.draft_asked ? TokenGap::kFresh
+                                                           : TokenGap::kPlain;
+    pace_.Observe(gap, std::chrono::duration<double>(now - *st.last_token_at).count());
+    st.tokens_since_plain_gap = gap == TokenGap::kPlain ? 0 : st.tokens_since_plain_gap + 1;
     auto& m = metrics();
-    m.TokenInterval(TokenOriginName(st.last_origin))->Set(pace_.Mean(st.last_origin));
+    m.TokenInterval(TokenGapName(gap))->Set(pace_.Mean(gap));
     if (const std::optional<double> be = pace_.BreakEven()) m.break_even_acceptance->Set(*be);
   }
   st.last_token_at = now;
-  st.last_origin = origin;
+  st.last_accepted = accepted;
+  st.drafting = drafting;
+  st.spec.draft_asked = false;
+}
+
+void PipelineDraftPolicy::RecordShareLocked(SpecState& spec, bool accepted) {
+  const double x = accepted ? 1.0 : 0.0;
+  spec.acceptance_ema = 0.8 * spec.acceptance_ema + 0.2 * x;
+  pooled_acceptance_ += DraftPace::kRate * (x - pooled_acceptance_);
 }
 
 std::unique_ptr<DraftWork> PipelineDraftPolicy::GatherDraftLocked(
     const std::shared_ptr<Sequence>& sp) {
   Sequence& s = *sp;
   auto& st = PolicyStateOf<DraftChainState>(s);
+  st.spec.draft_asked = true;
   auto call = std::make_unique<DrafterCall>();
   call->drafter = st.drafter;
   DraftJob& j = call->job;
@@ -312,7 +333,11 @@ void PipelineDraftPolicy::DecideTokenLocked(Sequence& s, std::span<const float> 
   if (sp.drafts.empty()) {
     stats.cycles += n;  // decided by a token that crossed the whole pipeline alone
     ++sp.tokens_since_draft;
-    ObservePaceLocked(st, TokenOrigin::kPlain);
+    // A draft asked for and not ready in time (or no guess) is a miss: the
+    // token came fresh although the sequence drafts.
+    const bool missed = sp.draft_asked;
+    if (missed) RecordShareLocked(sp, false);
+    ObservePaceLocked(st, false, missed);
     host_.EmitTokenLocked(s, target(), logits);
     return;
   }
@@ -327,12 +352,11 @@ void PipelineDraftPolicy::DecideTokenLocked(Sequence& s, std::span<const float> 
     v = VerifyDraft(p, d.q, d.token, s.rng);
   }
   const int index = sp.chain_index++;
-  // Recent acceptance, for the auto rule (a short memory: acceptance
+  // Recent accepted share, for the auto rule (a short memory: acceptance
   // changes with the text).
-  sp.acceptance_ema = 0.8 * sp.acceptance_ema + 0.2 * (v.accepted ? 1.0 : 0.0);
-  pooled_acceptance_ += DraftPace::kRate * ((v.accepted ? 1.0 : 0.0) - pooled_acceptance_);
+  RecordShareLocked(sp, v.accepted);
   ++sp.tokens_since_draft;
-  ObservePaceLocked(st, v.accepted ? TokenOrigin::kAccepted : TokenOrigin::kReplacement);
+  ObservePaceLocked(st, v.accepted, !v.accepted);
   if (v.accepted) {
     ++stats.accepted_tokens;
     stats.cycles += 1;

@@ -30,9 +30,14 @@ struct DraftChainState : PolicyState {
   Drafter* drafter = nullptr;  // null: decodes plainly (its drafter failed)
   std::unique_ptr<OracleDrafter> oracle;  // oracle requests only
   const std::vector<int32_t>* reference = nullptr;  // the oracle's truth (the request's)
-  // When the newest token was emitted and how it was decided (DraftPace).
+  // When the newest token was emitted, and whether its row goes one stage
+  // behind its predecessor's (an accepted draft) or fresh (DraftPace).
   std::optional<std::chrono::steady_clock::time_point> last_token_at;
-  TokenOrigin last_origin = TokenOrigin::kPlain;
+  bool last_accepted = false;
+  // The sequence drafts: a draft was asked for since the newest token, or
+  // the newest token replaced a rejected one (DraftPace's kFresh).
+  bool drafting = false;
+  int tokens_since_plain_gap = 0;  // tokens since this sequence last showed t_plain
 };
 
 class PipelineDraftPolicy : public DecodingPolicy {
@@ -77,17 +82,22 @@ class PipelineDraftPolicy : public DecodingPolicy {
   void FlushLocked(Sequence& s);
   // Under `auto`: whether the sequence's acceptance pays on this
   // deployment's measured pace (else one probe now and then).
-  bool DraftPaysLocked(const SpecState& spec) const;
-  // The gap since the sequence's previous token, into the pace.
-  void ObservePaceLocked(DraftChainState& st, TokenOrigin origin);
+  bool DraftPaysLocked(const DraftChainState& st) const;
+  // The gap since the sequence's previous token, into the pace; the new
+  // token was an accepted draft or not, and leaves the sequence drafting
+  // or not.
+  void ObservePaceLocked(DraftChainState& st, bool accepted, bool drafting);
+  // A token arrived as an accepted draft (1) or not (0) while the sequence
+  // drafted: the share the gate weighs against the pace.
+  void RecordShareLocked(SpecState& spec, bool accepted);
   void QueueRelease(Drafter* d, uint64_t seq_id);
 
   v1::DecodingPolicy mode_;
   DraftRules rules_;
   std::unique_ptr<Drafter> drafter_;
   DraftPace pace_;  // over this policy's sequences (engine lock)
-  // Acceptance over this policy's recent verifications: where a new
-  // sequence's own estimate starts (engine lock).
+  // The accepted share over this policy's recent drafting tokens: where a
+  // new sequence's own estimate starts (engine lock).
   double pooled_acceptance_ = 0.5;
   std::mutex release_mu_;  // RetireLocked (engine lock) -> ReleaseRetired (driver)
   std::vector<std::pair<Drafter*, uint64_t>> releases_;
