@@ -75,6 +75,9 @@ Stream RunStream(const std::shared_ptr<grpc::Channel>& channel, const std::vecto
   for (int32_t t : prompt) req.mutable_token_ids()->add_ids(t);
   req.set_max_tokens(max_tokens);
   req.set_ignore_eos(true);
+  // Plain decoding, as the in-process baseline does: the server's default
+  // policy (recycle) would measure drafting, not the serving path.
+  req.set_policy(specline::v1::DECODING_POLICY_AUTOREGRESSIVE);
   grpc::ClientContext ctx;
   Stream s;
   const double t0 = Now();

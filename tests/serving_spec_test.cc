@@ -156,7 +156,11 @@ TEST(ServingSpec, PtpAndPipoPerRequestThroughTheGateway) {
   if (Stories260K().empty()) GTEST_SKIP() << "../shared/models/stories260K absent";
   const std::string ptp = SourcePath("training/heads/stories260K/ptp");
   const std::string pipo = SourcePath("training/heads/stories260K/pipo");
-  auto stack = StartStack(Stories260K(), 2, {"--ptp-head", ptp, "--pipo-head", pipo});
+  // `always`: every PTP call carries its auxiliary rows, so the proposals'
+  // path through the gateway is exercised (under auto, 2 cores rarely pay
+  // for them: docs/benchmarks.md "The pipeline policies' cost-aware guard").
+  auto stack = StartStack(Stories260K(), 2,
+                          {"--ptp-head", ptp, "--pipo-head", pipo, "--spec-policy", "always"});
   ReferenceEngine ref(Stories260K());
   EXPECT_EQ(ServedPolicies(*stack), (std::vector<int>{v1::DECODING_POLICY_AUTOREGRESSIVE,
                                                      v1::DECODING_POLICY_PTP,
