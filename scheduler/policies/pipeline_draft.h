@@ -95,6 +95,7 @@ class PipelineDraftPolicy : public DecodingPolicy {
   v1::DecodingPolicy mode_;
   DraftRules rules_;
   std::unique_ptr<Drafter> drafter_;
+  static constexpr double kSequenceRate = 0.1;  // weight of a token in a sequence's share
   DraftPace pace_;  // over this policy's sequences (engine lock)
   // The accepted share over this policy's recent drafting tokens: where a
   // new sequence's own estimate starts (engine lock).
