@@ -138,22 +138,30 @@ class Conformance : public ::testing::Test {
                          std::to_string(kKvCapacity), "--cors-origins",
                          "https://app.example,http://localhost:3000"})
                  .release();
-    // The gateway learns the KV capacity with the pipeline's readiness.
-    for (int i = 0; i < 400 && HttpCall(Http(), "GET", "/health").status != 200; ++i)
-      std::this_thread::sleep_for(25ms);
+    // The gateway learns the KV capacity with the pipeline's readiness. On
+    // a loaded machine (the whole suite at -j2) that took longer than the
+    // 10 s once allowed here, and the tests then failed at once.
+    for (int i = 0; i < 2400 && !ready_; ++i) {
+      ready_ = HttpCall(Http(), "GET", "/health").status == 200;
+      if (!ready_) std::this_thread::sleep_for(25ms);
+    }
   }
   static void TearDownTestSuite() {
     delete stack_;
     stack_ = nullptr;
+    ready_ = false;
   }
   void SetUp() override {
     if (!stack_) GTEST_SKIP() << "../shared/models/stories260K absent";
+    ASSERT_TRUE(ready_) << "the gateway did not answer GET /health with 200 within 60 s";
   }
   static int Http() { return stack_->ports["gateway"]["http"].get<int>(); }
   static json Chat(const std::string& text) { return json::array({{{"role", "user"}, {"content", text}}}); }
   static ServingStack* stack_;
+  static bool ready_;
 };
 ServingStack* Conformance::stack_ = nullptr;
+bool Conformance::ready_ = false;
 
 json Ids(int n) { return json(std::vector<int>(n, 5)); }
 
