@@ -77,7 +77,6 @@ struct SpecState {
   // before backing off, several percent of a short request
   // (bench/spec_bench, alpha = 0).
   double acceptance_ema = 0.5;
-  bool draft_asked = false;  // a draft was asked for since the newest token
   int tokens_since_draft = 0;
   // The chain end at which the drafter last had no guess: it is not asked
   // again until the chain moves.

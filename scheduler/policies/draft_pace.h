@@ -26,6 +26,7 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <optional>
 
 namespace specline::scheduler {
@@ -66,6 +67,51 @@ class DraftPace {
   };
   static size_t Index(TokenGap g) { return static_cast<size_t>(g); }
   std::array<RunningMean, 3> means_{};
+};
+
+// One sequence's side of the pace: when its newest token came, and how the
+// row deciding its next one was sent, so the gap that token closes lands in
+// its kind (not thread-safe: the engine lock).
+class SequencePace {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // A draft was asked for since the newest token: the sequence drafts.
+  void DraftAsked() { draft_asked_ = true; }
+  bool draft_asked() const { return draft_asked_; }
+
+  // Seconds since the newest token (nullopt before the first one).
+  std::optional<double> SecondsSince(Clock::time_point now) const {
+    if (!last_token_at_) return std::nullopt;
+    return std::chrono::duration<double>(now - *last_token_at_).count();
+  }
+  // The kind of the gap a token arriving now closes.
+  TokenGap Gap() const {
+    if (last_accepted_) return TokenGap::kAccepted;
+    return drafting_ || draft_asked_ ? TokenGap::kFresh : TokenGap::kPlain;
+  }
+  // A gap of this kind went into the pace.
+  void Counted(TokenGap gap) {
+    tokens_since_plain_gap_ = gap == TokenGap::kPlain ? 0 : tokens_since_plain_gap_ + 1;
+  }
+  int tokens_since_plain_gap() const { return tokens_since_plain_gap_; }
+
+  // A token came at `now`: an accepted draft (its successor's row is
+  // already one stage behind) or not; `drafting`: it leaves the sequence
+  // drafting (a replacement, or a draft that was not ready in time).
+  void Token(Clock::time_point now, bool accepted, bool drafting) {
+    last_token_at_ = now;
+    last_accepted_ = accepted;
+    drafting_ = drafting;
+    draft_asked_ = false;
+  }
+
+ private:
+  std::optional<Clock::time_point> last_token_at_;
+  bool last_accepted_ = false;
+  bool drafting_ = false;
+  bool draft_asked_ = false;
+  int tokens_since_plain_gap_ = 0;
 };
 
 }  // namespace specline::scheduler

@@ -155,7 +155,7 @@ bool PipelineDraftPolicy::DraftPaysLocked(const DraftChainState& st) const {
   const int plain_every = pace_.Samples(TokenGap::kPlain) < DraftPace::kMinSamples
                               ? rules_.probe_interval
                               : 8 * rules_.probe_interval;
-  if (st.tokens_since_plain_gap >= plain_every) return false;
+  if (st.pace.tokens_since_plain_gap() >= plain_every) return false;
   // Until every gap is measured, the configured floor decides.
   const double needed = pace_.BreakEven().value_or(rules_.min_acceptance);
   if (spec.acceptance_ema >= needed) return true;
@@ -167,23 +167,22 @@ bool PipelineDraftPolicy::DraftPaysLocked(const DraftChainState& st) const {
 }
 
 void PipelineDraftPolicy::ObservePaceLocked(DraftChainState& st, bool accepted, bool drafting) {
-  const auto now = std::chrono::steady_clock::now();
+  const auto now = SequencePace::Clock::now();
+  const std::optional<double> seconds = st.pace.SecondsSince(now);
   // Gaps under a full pipeline measure the other requests, not drafting
   // (auto drafts nothing there).
-  if (st.last_token_at && host_.RunningLocked() < host_.max_inflight()) {
-    const TokenGap gap = st.last_accepted                 ? TokenGap::kAccepted
-                         : st.drafting || st.spec.draft_asked ? TokenGap::kFresh
-                                                           : TokenGap::kPlain;
-    pace_.Observe(gap, std::chrono::duration<double>(now - *st.last_token_at).count());
-    st.tokens_since_plain_gap = gap == TokenGap::kPlain ? 0 : st.tokens_since_plain_gap + 1;
-    auto& m = metrics();
-    m.TokenInterval(TokenGapName(gap))->Set(pace_.Mean(gap));
-    if (const std::optional<double> be = pace_.BreakEven()) m.break_even_acceptance->Set(*be);
+  if (seconds && host_.RunningLocked() < host_.max_inflight()) {
+    const TokenGap gap = st.pace.Gap();
+    pace_.Observe(gap, *seconds);
+    st.pace.Counted(gap);
+    prometheus::Gauge*& gauge = interval_gauges_[static_cast<size_t>(gap)];
+    if (!gauge) gauge = metrics().TokenInterval(TokenGapName(gap));
+    gauge->Set(pace_.Mean(gap));
+    if (const std::optional<double> be = pace_.BreakEven()) {
+      metrics().break_even_acceptance->Set(*be);
+    }
   }
-  st.last_token_at = now;
-  st.last_accepted = accepted;
-  st.drafting = drafting;
-  st.spec.draft_asked = false;
+  st.pace.Token(now, accepted, drafting);
 }
 
 void PipelineDraftPolicy::RecordShareLocked(SpecState& spec, bool accepted) {
@@ -199,7 +198,7 @@ std::unique_ptr<DraftWork> PipelineDraftPolicy::GatherDraftLocked(
     const std::shared_ptr<Sequence>& sp) {
   Sequence& s = *sp;
   auto& st = PolicyStateOf<DraftChainState>(s);
-  st.spec.draft_asked = true;
+  st.pace.DraftAsked();
   auto call = std::make_unique<DrafterCall>();
   call->drafter = st.drafter;
   DraftJob& j = call->job;
@@ -338,7 +337,7 @@ void PipelineDraftPolicy::DecideTokenLocked(Sequence& s, std::span<const float> 
     ++sp.tokens_since_draft;
     // A draft asked for and not ready in time (or no guess) is a miss: the
     // token came fresh although the sequence drafts.
-    const bool missed = sp.draft_asked;
+    const bool missed = st.pace.draft_asked();
     if (missed) RecordShareLocked(sp, false);
     ObservePaceLocked(st, false, missed);
     host_.EmitTokenLocked(s, target(), logits);

@@ -8,10 +8,9 @@
 // (policies/ppsd.cc, policies/spd.cc).
 #pragma once
 
-#include <chrono>
+#include <array>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -30,14 +29,7 @@ struct DraftChainState : PolicyState {
   Drafter* drafter = nullptr;  // null: decodes plainly (its drafter failed)
   std::unique_ptr<OracleDrafter> oracle;  // oracle requests only
   const std::vector<int32_t>* reference = nullptr;  // the oracle's truth (the request's)
-  // When the newest token was emitted, and whether its row goes one stage
-  // behind its predecessor's (an accepted draft) or fresh (DraftPace).
-  std::optional<std::chrono::steady_clock::time_point> last_token_at;
-  bool last_accepted = false;
-  // The sequence drafts: a draft was asked for since the newest token, or
-  // the newest token replaced a rejected one (DraftPace's kFresh).
-  bool drafting = false;
-  int tokens_since_plain_gap = 0;  // tokens since this sequence last showed t_plain
+  SequencePace pace;  // the gaps between its tokens, for the auto gate
 };
 
 class PipelineDraftPolicy : public DecodingPolicy {
@@ -97,6 +89,7 @@ class PipelineDraftPolicy : public DecodingPolicy {
   std::unique_ptr<Drafter> drafter_;
   static constexpr double kSequenceRate = 0.1;  // weight of a token in a sequence's share
   DraftPace pace_;  // over this policy's sequences (engine lock)
+  std::array<prometheus::Gauge*, 3> interval_gauges_{};  // by TokenGap, on first use
   // The accepted share over this policy's recent drafting tokens: where a
   // new sequence's own estimate starts (engine lock).
   double pooled_acceptance_ = 0.5;
