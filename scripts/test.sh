@@ -14,9 +14,17 @@
 # No check may pass by not running: an empty ctest selection fails
 # (--no-tests=error), and so does a skipped test outside
 # tests/skip_allowlist.txt or a skipped Python test (SPECLINE_ALLOW_SKIPS=1
-# lets a developer without ../shared run the rest).
+# lets a developer without ../shared run the rest; CI=true refuses it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# CI must check everything: a run that lets skips pass is not CI's run.
+if [ "${CI:-}" = true ] && [ "${SPECLINE_ALLOW_SKIPS:-0}" = 1 ]; then
+  echo "scripts/test.sh: SPECLINE_ALLOW_SKIPS=1 is refused with CI=true:" \
+    "CI passes only when every check ran (unset it, or run without CI=true)" >&2
+  exit 2
+fi
+
 source scripts/lib/phases.sh
 
 BUILD_DIR=${SPECLINE_BUILD_DIR:-build}
@@ -76,13 +84,18 @@ export SPECLINE_WRITER_SAMPLES="$WRITER_SAMPLES"
 # whole deployments; running them twice would buy nothing).
 phase release-tests run_ctest "$BUILD_DIR" -LE '^asan$'
 
-# Training recipes (Python): model parity with the goldens, head export
-# loaded by the C++ binary, seconds-long training runs; then the model
-# writers against independent readers (the gguf and safetensors packages,
-# numpy): fails on a mismatch or a missing sample.
+# The checkers' self-test, then the training recipes (Python): model parity
+# with the goldens, head export loaded by the C++ binary, seconds-long
+# training runs; then the model writers against independent readers (the
+# gguf and safetensors packages, numpy): fails on a mismatch or a missing
+# sample.
 python_checks() {
   local py
   py=$(bash training/setup.sh | tail -1) || return
+  # This script's own checks first: the skip rules above hold (a skip, or
+  # a cuda test that failed and then skipped, fails the run; CI=true
+  # refuses SPECLINE_ALLOW_SKIPS=1).
+  "$py" scripts/lib/unittest_strict.py scripts/lib || return
   SPECLINE_BIN="$BUILD_DIR/specline" "$py" scripts/lib/unittest_strict.py training/tests || return
   "$py" scripts/reference/check_writers.py "$WRITER_SAMPLES" || return
   # The chat template engine against jinja2 on random conversations over

@@ -36,8 +36,11 @@ def cxx_info_head(test, model_path, head_dir):
     """Loads the head with the C++ LoadDraftHead via `specline info --head`."""
     exe = specline_binary()
     if exe is None:
-        print("\n  (skipping the C++ load check: no specline binary with `info --head`; "
-              "build it with cmake --build build-train --target specline)", file=sys.stderr)
+        # Recorded as a skipped subtest, so the strict runner sees it; the
+        # test's Python checks go on.
+        with test.subTest("C++ load check"):
+            test.skipTest("no specline binary with `info --head`; build it with "
+                          "cmake --build build-train --target specline")
         return None
     r = subprocess.run([exe, "info", "--model", model_path, "--head", head_dir],
                        capture_output=True, text=True)
@@ -113,8 +116,7 @@ class StoriesHeadsTest(unittest.TestCase):
         out = export_module(os.path.join(d, "f16"), head, dtype="F16")
         with open(os.path.join(out, "head.json")) as f:
             self.assertEqual(json.load(f)["dtype"], "F16")
-        if specline_binary():
-            cxx_info_head(self, STORIES_BIN, out)
+        cxx_info_head(self, STORIES_BIN, out)
 
     def test_spd_export_loads_in_cxx(self):
         # SPD modules are not trained here yet; the writer already knows their layout.
