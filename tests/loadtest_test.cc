@@ -275,7 +275,11 @@ std::map<double, double> HistogramBuckets(const std::string& text, const std::st
 TEST(LoadtestE2E, ClosedLoopAgreesWithGatewayMetrics) {
   const std::string model = SharedModelPath("stories260K/stories260K.bin");
   if (model.empty()) GTEST_SKIP() << "../shared/models/stories260K absent";
-  auto stack = StartStack(model, 2);
+  // Plain decoding: one token per message, so the client's gaps and the
+  // gateway's per-token ITL count alike. (Under the default, recycle with
+  // --spec-policy auto, a message carries as many tokens as the call
+  // accepted, which depends on the measured call cost: a timing.)
+  auto stack = StartStack(model, 2, {"--default-policy", "ar"});
   const std::string dir = TempDir();
   const std::string json_path = dir + "/lt.json", html_path = dir + "/lt.html";
   const std::string before = ScrapeMetrics(stack->metrics_port());

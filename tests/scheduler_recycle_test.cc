@@ -69,8 +69,13 @@ TEST_P(TrainingFreeGreedy, EqualsPlainDecoding) {
       accepted += st.accepted_tokens;
     }
   }
-  EXPECT_GT(drafted, 0);
-  EXPECT_GT(accepted, 0) << "no draft was ever accepted: the drafter never learnt";
+  // Under auto how much is drafted follows the measured call cost (a
+  // timing): the case checks that auto's drafts, however many, keep the
+  // output; the counts are asserted where the gate is pinned.
+  if (c.gate == scheduler::DraftGate::kAlways) {
+    EXPECT_GT(drafted, 0);
+    EXPECT_GT(accepted, 0) << "no draft was ever accepted: the drafter never learnt";
+  }
   EXPECT_TRUE(Eventually([&] { return p.StagesEmpty(); }));
   const auto stats = p.engine().Stats();
   EXPECT_EQ(stats.kv_free_tokens, stats.kv_capacity_tokens);
@@ -123,7 +128,9 @@ TEST(TrainingFreeGreedy, RecentRequestsAreDraftedFrom) {
 // under recycle, whatever was drafted: every emitted token is the target's
 // own sample from one uniform of the request's stream, drafts only decide
 // how many rows a call computes. Repeated requests draft from the recent
-// index (long accepted runs), fresh ones from the matrix.
+// index (long accepted runs), fresh ones from the matrix. Under auto what
+// is drafted depends on the measured call cost (a timing), so only the
+// output is asserted there; `always` shows drafts were kept.
 TEST(TrainingFreeSampled, ASeedGivesPlainDecodingsTokens) {
   for (scheduler::DraftGate gate : {scheduler::DraftGate::kAlways, scheduler::DraftGate::kAuto}) {
     InprocPipeline p(1, Options(gate), InprocPipeline::kStageKvTokens, std::chrono::microseconds(200));
@@ -147,7 +154,9 @@ TEST(TrainingFreeSampled, ASeedGivesPlainDecodingsTokens) {
         }
       }
     }
-    EXPECT_GT(accepted, 0) << "nothing was drafted and kept: the test would not test verification";
+    if (gate == scheduler::DraftGate::kAlways) {
+      EXPECT_GT(accepted, 0) << "nothing was drafted and kept: the test would not test verification";
+    }
   }
 }
 
