@@ -333,7 +333,6 @@ TEST_P(NcclLinkTest, ReceiverGoingAwayMidStreamFailsSendWithoutHanging) {
   const std::string big = Pattern(3, 4 << 20);
   std::atomic<int> sent{0};
   absl::Status last;
-  const auto start = std::chrono::steady_clock::now();
   std::thread sender([&] {
     for (int i = 0; i < 2000; ++i) {
       last = tx->Send(big);
@@ -344,11 +343,8 @@ TEST_P(NcclLinkTest, ReceiverGoingAwayMidStreamFailsSendWithoutHanging) {
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(rx->Receive(milliseconds(30000)).ok());
   rx->Shutdown();  // transfers in flight are aborted (ncclCommAbort)
   rx.reset();
-  sender.join();
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  sender.join();  // a sender that hangs instead fails at ctest's timeout
   EXPECT_EQ(last.code(), absl::StatusCode::kUnavailable) << last << " after " << sent << " sends";
-  EXPECT_LT(seconds, 15.0);
   // The same sender bootstraps a new link to a new receiver.
   auto again = MustListen(PortOf(address));
   ASSERT_TRUE(again);
@@ -394,11 +390,9 @@ TEST(NcclBootstrap, TwoRankLinkOnOneGpuIsRefused) {
   ASSERT_TRUE(rx.ok()) << rx.status();
   auto tx = ConnectNccl("127.0.0.1", PortOf((*rx)->address()), o);
   ASSERT_TRUE(tx.ok()) << tx.status();
-  const auto start = std::chrono::steady_clock::now();
   absl::Status st = (*tx)->Send(Pattern(0, 100000));
   EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable) << st;
   EXPECT_NE(st.message().find("Duplicate GPU"), std::string::npos) << st;
-  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 5.0);
   // The same receiver takes a same-device link from this process.
   o.same_device = true;
   auto self = ConnectNccl("127.0.0.1", PortOf((*rx)->address()), o);
@@ -507,8 +501,7 @@ TEST(NcclBootstrap, APeerThatNeverJoinsTimesOut) {
   release = true;
   EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable) << st;
   EXPECT_NE(st.message().find("timed out"), std::string::npos) << st;
-  EXPECT_GT(seconds, 1.0);
-  EXPECT_LT(seconds, 10.0);
+  EXPECT_GT(seconds, 1.0);  // it waited for its 1.5 s timeout (a causal bound)
 }
 
 TEST(NcclBootstrap, APeerThatHangsUpDuringTheJoinFailsPromptly) {
@@ -519,10 +512,11 @@ TEST(NcclBootstrap, APeerThatHangsUpDuringTheJoinFailsPromptly) {
   });  // closes the connection
   auto tx = SenderTo(peer.port(), 20000);
   ASSERT_TRUE(tx);
-  const auto start = std::chrono::steady_clock::now();
   absl::Status st = tx->Send(Pattern(0, 100000));
   EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable) << st;
-  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10.0);
+  // Promptly: it failed on the hang-up, not at its 20 s timeout (no clock
+  // is read: a bound on the time would fail on a loaded machine).
+  EXPECT_EQ(st.message().find("timed out"), std::string::npos) << st;
 }
 
 TEST(NcclBootstrap, ProtocolMismatchWithTcpIsRefused) {
