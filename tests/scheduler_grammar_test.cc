@@ -6,9 +6,10 @@
 //     recycle give exactly the tokens of an independent reference: plain
 //     greedy decoding over LocalPipeline with its own grammar matcher
 //     masking each row by hand;
-//   - sampling: the distribution of complete constrained outputs equals the
-//     masked model's, enumerated exactly from LocalPipeline (chi-square,
-//     p < 1e-4 per test);
+//   - sampling: every output, re-checked by a grammar matcher of its own,
+//     keeps to the grammar (no violation allowed), and the distribution of
+//     complete constrained outputs equals the masked model's, enumerated
+//     exactly from LocalPipeline (chi-square, p < 1e-4 per test);
 //   - tokens the grammar forces ride as drafts and are accepted;
 //   - a format the policy cannot keep (PTP, PIPO) is refused at Submit.
 // The model is the real stories260K (SentencePiece vocabulary of 512): small
@@ -336,6 +337,22 @@ double ChiSquareUpperTail(double x, int k) {
   return 0.5 * std::erfc(z / std::sqrt(2.0));
 }
 
+// Why `tokens` is not a complete output of grammar `g`, re-checked by a
+// matcher of its own ("" when it is): every token allowed where it stands,
+// and the grammar ended (its stop token accepted, or complete).
+std::string GrammarViolation(std::shared_ptr<const grammar::CompiledGrammar> g,
+                             const std::vector<int32_t>& tokens) {
+  grammar::GrammarMatcher m(std::move(g));
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (!m.Accept(tokens[i])) {
+      return "token " + std::to_string(i) + " (" + std::to_string(tokens[i]) +
+             ") is not allowed there";
+    }
+  }
+  if (!m.IsTerminated() && !m.CanEnd()) return "it ends before the grammar does";
+  return "";
+}
+
 class GrammarSampling : public ::testing::TestWithParam<v1::DecodingPolicy> {};
 
 TEST_P(GrammarSampling, OutputsFollowTheMaskedModel) {
@@ -355,6 +372,7 @@ TEST_P(GrammarSampling, OutputsFollowTheMaskedModel) {
   ASSERT_GE(exact.size(), 2u);
   constexpr int kN = 1500;
   std::map<std::string, int> seen;
+  int violations = 0;
   for (int i = 0; i < kN; ++i) {
     scheduler::RequestOptions r = Request(prompt, g, 16);
     r.mode = mode;
@@ -365,9 +383,18 @@ TEST_P(GrammarSampling, OutputsFollowTheMaskedModel) {
     }
     auto stream = p.engine().Submit(r);
     ASSERT_TRUE(stream.ok()) << stream.status();
-    ++seen[Text(Collect(**stream).tokens)];
+    const std::vector<int32_t> tokens = Collect(**stream).tokens;
+    // Every output keeps to the grammar: none may violate it.
+    if (const std::string why = GrammarViolation(g, tokens); !why.empty()) {
+      if (++violations <= 5) {
+        ADD_FAILURE() << "seed " << r.sampling.seed << ": \"" << Text(tokens) << "\": " << why;
+      }
+    }
+    ++seen[Text(tokens)];
   }
-  // Chi-square over the outputs, the rare ones pooled (expected count < 5).
+  EXPECT_EQ(violations, 0) << "outputs the grammar does not allow, of " << kN;
+  // Chi-square over the outputs, the rare ones pooled (expected count < 5)
+  // with any the enumeration left out (paths below 1e-7).
   double chi2 = 0, pooled_expected = 0;
   int pooled_seen = 0, cells = 0;
   for (const auto& [text, prob] : exact) {
@@ -392,8 +419,8 @@ TEST_P(GrammarSampling, OutputsFollowTheMaskedModel) {
   }
   ASSERT_GE(cells, 2);
   const double pvalue = ChiSquareUpperTail(chi2, cells - 1);
-  EXPECT_GT(pvalue, 1e-4) << "chi2 " << chi2 << " over " << cells << " cells";
-  EXPECT_LT(unexpected, 3) << "outputs the grammar does not allow";
+  EXPECT_GT(pvalue, 1e-4) << "chi2 " << chi2 << " over " << cells << " cells (" << unexpected
+                          << " outputs outside the enumeration)";
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, GrammarSampling,

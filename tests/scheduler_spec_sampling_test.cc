@@ -11,10 +11,12 @@
 // and run chi-square goodness-of-fit tests of the observed (t1, t2) joint,
 // t3 marginal and (t1, t2, t3) joint against the exact ones.
 //
-// Rejection threshold: p < 1e-4 per test. There are 48 chi-square tests of
-// the engine in this file (the 16 modes of INSTANTIATE_TEST_SUITE_P(Modes)
-// below x 3 statistics), so if the engine is lossless the chance that any of
-// them fails spuriously in a run is at most 48 x 1e-4 = 0.48% (Bonferroni).
+// Rejection threshold: p < 1e-4 per test. There are 75 chi-square tests of
+// the engine in this file (the 23 modes of INSTANTIATE_TEST_SUITE_P(Modes)
+// and the 2 of MixtureOfExperts below, 25 modes x 3 statistics), so if the
+// engine is lossless the chance that any of them fails spuriously in a run
+// is at most 75 x 1e-4 = 0.75% (Bonferroni). (A mode added below adds 3
+// tests and 0.03%: update this count with it.)
 // PTP (coupled sampling at counter-based u, docs/ptp.md) is deterministic
 // per seed; across seeds it must have the same distribution. The outputs depend on pipeline timing
 // (whether a draft exists when a token is decided changes how the request's
@@ -25,7 +27,7 @@
 // (t3 conditioned on the wrong token, t1 and t2 exact) is rejected by the t3
 // and (t1, t2, t3) statistics while the (t1, t2) one, blind to it, passes.
 // The broken engine runs plain decoding, so its outputs are the same on
-// every run: its (t1, t2) test is deterministic, not a 49th chance of a
+// every run: its (t1, t2) test is deterministic, not a 76th chance of a
 // spurious failure.
 #include <gtest/gtest.h>
 
