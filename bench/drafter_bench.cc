@@ -200,8 +200,12 @@ Tally Replay(TrainingFreeDrafter& d, const Trace& t, int max_draft, bool prefill
              bool own_index, bool remember) {
   RequestSuffixIndex own;
   Tally tally(max_draft);
+  // One client: every trace is in the unscoped namespace.
+  const std::shared_ptr<DrafterMemory> mem = d.MemoryFor("");
   if (prefill_updates) {
-    for (size_t j = 0; j < t.prompt_topk.size(); ++j) d.ObserveTopK(t.prompt[j], t.prompt_topk[j]);
+    for (size_t j = 0; j < t.prompt_topk.size(); ++j) {
+      d.ObserveTopK(*mem, t.prompt[j], t.prompt_topk[j]);
+    }
   }
   std::vector<int32_t> ctx = t.prompt;
   const int64_t T = static_cast<int64_t>(t.generated.size());
@@ -209,7 +213,7 @@ Tally Replay(TrainingFreeDrafter& d, const Trace& t, int max_draft, bool prefill
   for (int64_t i = 0; i < T; ++i) {
     for (int n = 1; n <= max_draft; ++n) {
       const double t0 = bench::Now();
-      const DraftProposal draft = d.Propose(ctx, n, own_index ? &own : nullptr);
+      const DraftProposal draft = d.Propose(*mem, ctx, n, own_index ? &own : nullptr);
       tally.propose_seconds.push_back(bench::Now() - t0);
       // Accepted drafts must leave the bonus token inside the trajectory.
       int a = 0;
@@ -220,10 +224,10 @@ Tally Replay(TrainingFreeDrafter& d, const Trace& t, int max_draft, bool prefill
       acc[n - 1][i] = a;
       tally.accepted[n - 1] += a;
     }
-    d.ObserveTopK(ctx.back(), t.step_topk[i]);
+    d.ObserveTopK(*mem, ctx.back(), t.step_topk[i]);
     ctx.push_back(t.generated[i]);
   }
-  if (remember) d.Remember(ctx);
+  if (remember) d.Remember(*mem, ctx);
   tally.positions = T;
   tally.sim_tokens = T;
   for (int n = 1; n <= max_draft; ++n) {
@@ -307,19 +311,20 @@ nlohmann::json TreeStudy(const std::vector<Trace>& traces, const Options& o, int
     while (a < static_cast<int>(draft.size()) && i + a + 1 < T && draft[a] == t.generated[i + a]) ++a;
     return a;
   };
+  const std::shared_ptr<DrafterMemory> mem = d.MemoryFor("");
   for (const Trace& t : traces) {
     RequestSuffixIndex own;
     std::vector<int32_t> ctx = t.prompt;
     for (int64_t i = 0; i < static_cast<int64_t>(t.generated.size()); ++i) {
       for (int n = 1; n <= kMaxChain; ++n) {
-        const std::vector<int32_t> draft = d.Propose(ctx, n, &own).tokens;
+        const std::vector<int32_t> draft = d.Propose(*mem, ctx, n, &own).tokens;
         chain[n].tokens += 1 + accepted(draft, t, i);
         chain[n].cost += CostOf(o.cost_curve, static_cast<int>(draft.size()) + 1);
         ++chain[n].steps;
       }
-      const std::vector<int32_t> row = d.recycling().Candidates(ctx.back());
+      const std::vector<int32_t> row = mem->recycling.Candidates(ctx.back());
       for (int depth = 1; depth <= kMaxDepth; ++depth) {
-        const std::vector<int32_t> a = d.Propose(ctx, depth, &own).tokens;
+        const std::vector<int32_t> a = d.Propose(*mem, ctx, depth, &own).tokens;
         std::vector<int32_t> b;
         for (int32_t c : row) {
           if (a.empty() || c != a[0]) {
@@ -328,7 +333,8 @@ nlohmann::json TreeStudy(const std::vector<Trace>& traces, const Options& o, int
           }
         }
         if (!b.empty() && depth > 1) {
-          const std::vector<int32_t> more = d.recycling().Draft(std::span<const int32_t>(b), depth - 1);
+          const std::vector<int32_t> more =
+              mem->recycling.Draft(std::span<const int32_t>(b), depth - 1);
           b.insert(b.end(), more.begin(), more.end());
         }
         const int got = std::max(accepted(a, t, i), accepted(b, t, i));
@@ -336,10 +342,10 @@ nlohmann::json TreeStudy(const std::vector<Trace>& traces, const Options& o, int
         tree[depth].cost += CostOf(o.cost_curve, static_cast<int>(a.size() + b.size()) + 1);
         ++tree[depth].steps;
       }
-      d.ObserveTopK(ctx.back(), t.step_topk[i]);
+      d.ObserveTopK(*mem, ctx.back(), t.step_topk[i]);
       ctx.push_back(t.generated[i]);
     }
-    d.Remember(ctx);
+    d.Remember(*mem, ctx);
   }
   std::printf("\n== chain against a two-branch tree (cost curve:");
   for (const auto& [rows, cost] : o.cost_curve) std::printf(" %d:%.2f", rows, cost);
@@ -496,7 +502,7 @@ int main(int argc, char** argv) {
         for (const std::string& g : groups) by_group.emplace(g, Tally(o.max_draft));
         nlohmann::json per_prompt = nlohmann::json::object();
         for (const Trace& t : traces) {
-          if (m == "isolated") d.recycling().Clear();
+          if (m == "isolated") d.MemoryFor("")->recycling.Clear();
           const Tally tally = Replay(d, t, o.max_draft, prefill_updates, kind.automaton, remember);
           by_group.at("all").Add(tally);
           by_group.at(t.grounded ? "grounded" : "open").Add(tally);
@@ -542,7 +548,7 @@ int main(int argc, char** argv) {
   TrainingFreeDrafterOptions sizing;
   sizing.vocab_size = c.vocab_size;
   sizing.k = o.k;
-  const size_t matrix_bytes = TrainingFreeDrafter(sizing).recycling().bytes();
+  const size_t matrix_bytes = TrainingFreeDrafter(sizing).MemoryFor("")->recycling.bytes();
   std::printf("\nrecycling matrix: vocab %d x k %d = %.1f KiB\n", c.vocab_size, o.k,
               matrix_bytes / 1024.0);
   nlohmann::json traces_json = nlohmann::json::array();

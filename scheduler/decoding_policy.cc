@@ -81,6 +81,15 @@ void DecodingPolicy::RecordDiscarded(Sequence& s, int64_t n) {
   metrics().discarded_tokens->Increment(static_cast<double>(n));
 }
 
+void DecodingPolicy::RecordDraftSource(Sequence& s, const std::string& source, int64_t tokens) {
+  if (tokens <= 0) return;
+  ++s.stats.drafts_by_source[source];
+  s.stats.draft_tokens_by_source[source] += tokens;
+  SchedulerMetrics::Spec& met = metrics();
+  met.DraftsFrom(source)->Increment();
+  met.DraftTokensFrom(source)->Increment(static_cast<double>(tokens));
+}
+
 WantedRows DecodingPolicy::Wanted(const SlotRun& r) const {
   return {r.first_pos + r.verify_rows() - r.output_rows, r.output_rows + r.aux, r.aux};
 }

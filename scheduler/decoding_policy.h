@@ -178,6 +178,9 @@ class DecodingPolicy {
   // Counts `n` drafts dropped unverified (a flush, a finish), in the
   // sequence's counters and the policy's metric alike.
   void RecordDiscarded(Sequence& s, int64_t n);
+  // Counts one proposal of `tokens` drafts sent from `source` (a drafter's
+  // source name), in the sequence's counters and the policy's metric.
+  void RecordDraftSource(Sequence& s, const std::string& source, int64_t tokens);
   // The policy's counters (label policy=name()).
   SchedulerMetrics::Spec& metrics() { return host_.SpecMetrics(name()); }
   PolicyHost& host_;

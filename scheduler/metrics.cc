@@ -120,6 +120,11 @@ SchedulerMetrics::SchedulerMetrics(std::shared_ptr<prometheus::Registry> reg)
                            .Name("specline_spec_decode_num_accepted_tokens_per_pos_total")
                            .Help("Accepted draft tokens by position in their chain")
                            .Register(r);
+  drafts_by_source_ = counter("specline_spec_decode_num_drafts_by_source_total",
+                              "Draft proposals sent, by the drafter's source (prompt_lookup, "
+                              "recent_requests, token_recycling)");
+  draft_tokens_by_source_ = counter("specline_spec_decode_num_draft_tokens_by_source_total",
+                                    "Draft tokens sent, by the drafter's source");
   token_interval_ = &BuildGauge()
                          .Name("specline_spec_decode_token_interval_seconds")
                          .Help("Pipeline speculation: mean gap to a sequence's next token after one "
@@ -152,6 +157,8 @@ SchedulerMetrics::Spec& SchedulerMetrics::ForPolicy(const std::string& policy) {
     spec->policy = policy;
     spec->accepted_per_pos = accepted_per_pos_;
     spec->token_interval = token_interval_;
+    spec->drafts_by_source = drafts_by_source_;
+    spec->draft_tokens_by_source = draft_tokens_by_source_;
     spec->break_even_acceptance = &break_even_->Add(label);
     spec->break_even_acceptance->Set(std::numeric_limits<double>::quiet_NaN());  // not measured yet
   }
@@ -160,6 +167,14 @@ SchedulerMetrics::Spec& SchedulerMetrics::ForPolicy(const std::string& policy) {
 
 prometheus::Counter* SchedulerMetrics::Spec::AcceptedAtPosition(int position) {
   return &accepted_per_pos->Add({{"policy", policy}, {"position", std::to_string(position)}});
+}
+
+prometheus::Counter* SchedulerMetrics::Spec::DraftsFrom(const std::string& source) {
+  return &drafts_by_source->Add({{"policy", policy}, {"source", source}});
+}
+
+prometheus::Counter* SchedulerMetrics::Spec::DraftTokensFrom(const std::string& source) {
+  return &draft_tokens_by_source->Add({{"policy", policy}, {"source", source}});
 }
 
 prometheus::Gauge* SchedulerMetrics::Spec::TokenInterval(const std::string& after) {

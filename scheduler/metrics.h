@@ -59,8 +59,15 @@ struct SchedulerMetrics {
     // (plain, accepted, replacement), and the acceptance drafting needs.
     prometheus::Gauge* TokenInterval(const std::string& after);
     prometheus::Gauge* break_even_acceptance;
+    // Proposals sent and their draft tokens by the drafter's source
+    // (prompt_lookup, recent_requests, token_recycling). No principal
+    // label: the scheduler counts every scope together.
+    prometheus::Counter* DraftsFrom(const std::string& source);
+    prometheus::Counter* DraftTokensFrom(const std::string& source);
 
     std::string policy;
+    prometheus::Family<prometheus::Counter>* drafts_by_source;
+    prometheus::Family<prometheus::Counter>* draft_tokens_by_source;
     prometheus::Family<prometheus::Counter>* accepted_per_pos;
     prometheus::Family<prometheus::Gauge>* token_interval;
   };
@@ -71,6 +78,8 @@ struct SchedulerMetrics {
   std::mutex mu_;
   std::map<std::string, std::unique_ptr<Spec>> spec_;
   prometheus::Family<prometheus::Counter>* accepted_per_pos_;
+  prometheus::Family<prometheus::Counter>* drafts_by_source_;
+  prometheus::Family<prometheus::Counter>* draft_tokens_by_source_;
   prometheus::Family<prometheus::Counter>* spec_counters_[5];
   prometheus::Family<prometheus::Histogram>* spec_length_;
   prometheus::Family<prometheus::Gauge>* token_interval_;

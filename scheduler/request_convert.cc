@@ -17,6 +17,10 @@ void ToProto(const SpecStats& st, int n_stages, int generated, v1::SpecDecodeSta
   out->set_num_discarded_tokens(st.discarded_tokens);
   for (int64_t a : st.accepted_per_pos) out->add_num_accepted_tokens_per_pos(a);
   out->set_pipeline_cycles(st.cycles);
+  for (const auto& [source, n] : st.drafts_by_source) (*out->mutable_num_drafts_by_source())[source] = n;
+  for (const auto& [source, n] : st.draft_tokens_by_source) {
+    (*out->mutable_num_draft_tokens_by_source())[source] = n;
+  }
   if (st.cycles > 0) {
     out->set_equivalent_acceptance_length(static_cast<double>(n_stages) * generated /
                                           static_cast<double>(st.cycles));

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <string>
 #include <vector>
 
 #include "model/runtime/sampler.h"
@@ -44,6 +45,11 @@ struct SpecStats {
   // accepted costs one cycle; a token decided without a live draft (plain,
   // corrected, or the first) costs n, the pipeline's depth.
   int64_t cycles = 0;
+  // Drafts sent, by the source that proposed them, for drafters that have
+  // several (the training-free drafter: prompt_lookup, recent_requests,
+  // token_recycling): proposals and their tokens.
+  std::map<std::string, int64_t> drafts_by_source;
+  std::map<std::string, int64_t> draft_tokens_by_source;
 
   int64_t flushes() const { return rejected_tokens; }
 };

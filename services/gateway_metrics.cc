@@ -86,6 +86,9 @@ GatewayMetrics::GatewayMetrics(bool per_principal)
       "Tokens generated for a principal's requests, counted when each request ends.");
   principal_rejections_ = &counter("specline_principal_rejections_total",
                                    "Requests refused by a limit, by principal and limit.");
+  principal_draft_tokens_ = &counter(
+      "specline_principal_draft_tokens_total",
+      "Draft tokens sent for a principal's requests by drafter source, counted when each ends.");
 }
 
 void GatewayMetrics::CountPrincipalRequest(const std::string& principal, int prompt_tokens) {
@@ -97,6 +100,15 @@ void GatewayMetrics::CountPrincipalRequest(const std::string& principal, int pro
 void GatewayMetrics::CountPrincipalGenerated(const std::string& principal, int completion_tokens) {
   if (!principal_generation_tokens_) return;
   principal_generation_tokens_->Add({{"principal", principal}}).Increment(completion_tokens);
+}
+
+void GatewayMetrics::CountPrincipalDraftTokens(const std::string& principal,
+                                               const std::map<std::string, int64_t>& by_source) {
+  if (!principal_draft_tokens_) return;
+  for (const auto& [source, n] : by_source) {
+    principal_draft_tokens_->Add({{"principal", principal}, {"source", source}})
+        .Increment(static_cast<double>(n));
+  }
 }
 
 void GatewayMetrics::CountRejection(const std::string& principal, const std::string& limit) {

@@ -3,6 +3,8 @@
 // low buckets, because a CPU engine on a small model answers in milliseconds.
 #pragma once
 
+#include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -69,6 +71,10 @@ class GatewayMetrics {
   // tokens it generated, counted when it ends.
   void CountPrincipalRequest(const std::string& principal, int prompt_tokens);
   void CountPrincipalGenerated(const std::string& principal, int completion_tokens);
+  // The draft tokens a principal's ended request sent, by drafter source
+  // (the scheduler counts them without a principal label).
+  void CountPrincipalDraftTokens(const std::string& principal,
+                                 const std::map<std::string, int64_t>& by_source);
   // A request refused by a limit; `limit` is the flag that set it
   // ("max-tokens-per-minute-per-principal", "max-kv-blocks-per-tenant",
   // ...). Counted by limit always, and by principal with per_principal.
@@ -82,6 +88,7 @@ class GatewayMetrics {
   prometheus::Family<prometheus::Counter>* principal_prompt_tokens_ = nullptr;
   prometheus::Family<prometheus::Counter>* principal_generation_tokens_ = nullptr;
   prometheus::Family<prometheus::Counter>* principal_rejections_ = nullptr;
+  prometheus::Family<prometheus::Counter>* principal_draft_tokens_ = nullptr;
   std::unique_ptr<MetricsServer> server_;
   int port_ = 0;
   Series grpc_, openai_;

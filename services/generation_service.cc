@@ -304,6 +304,7 @@ void GenerationService::Release(Api api, const std::string& principal, const std
   const int64_t used = int64_t{stream.prompt_tokens()} + stream.completion_tokens();
   quota_.Return(principal, entry.quota_tokens - used, TokenQuota::Clock::now());
   metrics_.CountPrincipalGenerated(principal, stream.completion_tokens());
+  metrics_.CountPrincipalDraftTokens(principal, stream.draft_tokens_by_source());
   active_.Remove(principal, id);
   metrics_.For(api).running().Decrement();
 }

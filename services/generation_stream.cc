@@ -106,6 +106,9 @@ GenerationStream::Step GenerationStream::OnEvent(const internal::SubmitEvent& ev
     if (finished_here) {
       resp.set_policy(event.policy());
       *resp.mutable_spec_decode() = event.spec_decode();
+      for (const auto& [source, n] : event.spec_decode().num_draft_tokens_by_source()) {
+        draft_tokens_by_source_[source] = n;
+      }
     }
     FinishMessage(&resp, now);
     step.last = true;

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <chrono>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -46,6 +47,11 @@ class GenerationStream {
   int completion_tokens() const { return completion_; }
   int prompt_tokens() const { return prompt_tokens_; }
   const std::string& id() const { return id_; }
+  // The request's draft tokens by drafter source, once it has ended
+  // (the final event's SpecDecodeStats).
+  const std::map<std::string, int64_t>& draft_tokens_by_source() const {
+    return draft_tokens_by_source_;
+  }
 
  private:
   // Fills a last message's finish reason, usage and timings; records the
@@ -62,6 +68,7 @@ class GenerationStream {
   int completion_ = 0;
   double queue_seconds_ = 0;
   int32_t cached_tokens_ = 0;  // prompt tokens reused from the prefix cache
+  std::map<std::string, int64_t> draft_tokens_by_source_;
   bool first_event_ = true;
   bool lossless_ = true;
   Clock::time_point first_token_time_{}, last_message_time_{};

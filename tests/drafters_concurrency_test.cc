@@ -78,6 +78,7 @@ TEST(DraftersConcurrency, CombinedDrafterObserveWhileProposing) {
   o.k = 4;
   o.num_drafts = 5;
   TrainingFreeDrafter d(o);
+  const std::shared_ptr<DrafterMemory> mem = d.MemoryFor("");
   std::atomic<bool> done{false};
   std::thread receiver([&] {
     std::vector<float> logits(kVocab);
@@ -86,7 +87,7 @@ TEST(DraftersConcurrency, CombinedDrafterObserveWhileProposing) {
         // Logits whose best id is t + 1 + kStride * g.
         std::fill(logits.begin(), logits.end(), 0.0f);
         logits[(t + 1 + kStride * g) % kVocab] = 1.0f;
-        d.Observe(t, logits);
+        d.Observe(*mem, t, logits);
       }
     }
     done.store(true);
@@ -95,7 +96,7 @@ TEST(DraftersConcurrency, CombinedDrafterObserveWhileProposing) {
   int bad = 0;
   std::vector<int32_t> ctx = {1, 2, 3, 1, 2};
   while (!done.load()) {
-    const DraftProposal got = d.Propose(ctx);
+    const DraftProposal got = d.Propose(*mem, ctx);
     if (got.tokens.size() > 5) ++bad;
     ++proposals;
     ctx.push_back(static_cast<int32_t>(proposals % 7));

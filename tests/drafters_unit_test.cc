@@ -196,19 +196,20 @@ TrainingFreeDrafterOptions Opts() {
 
 TEST(DraftersCombined, PromptLookupIsPreferredOverRecycling) {
   TrainingFreeDrafter d(Opts());
-  d.ObserveTopK(2, Ids{50});
-  d.ObserveTopK(50, Ids{51});
-  d.ObserveTopK(51, Ids{52});
+  const std::shared_ptr<DrafterMemory> mem = d.MemoryFor("");
+  d.ObserveTopK(*mem, 2, Ids{50});
+  d.ObserveTopK(*mem, 50, Ids{51});
+  d.ObserveTopK(*mem, 51, Ids{52});
   // [1 2] occurred before, followed by 3 4 5: lookup wins over M[2] = 50.
-  DraftProposal got = d.Propose(Ids{1, 2, 3, 4, 5, 9, 1, 2});
+  DraftProposal got = d.Propose(*mem, Ids{1, 2, 3, 4, 5, 9, 1, 2});
   EXPECT_EQ(got.source, DraftSource::kPromptLookup);
   EXPECT_EQ(got.tokens, (Ids{3, 4, 5}));
   // No n-gram match: recycling's chain.
-  got = d.Propose(Ids{7, 8, 2});
+  got = d.Propose(*mem, Ids{7, 8, 2});
   EXPECT_EQ(got.source, DraftSource::kTokenRecycling);
   EXPECT_EQ(got.tokens, (Ids{50, 51, 52}));
   // Neither.
-  got = d.Propose(Ids{7, 8, 9});
+  got = d.Propose(*mem, Ids{7, 8, 9});
   EXPECT_EQ(got.source, DraftSource::kNone);
   EXPECT_TRUE(got.tokens.empty());
   const DrafterCounters c = d.counters();
@@ -221,11 +222,12 @@ TEST(DraftersCombined, PromptLookupIsPreferredOverRecycling) {
 
 TEST(DraftersCombined, ClippedLookupIsExtendedByRecycling) {
   TrainingFreeDrafter d(Opts());
-  d.ObserveTopK(2, Ids{60});
-  d.ObserveTopK(60, Ids{61});
+  const std::shared_ptr<DrafterMemory> mem = d.MemoryFor("");
+  d.ObserveTopK(*mem, 2, Ids{60});
+  d.ObserveTopK(*mem, 60, Ids{61});
   // [1 2] then 3, then the suffix [1 2]: lookup gives 3 1 2, clipped... n=5
   // leaves two to fill from M[2] = 60, M[60] = 61.
-  DraftProposal got = d.Propose(Ids{1, 2, 3, 1, 2}, 5);
+  DraftProposal got = d.Propose(*mem, Ids{1, 2, 3, 1, 2}, 5);
   EXPECT_EQ(got.source, DraftSource::kPromptLookup);
   EXPECT_EQ(got.tokens, (Ids{3, 1, 2, 60, 61}));
   EXPECT_EQ(d.counters().token_recycling_tokens, 2);
@@ -233,21 +235,23 @@ TEST(DraftersCombined, ClippedLookupIsExtendedByRecycling) {
   TrainingFreeDrafterOptions o = Opts();
   o.extend_lookup_with_recycling = false;
   TrainingFreeDrafter plain(o);
-  plain.ObserveTopK(2, Ids{60});
-  EXPECT_EQ(plain.Propose(Ids{1, 2, 3, 1, 2}, 5).tokens, (Ids{3, 1, 2}));
+  const std::shared_ptr<DrafterMemory> plain_mem = plain.MemoryFor("");
+  plain.ObserveTopK(*plain_mem, 2, Ids{60});
+  EXPECT_EQ(plain.Propose(*plain_mem, Ids{1, 2, 3, 1, 2}, 5).tokens, (Ids{3, 1, 2}));
 }
 
 TEST(DraftersCombined, RecyclingFirstWhenAsked) {
   TrainingFreeDrafterOptions o = Opts();
   o.prefer_prompt_lookup = false;
   TrainingFreeDrafter d(o);
-  d.ObserveTopK(2, Ids{50});
+  const std::shared_ptr<DrafterMemory> mem = d.MemoryFor("");
+  d.ObserveTopK(*mem, 2, Ids{50});
   // M[2] exists: recycling wins although [1 2] matches earlier.
-  DraftProposal got = d.Propose(Ids{1, 2, 3, 4, 5, 9, 1, 2});
+  DraftProposal got = d.Propose(*mem, Ids{1, 2, 3, 4, 5, 9, 1, 2});
   EXPECT_EQ(got.source, DraftSource::kTokenRecycling);
   EXPECT_EQ(got.tokens, (Ids{50}));
   // M[5] does not: lookup is the fallback, and is not extended.
-  got = d.Propose(Ids{4, 5, 6, 7, 4, 5});
+  got = d.Propose(*mem, Ids{4, 5, 6, 7, 4, 5});
   EXPECT_EQ(got.source, DraftSource::kPromptLookup);
   EXPECT_EQ(got.tokens, (Ids{6, 7, 4}));
   EXPECT_EQ(d.counters().prompt_lookup_drafts, 1);
@@ -258,16 +262,18 @@ TEST(DraftersCombined, SourcesCanBeSwitchedOff) {
   TrainingFreeDrafterOptions o = Opts();
   o.use_prompt_lookup = false;
   TrainingFreeDrafter recycling_only(o);
-  recycling_only.ObserveTopK(2, Ids{50});
-  DraftProposal got = recycling_only.Propose(Ids{1, 2, 3, 1, 2}, 1);
+  const std::shared_ptr<DrafterMemory> recycling_only_mem = recycling_only.MemoryFor("");
+  recycling_only.ObserveTopK(*recycling_only_mem, 2, Ids{50});
+  DraftProposal got = recycling_only.Propose(*recycling_only_mem, Ids{1, 2, 3, 1, 2}, 1);
   EXPECT_EQ(got.source, DraftSource::kTokenRecycling);
   EXPECT_EQ(got.tokens, (Ids{50}));
 
   o = Opts();
   o.use_token_recycling = false;
   TrainingFreeDrafter lookup_only(o);
-  lookup_only.ObserveTopK(9, Ids{50});
-  EXPECT_EQ(lookup_only.Propose(Ids{7, 9}, 2).source, DraftSource::kNone);
+  const std::shared_ptr<DrafterMemory> lookup_only_mem = lookup_only.MemoryFor("");
+  lookup_only.ObserveTopK(*lookup_only_mem, 9, Ids{50});
+  EXPECT_EQ(lookup_only.Propose(*lookup_only_mem, Ids{7, 9}, 2).source, DraftSource::kNone);
 }
 
 TEST(DraftersCombined, ObserveRecordsTheLogitsTopK) {
@@ -275,13 +281,14 @@ TEST(DraftersCombined, ObserveRecordsTheLogitsTopK) {
   o.vocab_size = 10;
   o.k = 2;
   TrainingFreeDrafter d(o);
+  const std::shared_ptr<DrafterMemory> mem = d.MemoryFor("");
   std::vector<float> row(10, 0.0f);
   row[7] = 3;
   row[4] = 2;
   row[1] = 2;
-  d.Observe(5, row);
-  EXPECT_EQ(d.recycling().Candidates(5), (Ids{7, 1}));
-  EXPECT_EQ(d.Propose(Ids{5}, 1).tokens, (Ids{7}));
+  d.Observe(*mem, 5, row);
+  EXPECT_EQ(mem->recycling.Candidates(5), (Ids{7, 1}));
+  EXPECT_EQ(d.Propose(*mem, Ids{5}, 1).tokens, (Ids{7}));
   EXPECT_THROW(TrainingFreeDrafter(TrainingFreeDrafterOptions{}), std::invalid_argument);
 }
 

@@ -38,7 +38,7 @@ std::string Error(std::vector<std::string> extra) {
 TEST(PolicyFlags, ParsedIntoTheirOwnersOptions) {
   absl::StatusOr<SchedulerFlags> f =
       Parse({"--recycle-drafts", "5", "--recycle-candidates", "3", "--lookup-ngram", "3:5",
-             "--recycle-recent-tokens", "1024", "--spd-drafter", "recycle", "--spd-head", "h",
+             "--recycle-recent-tokens", "1024", "--recycle-memory-mib", "64", "--spd-drafter", "recycle", "--spd-head", "h",
              "--ppsd-head", "p", "--ptp-head", "t", "--ptp-n-aux", "2", "--spec-max-drafts", "4"});
   ASSERT_TRUE(f.ok()) << f.status();
   const SpecOptions& o = f->engine.spec;
@@ -48,6 +48,7 @@ TEST(PolicyFlags, ParsedIntoTheirOwnersOptions) {
   EXPECT_EQ(t.min_ngram, 3);
   EXPECT_EQ(t.max_ngram, 5);
   EXPECT_EQ(t.recent_tokens, 1024);
+  EXPECT_EQ(t.memory_mib, 64);
   EXPECT_EQ(o.Of<SpdOptions>().drafter, "recycle");
   EXPECT_EQ(o.Of<SpdOptions>().head, "h");
   EXPECT_EQ(o.Of<PpsdOptions>().head, "p");
@@ -63,6 +64,7 @@ TEST(PolicyFlags, DefaultsWhenNotGiven) {
   EXPECT_EQ(o.Of<RecycleOptions>().drafts, 8);
   EXPECT_EQ(o.Of<TrainingFreeDrafterOptions>().k, 8);
   EXPECT_EQ(o.Of<TrainingFreeDrafterOptions>().recent_tokens, int64_t{1} << 18);
+  EXPECT_EQ(o.Of<TrainingFreeDrafterOptions>().memory_mib, 512);
   EXPECT_EQ(o.Of<SpdOptions>().drafter, "module");
   EXPECT_TRUE(o.Of<PpsdOptions>().head.empty());
 }
@@ -71,6 +73,7 @@ TEST(PolicyFlags, BadValuesNameTheFlag) {
   EXPECT_EQ(Error({"--recycle-candidates", "0"}), "--recycle-candidates must be >= 1");
   EXPECT_EQ(Error({"--recycle-drafts", "-1"}), "--recycle-drafts must be >= 0");
   EXPECT_EQ(Error({"--recycle-recent-tokens", "-5"}), "--recycle-recent-tokens must be >= 0");
+  EXPECT_EQ(Error({"--recycle-memory-mib", "-1"}), "--recycle-memory-mib must be >= 0");
   EXPECT_EQ(Error({"--lookup-ngram", "4:2"}), "--lookup-ngram: MIN:MAX with 1 <= MIN <= MAX");
   EXPECT_EQ(Error({"--spd-drafter", "magic"}), "--spd-drafter: \"magic\" is not module or recycle");
   EXPECT_EQ(Error({"--spec-policy", "sometimes"}),
@@ -118,7 +121,7 @@ TEST(PolicyFlags, UsageWrapsContinuationsAndShowsTheDefault) {
 
 TEST(PolicyDeclarations, NotServedNamesTheFlagThatEnablesThePolicy) {
   EXPECT_EQ(NotServed(v1::DECODING_POLICY_PPSD).message(),
-            "policy PPSD is not available on this deployment (the scheduler has no --ppsd-head)");
+            "policy ppsd is not available on this deployment (the scheduler has no --ppsd-head)");
   EXPECT_NE(NotServed(v1::DECODING_POLICY_RECYCLE).message().find("--recycle-drafts 0"),
             std::string::npos);
   for (const PolicyDeclaration* d : PolicyDeclarations()) {

@@ -4,9 +4,13 @@
 // another principal's prompt, over gRPC and over the OpenAI HTTP API, while
 // its own repeats, the members of a --cache-share-group and requests with
 // the same cache_salt still hit; a deployment without authentication is one
-// namespace; bad groups stop the gateway at start-up. Cached-token counts
+// namespace; bad groups stop the gateway at start-up. The training-free
+// drafter's memory of recent requests follows the same scopes ("What the
+// drafter remembers"): bob's request for alice's text gets no draft from
+// it, alice's repeat and a group member's do. Cached-token and draft counts
 // only: nothing here asserts on time.
 #include <fstream>
+#include <functional>
 
 #include "tests/http_test_client.h"
 #include "tests/serving_stack.h"
@@ -82,6 +86,94 @@ Usage HttpUsage(const ServingStack& stack, const std::string& principal, const s
   if (r.status != 200) return {};
   const json usage = r.Json()["usage"];
   return {usage["prompt_tokens"].get<int>(), usage["prompt_tokens_details"]["cached_tokens"].get<int>()};
+}
+
+// Draft tokens from the recent-requests source, as the scheduler counts them.
+constexpr char kDraftTokensBySource[] = "specline_spec_decode_num_draft_tokens_by_source_total";
+constexpr char kRecentSource[] = "{source=\"recent_requests\"}";
+
+// A stack whose recycle policy sends every proposal (--spec-policy always),
+// so what is drafted does not hang on the measured cost of a call.
+std::unique_ptr<ServingStack> StartDraftingStack() {
+  return StartStack(Stories260K(), 2,
+                    {"--auth-token-file", WriteTokenFile(), "--cache-share-group", "team=carol,dave",
+                     "--spec-policy", "always"});
+}
+
+// The recent-requests draft tokens the scheduler counted while `send` ran.
+double RecentDraftTokens(const ServingStack& stack, const std::function<void()>& send) {
+  const int port = stack.ports["scheduler"]["metrics"].get<int>();
+  const std::string before = ScrapeMetrics(port);
+  send();
+  const std::string after = ScrapeMetrics(port);
+  return MetricValueIfPresent(after, kDraftTokensBySource, kRecentSource).value_or(0) -
+         MetricValueIfPresent(before, kDraftTokensBySource, kRecentSource).value_or(0);
+}
+
+// A greedy 32-token gRPC completion of `principal`'s: its recent-requests
+// draft tokens, which the final message's SpecDecodeStats must report as
+// the scheduler counted them.
+double GrpcRecentDrafts(const ServingStack& stack, const std::string& principal,
+                        const std::string& prompt) {
+  v1::SpecDecodeStats stats;
+  const double counted = RecentDraftTokens(stack, [&] {
+    auto stub = v1::Generation::NewStub(stack.channel());
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + 60s);
+    ctx.AddMetadata("authorization", "Bearer tok-" + principal);
+    v1::GenerateRequest req;
+    req.set_text(prompt);
+    req.set_max_tokens(32);
+    req.set_policy(v1::DECODING_POLICY_RECYCLE);
+    auto reader = stub->Generate(&ctx, req);
+    v1::GenerateResponse msg;
+    while (reader->Read(&msg)) stats = msg.spec_decode();
+    const grpc::Status status = reader->Finish();
+    EXPECT_TRUE(status.ok()) << principal << ": " << status.error_message();
+  });
+  const auto& by_source = stats.num_draft_tokens_by_source();
+  const auto it = by_source.find("recent_requests");
+  EXPECT_EQ(it == by_source.end() ? 0 : it->second, counted) << principal;
+  EXPECT_GT(stats.num_draft_tokens(), 0) << principal << ": nothing was drafted at all";
+  return counted;
+}
+
+// The same over POST /v1/completions (the default policy is recycle).
+double HttpRecentDrafts(const ServingStack& stack, const std::string& principal,
+                        const std::string& prompt) {
+  return RecentDraftTokens(stack, [&] {
+    const json body = {{"prompt", prompt}, {"max_tokens", 32}, {"temperature", 0}};
+    const HttpResult r = PostJson(HttpPort(stack), "/v1/completions", body,
+                                  {{"Authorization", "Bearer tok-" + principal}});
+    EXPECT_EQ(r.status, 200) << principal << ": " << r.body;
+  });
+}
+
+// Issue 38's attack, counted instead of timed: bob asks alice's exact
+// question after her. A shared recent-requests index drafted his whole
+// reply from hers (1.87x his cold speed); per scope he gets nothing from it.
+TEST(ServingDraftIsolation, AnotherPrincipalsTextIsNeverDraftedOverGrpc) {
+  if (Stories260K().empty()) GTEST_SKIP() << "../shared/models/stories260K absent";
+  auto stack = StartDraftingStack();
+  EXPECT_EQ(GrpcRecentDrafts(*stack, "alice", kStory), 0);  // nothing remembered yet
+  EXPECT_EQ(GrpcRecentDrafts(*stack, "bob", kStory), 0);
+  EXPECT_EQ(GrpcRecentDrafts(*stack, "carol", kStory), 0);
+  // The index works: alice's own repeat drafts from her first reply...
+  EXPECT_GT(GrpcRecentDrafts(*stack, "alice", kStory), 0);
+  // ...and a share group is one scope: dave drafts from carol's reply.
+  EXPECT_GT(GrpcRecentDrafts(*stack, "dave", kStory), 0);
+}
+
+TEST(ServingDraftIsolation, AnotherPrincipalsTextIsNeverDraftedOverHttp) {
+  if (Stories260K().empty()) GTEST_SKIP() << "../shared/models/stories260K absent";
+  auto stack = StartDraftingStack();
+  EXPECT_EQ(HttpRecentDrafts(*stack, "alice", kOtherStory), 0);
+  EXPECT_EQ(HttpRecentDrafts(*stack, "bob", kOtherStory), 0);
+  EXPECT_EQ(HttpRecentDrafts(*stack, "dave", kOtherStory), 0);
+  EXPECT_GT(HttpRecentDrafts(*stack, "alice", kOtherStory), 0);
+  EXPECT_GT(HttpRecentDrafts(*stack, "carol", kOtherStory), 0);
+  // One principal's scope spans both APIs.
+  EXPECT_GT(GrpcRecentDrafts(*stack, "bob", kOtherStory), 0);
 }
 
 TEST(ServingCacheIsolation, APrincipalNeverHitsAnothersPromptOverGrpc) {

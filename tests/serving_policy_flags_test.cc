@@ -52,6 +52,7 @@ TEST(ServePolicyFlags, ForwardsEveryDeclaredFlagToTheScheduler) {
       {"ptp-n-aux", "2"},               {"pipo-tau", "0.5"},
       {"recycle-drafts", "4"},          {"recycle-candidates", "4"},
       {"lookup-ngram", "2:3"},          {"recycle-recent-tokens", "1024"},
+      {"recycle-memory-mib", "64"},
   };
   std::vector<std::string> extra;
   for (const scheduler::PolicyFlag& f : scheduler::AllPolicyFlags()) {

@@ -1,14 +1,16 @@
 // Suffix drafting (model/drafters/suffix_automaton.h, suffix_index.h): the
 // automaton's longest match and its occurrence against a brute-force
 // search over random texts, separators, the per-request index catching up
-// with a growing context, the recent-requests index's bound, and how the
-// combined drafter chooses between its sources.
+// with a growing context, the recent-requests index's bound, how the
+// combined drafter chooses between its sources, and the drafter's memory
+// kept apart per cache scope within a bound on every scope together.
 #include <algorithm>
 #include <random>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "model/drafters/drafter_memory.h"
 #include "model/drafters/suffix_automaton.h"
 #include "model/drafters/suffix_index.h"
 #include "model/drafters/training_free_drafter.h"
@@ -152,22 +154,23 @@ TrainingFreeDrafterOptions Options() {
 
 TEST(SuffixDrafting, TheLongerMatchWinsAndTheRequestsOwnTextWinsTies) {
   TrainingFreeDrafter d(Options());
-  d.Remember(Ids{1, 2, 3, 4, 70, 71, 72});
+  const std::shared_ptr<DrafterMemory> mem = d.MemoryFor("");
+  d.Remember(*mem, Ids{1, 2, 3, 4, 70, 71, 72});
   RequestSuffixIndex own;
   // Both the own text and the recent one match "2 3 4": the own text wins.
-  DraftProposal p = d.Propose(Ids{2, 3, 4, 60, 61, 9, 2, 3, 4}, 3, &own);
+  DraftProposal p = d.Propose(*mem, Ids{2, 3, 4, 60, 61, 9, 2, 3, 4}, 3, &own);
   EXPECT_EQ(p.source, DraftSource::kPromptLookup);
   EXPECT_EQ(p.tokens, (Ids{60, 61, 9}));
   // The own text matches "3 4", the recent one "1 2 3 4": recent wins.
   RequestSuffixIndex other;
-  p = d.Propose(Ids{8, 3, 4, 60, 9, 1, 2, 3, 4}, 3, &other);
+  p = d.Propose(*mem, Ids{8, 3, 4, 60, 9, 1, 2, 3, 4}, 3, &other);
   EXPECT_EQ(p.source, DraftSource::kRecentRequests);
   EXPECT_EQ(p.tokens, (Ids{70, 71, 72}));
   // A recent match shorter than recent_min_match is not drafted from:
   // Token Recycling's row answers instead.
-  d.ObserveTopK(4, Ids{90});
+  d.ObserveTopK(*mem, 4, Ids{90});
   RequestSuffixIndex third;
-  p = d.Propose(Ids{5, 3, 4}, 1, &third);
+  p = d.Propose(*mem, Ids{5, 3, 4}, 1, &third);
   EXPECT_EQ(p.source, DraftSource::kTokenRecycling);
   EXPECT_EQ(p.tokens, (Ids{90}));
   const DrafterCounters c = d.counters();
@@ -180,7 +183,8 @@ TEST(SuffixDrafting, WithoutAnIndexTheOwnTextIsSearchedByPromptLookup) {
   TrainingFreeDrafterOptions o = Options();
   o.recent_tokens = 0;
   TrainingFreeDrafter d(o);
-  const DraftProposal p = d.Propose(Ids{1, 2, 3, 4, 5, 9, 1, 2}, 3);
+  const std::shared_ptr<DrafterMemory> mem = d.MemoryFor("");
+  const DraftProposal p = d.Propose(*mem, Ids{1, 2, 3, 4, 5, 9, 1, 2}, 3);
   EXPECT_EQ(p.source, DraftSource::kPromptLookup);
   EXPECT_EQ(p.tokens, (Ids{3, 4, 5}));
   EXPECT_THROW(
@@ -190,6 +194,72 @@ TEST(SuffixDrafting, WithoutAnIndexTheOwnTextIsSearchedByPromptLookup) {
         TrainingFreeDrafter x(bad);
       }(),
       std::invalid_argument);
+}
+
+// What one scope's requests teach (recent texts, Token Recycling rows) is
+// drafted only for requests of that scope; the same scope gets the same
+// memory back.
+TEST(DrafterMemoryScopes, AScopeDraftsOnlyFromItsOwnRequests) {
+  TrainingFreeDrafter d(Options());
+  const std::shared_ptr<DrafterMemory> alice = d.MemoryFor("alice");
+  const std::shared_ptr<DrafterMemory> bob = d.MemoryFor("bob");
+  ASSERT_NE(alice, bob);
+  EXPECT_EQ(d.MemoryFor("alice"), alice);
+  d.Remember(*alice, Ids{1, 2, 3, 4, 70, 71, 72});
+  d.ObserveTopK(*alice, 9, Ids{90});
+  RequestSuffixIndex own_a, own_b;
+  const Ids asked = {8, 1, 2, 3, 4};
+  DraftProposal p = d.Propose(*alice, asked, 3, &own_a);
+  EXPECT_EQ(p.source, DraftSource::kRecentRequests);
+  EXPECT_EQ(p.tokens, (Ids{70, 71, 72}));
+  p = d.Propose(*bob, asked, 3, &own_b);
+  EXPECT_EQ(p.source, DraftSource::kNone);
+  EXPECT_TRUE(p.tokens.empty());
+  EXPECT_EQ(d.Propose(*alice, Ids{5, 9}, 1).tokens, (Ids{90}));
+  EXPECT_TRUE(d.Propose(*bob, Ids{5, 9}, 1).tokens.empty());
+  EXPECT_EQ(d.scopes().scopes(), 2u);
+}
+
+// Past the bound the least recently used scopes go (never the one asked
+// for); a memory a request still holds outlives its scope's entry, and the
+// scope comes back empty.
+TEST(DrafterMemoryScopes, BoundedInTotalLeastRecentlyUsedDroppedFirst) {
+  DrafterMemoryLimits limits;
+  limits.vocab_size = 3000;  // the matrix (24 KB) outweighs a short text's index
+  limits.k = 4;
+  limits.recent_tokens_per_scope = 1000;
+  const size_t one = DrafterMemory(limits.vocab_size, limits.k, 1000).bytes();
+  limits.max_bytes = 4 * one - 1;  // three scopes fit, four do not
+  DrafterMemoryScopes scopes(limits);
+  const std::shared_ptr<DrafterMemory> a = scopes.For("a");
+  a->recent.Remember(Ids{1, 2, 3, 4, 5});
+  scopes.For("b");
+  scopes.For("c");
+  EXPECT_EQ(scopes.scopes(), 3u);
+  scopes.For("a");  // a is now the most recently used: b goes next
+  scopes.For("d");
+  EXPECT_EQ(scopes.scopes(), 3u);
+  EXPECT_EQ(scopes.dropped_scopes(), 1);
+  EXPECT_LE(scopes.bytes(), limits.max_bytes);
+  EXPECT_EQ(scopes.For("a"), a);
+  EXPECT_EQ(scopes.For("b")->recent.tokens(), 0);  // b came back empty
+  // a grows past what fits beside the others: they are dropped, a is kept.
+  std::vector<int32_t> text(400);
+  for (size_t i = 0; i < text.size(); ++i) text[i] = static_cast<int32_t>(i % 290);
+  a->recent.Remember(text);
+  scopes.Trim(a.get());
+  EXPECT_LE(scopes.bytes(), std::max(limits.max_bytes, a->bytes()));
+  EXPECT_EQ(scopes.For("a"), a);
+  // A bound smaller than one scope keeps only the scope asked for; a
+  // memory still held by its request stays usable after its entry goes.
+  limits.max_bytes = 0;
+  DrafterMemoryScopes tight(limits);
+  const std::shared_ptr<DrafterMemory> held = tight.For("x");
+  held->recent.Remember(Ids{1, 2, 3, 4});
+  tight.For("y");
+  EXPECT_EQ(tight.scopes(), 1u);
+  EXPECT_GT(held->recent.tokens(), 0);
+  EXPECT_NE(tight.For("x"), held);
 }
 
 }  // namespace

@@ -9,9 +9,10 @@
 // agents resend the same tool output, chat turns quote earlier replies,
 // and a repeated prompt draws the same greedy reply. Drafts are guesses
 // the target verifies, so neither changes an output; the recent index does
-// make a request's speed depend on other requests' text (a timing channel,
-// as for vLLM's suffix decoding and any shared prefix cache): a deployment
-// that cannot allow that turns it off (--recycle-recent-tokens 0).
+// make a request's speed depend on other requests' text, a timing channel
+// (as for vLLM's suffix decoding and any shared prefix cache), so it is
+// kept per cache scope (drafter_memory.h): a request drafts only from its
+// own principal's (or share group's) texts.
 #pragma once
 
 #include <cstdint>

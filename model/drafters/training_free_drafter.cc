@@ -1,5 +1,6 @@
 #include "model/drafters/training_free_drafter.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <utility>
 
@@ -20,19 +21,30 @@ const char* DraftSourceName(DraftSource s) {
 
 TrainingFreeDrafter::TrainingFreeDrafter(const TrainingFreeDrafterOptions& options)
     : options_(options),
-      recycling_(options.vocab_size, options.k),
-      recent_(options.recent_tokens) {
+      scopes_({options.vocab_size, options.k, options.recent_tokens,
+               static_cast<size_t>(std::max<int64_t>(options.memory_mib, 0)) << 20}) {
+  // Each scope's matrix is made on first use: its sizes are checked now.
+  if (options.vocab_size <= 0 || options.k <= 0) {
+    throw std::invalid_argument("TrainingFreeDrafter needs vocab_size > 0 and k > 0");
+  }
   if (options.num_drafts < 0 || options.min_ngram < 1 || options.max_ngram < options.min_ngram ||
-      options.suffix_window < options.min_ngram || options.recent_min_match < 1) {
+      options.suffix_window < options.min_ngram || options.recent_min_match < 1 ||
+      options.memory_mib < 0) {
     throw std::invalid_argument(
         "TrainingFreeDrafter needs num_drafts >= 0, 1 <= min_ngram <= max_ngram, "
-        "suffix_window >= min_ngram and recent_min_match >= 1");
+        "suffix_window >= min_ngram, recent_min_match >= 1 and memory_mib >= 0");
   }
 }
 
-bool TrainingFreeDrafter::RecyclingDraft(std::span<const int32_t> context, int n,
+void TrainingFreeDrafter::Remember(DrafterMemory& memory, std::span<const int32_t> text) {
+  memory.recent.Remember(text);
+  scopes_.Trim(&memory);
+}
+
+bool TrainingFreeDrafter::RecyclingDraft(const TokenRecycling& recycling,
+                                         std::span<const int32_t> context, int n,
                                          DraftProposal& d) const {
-  d.tokens = recycling_.Draft(context, n);
+  d.tokens = recycling.Draft(context, n);
   if (d.tokens.empty()) return false;
   d.source = DraftSource::kTokenRecycling;
   recycling_drafts_.fetch_add(1, std::memory_order_relaxed);
@@ -40,7 +52,8 @@ bool TrainingFreeDrafter::RecyclingDraft(std::span<const int32_t> context, int n
   return true;
 }
 
-bool TrainingFreeDrafter::SuffixMatchDraft(std::span<const int32_t> context, int n,
+bool TrainingFreeDrafter::SuffixMatchDraft(const RecentTextIndex& recent_texts,
+                                           std::span<const int32_t> context, int n,
                                            RequestSuffixIndex* own, DraftProposal& d) const {
   SuffixDraft mine;
   if (own != nullptr && options_.use_suffix_automaton) {
@@ -50,7 +63,7 @@ bool TrainingFreeDrafter::SuffixMatchDraft(std::span<const int32_t> context, int
     mine.match = mine.tokens.empty() ? 0 : options_.min_ngram;  // at least
   }
   if (mine.match < options_.min_ngram || mine.tokens.empty()) mine = {};
-  SuffixDraft recent = recent_.Draft(context, options_.suffix_window, n);
+  SuffixDraft recent = recent_texts.Draft(context, options_.suffix_window, n);
   if (recent.match < options_.recent_min_match || recent.tokens.empty()) recent = {};
   // The request's own text wins ties: it is the context being continued.
   const bool from_recent = recent.match > mine.match;
@@ -64,42 +77,44 @@ bool TrainingFreeDrafter::SuffixMatchDraft(std::span<const int32_t> context, int
   return true;
 }
 
-DraftProposal TrainingFreeDrafter::Propose(std::span<const int32_t> context, int n,
+DraftProposal TrainingFreeDrafter::Propose(const DrafterMemory& memory,
+                                           std::span<const int32_t> context, int n,
                                            RequestSuffixIndex* own) const {
   if (n < 0) n = options_.num_drafts;
   DraftProposal d;
   if (n <= 0) return d;
   if (!options_.prefer_prompt_lookup && options_.use_token_recycling) {
-    if (RecyclingDraft(context, n, d)) return d;
+    if (RecyclingDraft(memory.recycling, context, n, d)) return d;
   }
-  if (options_.use_prompt_lookup && SuffixMatchDraft(context, n, own, d)) {
+  if (options_.use_prompt_lookup && SuffixMatchDraft(memory.recent, context, n, own, d)) {
     const int missing = n - static_cast<int>(d.tokens.size());
     if (missing > 0 && options_.use_token_recycling && options_.prefer_prompt_lookup &&
         options_.extend_lookup_with_recycling) {
       const std::vector<int32_t> more =
-          recycling_.Draft(std::span<const int32_t>(&d.tokens.back(), 1), missing);
+          memory.recycling.Draft(std::span<const int32_t>(&d.tokens.back(), 1), missing);
       d.tokens.insert(d.tokens.end(), more.begin(), more.end());
       recycling_tokens_.fetch_add(more.size(), std::memory_order_relaxed);
     }
     return d;
   }
   if (options_.use_token_recycling && options_.prefer_prompt_lookup) {
-    if (RecyclingDraft(context, n, d)) return d;
+    if (RecyclingDraft(memory.recycling, context, n, d)) return d;
   }
   empty_drafts_.fetch_add(1, std::memory_order_relaxed);
   return d;
 }
 
-void TrainingFreeDrafter::Observe(int32_t input_token, std::span<const float> logits_row) {
+void TrainingFreeDrafter::Observe(DrafterMemory& memory, int32_t input_token,
+                                  std::span<const float> logits_row) {
   // k entries on the stack would do, but k is an option: a small vector.
   std::vector<int32_t> top(options_.k);
   top.resize(TopK(logits_row, options_.k, top));
-  recycling_.Update(input_token, top);
+  memory.recycling.Update(input_token, top);
 }
 
-void TrainingFreeDrafter::ObserveTopK(int32_t input_token,
+void TrainingFreeDrafter::ObserveTopK(DrafterMemory& memory, int32_t input_token,
                                       std::span<const int32_t> top_candidates) {
-  recycling_.Update(input_token, top_candidates);
+  memory.recycling.Update(input_token, top_candidates);
 }
 
 DrafterCounters TrainingFreeDrafter::counters() const {

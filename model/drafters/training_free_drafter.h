@@ -15,9 +15,12 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <span>
+#include <string_view>
 #include <vector>
 
+#include "model/drafters/drafter_memory.h"
 #include "model/drafters/suffix_index.h"
 #include "model/drafters/token_recycling.h"
 
@@ -33,11 +36,15 @@ struct TrainingFreeDrafterOptions {
   // passes one), else prompt lookup.
   bool use_suffix_automaton = true;
   int suffix_window = 32;  // the longest suffix of the context matched
-  // Recent requests' texts remembered for drafting (0: none), and the
-  // shortest match drafted from them (a short match among many texts is a
-  // weaker guess than the model's own top token, Token Recycling's).
+  // Recent requests' texts remembered for drafting, per cache scope (0:
+  // none), and the shortest match drafted from them (a short match among
+  // many texts is a weaker guess than the model's own top token, Token
+  // Recycling's).
   int64_t recent_tokens = int64_t{1} << 18;
   int recent_min_match = 3;
+  // What every scope's memory (recent texts and Token Recycling matrix)
+  // may hold together; least recently used scopes are dropped past it.
+  int64_t memory_mib = 512;
   bool use_prompt_lookup = true;
   bool use_token_recycling = true;
   // false: Token Recycling first, prompt lookup only when the last token
@@ -78,40 +85,46 @@ class TrainingFreeDrafter {
 
   const TrainingFreeDrafterOptions& options() const { return options_; }
 
-  // Up to n draft tokens to follow `context` (n < 0: options.num_drafts).
-  // `own`: the request's suffix index, kept by the caller across the
-  // request's calls (null: prompt lookup searches the context instead).
-  // Safe to call while another thread calls Observe or Remember.
-  DraftProposal Propose(std::span<const int32_t> context, int n = -1,
+  // What requests of cache scope `scope` draft from and teach: recent texts
+  // and the Token Recycling matrix of that scope alone (drafter_memory.h
+  // says why). A request looks its scope up once and keeps the pointer.
+  std::shared_ptr<DrafterMemory> MemoryFor(std::string_view scope) {
+    return scopes_.For(scope);
+  }
+  const DrafterMemoryScopes& scopes() const { return scopes_; }
+
+  // Up to n draft tokens to follow `context` (n < 0: options.num_drafts)
+  // from `memory` and the request's own text. `own`: the request's suffix
+  // index, kept by the caller across the request's calls (null: prompt
+  // lookup searches the context instead). Safe to call while another
+  // thread calls Observe or Remember.
+  DraftProposal Propose(const DrafterMemory& memory, std::span<const int32_t> context, int n = -1,
                         RequestSuffixIndex* own = nullptr) const;
 
-  // A finished request's text, for later requests to draft from.
-  void Remember(std::span<const int32_t> text) { recent_.Remember(text); }
-  const RecentTextIndex& recent() const { return recent_; }
+  // A finished request's text, for later requests of its scope.
+  void Remember(DrafterMemory& memory, std::span<const int32_t> text);
 
   // The target model processed `input_token` and produced `logits_row`
-  // (vocab_size entries): records its top-k in the recycling matrix.
-  void Observe(int32_t input_token, std::span<const float> logits_row);
+  // (vocab_size entries): records its top-k in the scope's matrix.
+  void Observe(DrafterMemory& memory, int32_t input_token, std::span<const float> logits_row);
   // Same, from candidates the caller already ranked (best first).
-  void ObserveTopK(int32_t input_token, std::span<const int32_t> top_candidates);
+  void ObserveTopK(DrafterMemory& memory, int32_t input_token,
+                   std::span<const int32_t> top_candidates);
 
   DrafterCounters counters() const;
 
-  TokenRecycling& recycling() { return recycling_; }
-  const TokenRecycling& recycling() const { return recycling_; }
-
  private:
   // A Token Recycling chain into `d` (counted); false when it has none.
-  bool RecyclingDraft(std::span<const int32_t> context, int n, DraftProposal& d) const;
+  bool RecyclingDraft(const TokenRecycling& recycling, std::span<const int32_t> context, int n,
+                      DraftProposal& d) const;
   // A suffix match's continuation into `d` (counted): the request's own
   // text, or recent requests' when they match longer; false when neither
   // matches.
-  bool SuffixMatchDraft(std::span<const int32_t> context, int n, RequestSuffixIndex* own,
-                        DraftProposal& d) const;
+  bool SuffixMatchDraft(const RecentTextIndex& recent, std::span<const int32_t> context, int n,
+                        RequestSuffixIndex* own, DraftProposal& d) const;
 
   TrainingFreeDrafterOptions options_;
-  TokenRecycling recycling_;
-  RecentTextIndex recent_;
+  DrafterMemoryScopes scopes_;
   // Relaxed atomics: Propose is const and may run beside Observe; the
   // counters are statistics, read without ordering.
   mutable std::atomic<int64_t> lookup_drafts_{0}, recent_drafts_{0}, recycling_drafts_{0},

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "model/drafters/verify.h"
 #include "scheduler/policies/registry.h"
@@ -73,7 +72,7 @@ absl::Status PipelineDraftPolicy::Validate(const RequestOptions& r) const {
 absl::Status PipelineDraftPolicy::AvailableLocked(const RequestOptions& r) const {
   if ((r.oracle.enabled ? oracle_ : drafter_) != nullptr) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(
-      "policy ", absl::AsciiStrToUpper(PolicyShortName(mode_)), " is not available on this deployment yet"));
+      "policy ", PolicyShortName(mode_), " is not available on this deployment yet"));
 }
 
 void PipelineDraftPolicy::Attach(Sequence& s, const PreparedRequest* /*prepared*/) {
@@ -225,6 +224,7 @@ std::unique_ptr<DraftWork> PipelineDraftPolicy::GatherDraftLocked(
   j.vocab_size = host_.config().vocab_size;
   j.chain = s.tokens;
   for (const DraftToken& d : st.spec.drafts) j.chain.push_back(d.token);
+  j.cache_scope = s.cache_scope;
   j.sampling = s.sampling;
   for (int32_t p = j.first; p < j.end; ++p) {
     auto it = st.spec.taps.find(p);
@@ -275,6 +275,7 @@ void PipelineDraftPolicy::ApplyDraftLocked(Sequence& s, DraftWork& work) {
   sp.tokens_since_draft = 0;
   ++s.stats.draft_tokens;
   metrics().draft_tokens->Increment();
+  if (j.source) RecordDraftSource(s, j.source, 1);
 }
 
 void PipelineDraftPolicy::WriteRows(Sequence& s, const SlotRun& r, BatchRows& out) {
@@ -314,7 +315,7 @@ void PipelineDraftPolicy::DecideLocked(Sequence& s, const SlotRun& r, const RunO
   // A drafter that learns from the target sees every verified row.
   Drafter* d = PolicyStateOf<DraftChainState>(s).drafter;
   if (d && d->WantsLogits() && !out.logits.empty()) {
-    d->Observe(s.tokens.back(), out.logits.first(host_.config().vocab_size));
+    d->Observe(s, s.tokens.back(), out.logits.first(host_.config().vocab_size));
   }
   const std::span<const float> row =
       out.logits.empty() ? out.logits : out.logits.first(host_.config().vocab_size);

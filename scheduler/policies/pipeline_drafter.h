@@ -41,6 +41,9 @@ struct DraftJob {
   int prompt_len = 0;
   int32_t vocab_size = 0;
   std::vector<int32_t> chain;  // tokens of positions [0, end)
+  // The sequence's cache scope: a drafter that learns across requests
+  // drafts only from what requests of this scope taught it.
+  std::string cache_scope;
   SamplingParams sampling;
   // The grammar's mask at position `end` (structured output; empty = every
   // token allowed): a sampled draft is drawn from q restricted to it.
@@ -52,6 +55,7 @@ struct DraftJob {
   // Results.
   bool none = false;  // the drafter has no guess this time (no draft is sent)
   DraftToken draft;
+  const char* source = nullptr;  // where the draft came from, when the drafter says
   int32_t fed = 0;  // the new `fed`
   absl::Status status;
 };
@@ -71,9 +75,11 @@ class Drafter {
   virtual void Release(uint64_t /*seq_id*/) {}
   // A drafter that learns from the target's outputs (Token Recycling) asks
   // for the logits of every verified row; Observe gets them under the
-  // engine lock, with the row's input token.
+  // engine lock, with the sequence (its cache scope) and the row's input
+  // token.
   virtual bool WantsLogits() const { return false; }
-  virtual void Observe(int32_t /*input_token*/, std::span<const float> /*logits*/) {}
+  virtual void Observe(const Sequence& /*s*/, int32_t /*input_token*/,
+                       std::span<const float> /*logits*/) {}
 };
 
 // The draft a drafter's logits give: greedy requests take the argmax (a

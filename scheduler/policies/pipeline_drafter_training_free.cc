@@ -16,17 +16,19 @@ class TrainingFreePipelineDrafter : public Drafter {
   bool Ready(const SpecState& /*sp*/, int32_t /*verified*/) const override { return true; }
   // A point-mass draft: the verifier's rejection sampling stays exact.
   void Propose(DraftJob& job) override {
-    const DraftProposal p = drafter_->Propose(job.chain, 1);
+    const DraftProposal p = drafter_->Propose(*drafter_->MemoryFor(job.cache_scope), job.chain, 1);
     job.fed = job.end;
     if (p.tokens.empty()) {
       job.none = true;
       return;
     }
     job.draft = {p.tokens.front(), {}};
+    job.source = DraftSourceName(p.source);
   }
   bool WantsLogits() const override { return true; }
-  void Observe(int32_t input_token, std::span<const float> logits) override {
-    drafter_->Observe(input_token, logits);
+  // The matrix of the sequence's scope learns the row (drafter_memory.h).
+  void Observe(const Sequence& s, int32_t input_token, std::span<const float> logits) override {
+    drafter_->Observe(*drafter_->MemoryFor(s.cache_scope), input_token, logits);
   }
 
  private:

@@ -16,6 +16,9 @@ struct RecycleState : PolicyState {
   int forced = 0;               // how many of them a grammar forced (certain)
   DraftKind kind;               // where the others came from
   RequestSuffixIndex own_text;  // the prompt and the accepted tokens, for suffix drafts
+  // What requests of this one's cache scope taught the drafter (recent
+  // texts, the Token Recycling matrix); this request teaches it in turn.
+  std::shared_ptr<DrafterMemory> memory;
   int tokens_since_draft = 0;
 };
 
@@ -29,14 +32,16 @@ class RecyclePolicy : public DecodingPolicy {
 
   void Attach(Sequence& s, const PreparedRequest* /*prepared*/) override {
     DecodingPolicy::Attach(s, nullptr);
-    s.policy_state = std::make_unique<RecycleState>();
+    auto st = std::make_unique<RecycleState>();
+    st->memory = drafter_->MemoryFor(s.cache_scope);
+    s.policy_state = std::move(st);
   }
   void RetireLocked(Sequence& s) override {
     auto& st = PolicyStateOf<RecycleState>(s);
     RecordDiscarded(s, static_cast<int64_t>(st.drafts.size()));
     st.drafts.clear();
     // Later requests draft from this one's text (the recent-requests index).
-    if (s.generated() > 0) drafter_->Remember(s.tokens);
+    if (s.generated() > 0) drafter_->Remember(*st.memory, s.tokens);
   }
 
   // The newest token and the drafts (as many as fit the budget).
@@ -122,7 +127,7 @@ void RecyclePolicy::DecideLocked(Sequence& s, const SlotRun& r, const RunOutput&
   int a = 0;
   int32_t next = -1;
   for (int i = 0;; ++i) {
-    drafter_->Observe(history.back(), row(i));
+    drafter_->Observe(*st.memory, history.back(), row(i));
     // An accepted stop token ends the sequence: nothing after it is
     // decided (under a grammar, nothing is even allowed there).
     if (i > 0 && (IsStop(s, drafts[i - 1]) ||
@@ -153,7 +158,7 @@ void RecyclePolicy::DecideLocked(Sequence& s, const SlotRun& r, const RunOutput&
   // distributions after each later draft, in a context that took the
   // rejected one. The matrix keeps no context, so Token Recycling learns
   // from every candidate's row, verified or not.
-  for (int j = a + 1; j <= m; ++j) drafter_->Observe(drafts[j - 1], row(j));
+  for (int j = a + 1; j <= m; ++j) drafter_->Observe(*st.memory, drafts[j - 1], row(j));
 
   if (m > 0) {
     RecordVerifiedCall(s, m, a);
@@ -194,8 +199,8 @@ void RecyclePolicy::ProposeLocked(Sequence& s, RecycleState& st, int room,
     }
     // Forced tokens are certain (the grammar allows nothing else), so the
     // own-text index may take them in ahead of their verification.
-    DraftProposal guess = drafter_->Propose(st.forced > 0 ? chain : s.tokens, most - st.forced,
-                                            &st.own_text);
+    DraftProposal guess = drafter_->Propose(*st.memory, st.forced > 0 ? chain : s.tokens,
+                                            most - st.forced, &st.own_text);
     st.kind = {guess.source, guess.match};
     const int send =
         DraftsWorthSending(st, st.kind, static_cast<int>(guess.tokens.size()), share);
@@ -207,6 +212,9 @@ void RecyclePolicy::ProposeLocked(Sequence& s, RecycleState& st, int room,
     st.drafts.resize(kept);
     st.forced = std::min(st.forced, static_cast<int>(kept));
   }
+  // The drafter's guesses that go out, by where they came from.
+  RecordDraftSource(s, DraftSourceName(st.kind.source),
+                    static_cast<int64_t>(st.drafts.size()) - st.forced);
 }
 
 }  // namespace
@@ -253,11 +261,20 @@ constexpr PolicyFlag kFlags[] = {
        return st;
      }},
     {"recycle-recent-tokens", "N",
-     "recent requests' tokens its drafter matches against\n(0: only the request's own text)",
+     "recent requests' tokens its drafter matches against, per\n"
+     "cache scope (0: only the request's own text)",
      "262144",
      [](const std::string& v, SpecOptions& o) {
        return ParseAtLeast("recycle-recent-tokens", v, int64_t{0},
                            &o.Of<TrainingFreeDrafterOptions>().recent_tokens);
+     }},
+    {"recycle-memory-mib", "N",
+     "what its drafter remembers of every cache scope together\n(recent texts, Token Recycling "
+     "matrices); least\nrecently used scopes are dropped past it",
+     "512",
+     [](const std::string& v, SpecOptions& o) {
+       return ParseAtLeast("recycle-memory-mib", v, int64_t{0},
+                           &o.Of<TrainingFreeDrafterOptions>().memory_mib);
      }},
 };
 

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <stdexcept>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "proto/policy_names.h"
 #include "scheduler/policies/autoregressive.h"
@@ -119,7 +118,7 @@ absl::Status ValidatePolicyFields(const RequestOptions& r, const SpecOptions& op
 absl::Status NotServed(v1::DecodingPolicy mode) {
   const PolicyDeclaration* d = Find(mode);
   return absl::FailedPreconditionError(
-      absl::StrCat("policy ", absl::AsciiStrToUpper(PolicyShortName(mode)),
+      absl::StrCat("policy ", PolicyShortName(mode),
                    " is not available on this deployment (",
                    d ? d->not_served : "no such policy", ")"));
 }
