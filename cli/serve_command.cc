@@ -136,6 +136,11 @@ int ServeCommand(int argc, char** argv) {
       t.scheduler_args.insert(t.scheduler_args.end(), {"--" + name, args.Str(name)});
     }
   }
+  // The scheduler waits for its stages quietly as long as start-up may take.
+  if (args.Has("startup-timeout-s")) {
+    t.scheduler_args.insert(t.scheduler_args.end(),
+                            {"--stage-startup-timeout-s", args.Str("startup-timeout-s")});
+  }
   launch::GatewayOptions& g = t.gateway.emplace();
   g.tokenizer = args.Str("tokenizer");
   // Absolute: the gateway process may not share this working directory.

@@ -7,6 +7,7 @@
 #include <grpcpp/client_context.h>
 
 #include "common/client_util.h"
+#include "proto/policy_names.h"
 
 namespace specline::cli {
 namespace {
@@ -83,7 +84,7 @@ std::string FormatStats(const StreamResult& r) {
   if (s.num_draft_tokens() > 0) {
     std::snprintf(buf, sizeof buf,
                   "; %s: %lld/%lld drafts accepted, %lld flushes, L'acc %.2f",
-                  v1::DecodingPolicy_Name(r.policy).c_str(),
+                  PolicyShortName(r.policy),
                   static_cast<long long>(s.num_accepted_tokens()),
                   static_cast<long long>(s.num_draft_tokens()),
                   static_cast<long long>(s.num_flushes()), s.equivalent_acceptance_length());

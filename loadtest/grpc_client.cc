@@ -3,6 +3,7 @@
 #include <grpcpp/client_context.h>
 
 #include "common/client_util.h"
+#include "proto/policy_names.h"
 #include "specline/v1/generation.grpc.pb.h"
 
 namespace specline::loadtest {
@@ -29,6 +30,7 @@ SendFn GrpcSender(std::shared_ptr<grpc::Channel> channel, ClientOptions options)
       if (msg.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
         r.finish_reason = FinishReasonName(msg.finish_reason());
         r.prompt_tokens = msg.usage().prompt_tokens();
+        r.policy = PolicyShortName(msg.policy());
         const v1::SpecDecodeStats& s = msg.spec_decode();
         r.num_drafts = s.num_drafts();
         r.num_draft_tokens = s.num_draft_tokens();

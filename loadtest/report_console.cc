@@ -32,6 +32,11 @@ void PrintTable(std::ostream& out, const Report& report) {
     Row(out, "TPOT", s.tpot);
     Row(out, "ITL", s.itl);
     Row(out, "e2e", s.e2e);
+    if (!s.policies.empty()) {
+      out << "  served by";
+      for (const auto& [policy, n] : s.policies) out << " " << policy << " (" << n << ")";
+      out << "\n";
+    }
     for (const auto& [code, n] : s.errors)
       out << "  error " << code << ": " << n << " (e.g. \"" << s.error_examples.at(code) << "\")\n";
     if (s.spec.num_draft_tokens > 0) {

@@ -63,6 +63,7 @@ Summary Summarize(const std::vector<RequestRecord>& records, const Slo& slo) {
     if (r.output_tokens >= 2) tpot.push_back(r.tpot);
     itl.insert(itl.end(), r.itl.begin(), r.itl.end());
     e2e.push_back(r.e2e);
+    if (!r.policy.empty()) ++s.policies[r.policy];
     SpecTotals& t = s.spec;
     t.num_drafts += r.num_drafts;
     t.num_draft_tokens += r.num_draft_tokens;

@@ -21,6 +21,7 @@ struct RequestRecord {
   std::string status_code = "OK";  // gRPC status name
   std::string error;
   std::string finish_reason;  // stop, length, abort, none
+  std::string policy;         // the policy that served it, as users type it ("" = not said)
   int prompt_tokens = 0;      // from the final message's usage
   int output_tokens = 0;      // tokens received
   double ttft = 0;            // start -> first token-bearing message
@@ -72,6 +73,7 @@ struct Summary {
   double goodput_fraction = 0;  // good / sent
   Distribution ttft, tpot, itl, e2e;  // seconds, over successful requests
   SpecTotals spec;
+  std::map<std::string, int> policies;  // successful requests by the policy that served them
   int max_in_flight = 0;
 };
 

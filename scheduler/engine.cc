@@ -27,6 +27,7 @@ PipelineHealthOptions HealthOptions(const EngineOptions& o, const std::string& i
   PipelineHealthOptions h;
   h.interval = o.health_interval;
   h.deadline = o.health_deadline;
+  h.startup_timeout = o.stage_startup_timeout;
   h.kv_capacity_tokens = o.kv_capacity_tokens;
   h.kv_block_size = o.kv_block_size;
   h.data_plane = o.data_plane;

@@ -73,6 +73,9 @@ struct EngineOptions {
   std::chrono::milliseconds batch_timeout{10000};
   std::chrono::milliseconds health_interval{250};
   std::chrono::milliseconds health_deadline{500};
+  // Stages that have not answered yet are waited for quietly this long
+  // after start (they load their weights), then warned about.
+  std::chrono::seconds stage_startup_timeout{300};
   // A request the pipeline failed under before it streamed a token lost
   // nothing: it waits this long for the pipeline to come back and restarts
   // from scratch (0 = fail it at once). At most max_attempts runs.

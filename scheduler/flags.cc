@@ -25,6 +25,8 @@ std::string SchedulerUsage() {
          "                     hold (default 0: no limit)\n"
          "  [--retry-window-ms N] [--max-attempts N]  (requests a pipeline failure caught\n"
          "                     before their first token wait this long for recovery and restart)\n"
+         "  [--stage-startup-timeout-s N]  stages not answering yet are waited for quietly\n"
+         "                     this long after start, then warned about (default 300)\n"
          "  [--cluster-secret-file PATH]  internal plane's shared secret (docs/security.md)\n"
          "  [--device cpu|cuda|cuda:N] [--dtype bf16|f16]   (where the output head runs)\n"
          "(--stages is accepted as a synonym of --stage-grpc)\n"
@@ -40,6 +42,7 @@ absl::StatusOr<SchedulerFlags> ParseSchedulerFlags(int argc, char** argv) {
   EngineOptions& e = f.engine;
   int timeout_ms = static_cast<int>(e.batch_timeout.count());
   int retry_ms = static_cast<int>(e.retry_window.count());
+  auto startup_s = static_cast<int>(e.stage_startup_timeout.count());
   std::string device = "cpu", dtype = "bf16";
   for (auto& [name, value] : values) {
     absl::Status st;
@@ -73,6 +76,7 @@ absl::StatusOr<SchedulerFlags> ParseSchedulerFlags(int argc, char** argv) {
     else if (name == "log-level") f.log_level = value;
     else if (name == "retry-window-ms") st = ParseNumber(name, value, &retry_ms);
     else if (name == "max-attempts") st = ParseNumber(name, value, &e.max_attempts);
+    else if (name == "stage-startup-timeout-s") st = ParseNumber(name, value, &startup_s);
     else if (name == "cluster-secret-file") {
       absl::StatusOr<std::string> secret = ReadClusterSecret(value);
       if (!secret.ok()) return secret.status();
@@ -91,6 +95,8 @@ absl::StatusOr<SchedulerFlags> ParseSchedulerFlags(int argc, char** argv) {
   e.batch_timeout = std::chrono::milliseconds(timeout_ms);
   e.retry_window = std::chrono::milliseconds(retry_ms);
   if (retry_ms < 0) return absl::InvalidArgumentError("--retry-window-ms must be >= 0");
+  if (startup_s < 0) return absl::InvalidArgumentError("--stage-startup-timeout-s must be >= 0");
+  e.stage_startup_timeout = std::chrono::seconds(startup_s);
   if (!values.count("default-policy")) e.spec.default_mode = DefaultPolicy(e.spec);
   if (e.max_attempts < 1) return absl::InvalidArgumentError("--max-attempts must be >= 1");
   if (f.model.empty()) return absl::InvalidArgumentError("--model is required");

@@ -19,11 +19,14 @@ PipelineHealth::PipelineHealth(HealthHost& host, std::mutex& mu, const ModelConf
       options_(std::move(options)),
       stage_up_(stages_.size(), false),
       stage_error_(stages_.size()),
+      stage_starting_error_(stages_.size()),
+      stage_answered_(stages_.size(), false),
       stage_data_addr_(stages_.size()) {}
 
 PipelineHealth::~PipelineHealth() { Join(); }
 
 void PipelineHealth::Start() {
+  started_ = std::chrono::steady_clock::now();
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -44,6 +47,39 @@ void PipelineHealth::PipelineDownLocked(int stage) {
   cv_.notify_all();  // start probing for recovery at once
 }
 
+void PipelineHealth::SayWhyNotAnswering(int i, const absl::Status& status,
+                                        std::chrono::steady_clock::time_point now) {
+  const std::string why = status.ok() ? std::string() : status.ToString();
+  if (status.ok()) {
+    stage_answered_[i] = true;
+    stage_error_[i].clear();
+    return;
+  }
+  // While the deployment starts, stages load their weights and cannot be
+  // reached yet: nothing is wrong, so it is said at debug level. A stage
+  // that answered and stops, one still unreachable past the start-up
+  // timeout (a wrong address), or one that answers with a refusal (a wrong
+  // --cluster-secret-file: UNAUTHENTICATED) is warned about once per
+  // distinct reason.
+  const bool unreachable = absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status);
+  if (unreachable && !stage_answered_[i] && now - started_ < options_.startup_timeout) {
+    if (why != stage_starting_error_[i]) {
+      spdlog::debug("{} does not answer yet (starting): {}", StageName(i), why);
+      stage_starting_error_[i] = why;
+    }
+    return;
+  }
+  if (why == stage_error_[i]) return;
+  if (stage_answered_[i] || !unreachable) {
+    spdlog::warn("{} does not answer: {}", StageName(i), why);
+  } else {
+    spdlog::warn("{} has not answered within {} s of start: {}", StageName(i),
+                 std::chrono::duration_cast<std::chrono::seconds>(options_.startup_timeout).count(),
+                 why);
+  }
+  stage_error_[i] = why;
+}
+
 void PipelineHealth::Loop() {
   for (;;) {
     std::vector<absl::StatusOr<internal::StageInfo>> infos;
@@ -52,17 +88,12 @@ void PipelineHealth::Loop() {
     {
       std::unique_lock<std::mutex> lock(mu_);
       if (stop_) return;
-      host_.ExpireRestartsLocked(std::chrono::steady_clock::now());
+      const auto now = std::chrono::steady_clock::now();
+      host_.ExpireRestartsLocked(now);
       for (size_t i = 0; i < infos.size(); ++i) {
         const bool ok = infos[i].ok();
         if (ok) stage_data_addr_[i] = infos[i]->data_address();
-        // Say why a stage is not usable once per distinct reason, also when
-        // it never was (a wrong --cluster-secret-file, a wrong address).
-        const std::string why = ok ? std::string() : infos[i].status().ToString();
-        if (!ok && why != stage_error_[i]) {
-          spdlog::warn("{} does not answer: {}", StageName(i), why);
-        }
-        stage_error_[i] = why;
+        SayWhyNotAnswering(static_cast<int>(i), infos[i].status(), now);
         stage_up_[i] = ok;
         all_ok = all_ok && ok;
         if (!ok && host_.UpLocked()) {

@@ -50,6 +50,9 @@ class HealthHost {
 struct PipelineHealthOptions {
   std::chrono::milliseconds interval{250};  // between probe rounds
   std::chrono::milliseconds deadline{500};  // of each GetInfo and Reset
+  // A stage that has never answered is still starting (loading weights)
+  // until this long after Start: said at debug level only, then warned.
+  std::chrono::milliseconds startup_timeout{300000};
   int64_t kv_capacity_tokens = 0;           // 0 = the smallest the stages report
   int kv_block_size = 16;                   // of a stage that reports none
   transport::TransportOptions data_plane;
@@ -85,6 +88,10 @@ class PipelineHealth {
 
  private:
   void Loop();
+  // Logs why stage i did not answer this round (mu_ held): quietly while
+  // it is still starting, a warning once per reason otherwise.
+  void SayWhyNotAnswering(int i, const absl::Status& status,
+                          std::chrono::steady_clock::time_point now);
   bool BringUp(const std::vector<internal::StageInfo>& infos);
 
   HealthHost& host_;
@@ -96,7 +103,11 @@ class PipelineHealth {
   std::condition_variable cv_;  // wakes the loop early: stop, or a failure
   bool stop_ = false;
   std::vector<bool> stage_up_;
-  std::vector<std::string> stage_error_;  // the last reason a stage did not answer ("" = it did)
+  // The last reason a stage did not answer that was said ("" = it did):
+  // at warn level, and at debug level while it was still starting.
+  std::vector<std::string> stage_error_, stage_starting_error_;
+  std::vector<bool> stage_answered_;  // ever, since Start
+  std::chrono::steady_clock::time_point started_;
   std::vector<std::string> stage_data_addr_;
   std::thread thread_;
 };

@@ -11,6 +11,7 @@
 #include <netinet/in.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -491,6 +492,60 @@ TEST(ClusterSecretMismatch, PipelineStaysDownAndSaysWhy) {
   internal::SubmitEvent e;
   EXPECT_FALSE(reader->Read(&e));
   EXPECT_EQ(reader->Finish().error_code(), grpc::UNAVAILABLE);
+}
+
+// A port on loopback that nothing listens on (bound, then closed).
+int UnusedPort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// Whether `path` comes to contain `text` within a minute (read every 100 ms).
+bool LogComesToSay(const std::string& path, const std::string& text) {
+  for (int i = 0; i < 600; ++i) {
+    if (std::filesystem::exists(path) && ReadFile(path).find(text) != std::string::npos) return true;
+    std::this_thread::sleep_for(100ms);
+  }
+  return false;
+}
+
+// A normal start says nothing alarming: a stage the scheduler cannot reach
+// yet is still loading, so it is said at debug level while the start-up
+// timeout runs (issue 38: every start printed "does not answer" warnings).
+// Past the timeout the same stage is a warning. Waits on what the log
+// says, never on a duration.
+TEST(StageStartup, AStageStillStartingIsWaitedForQuietlyThenWarnedAbout) {
+  const std::string dir = TempDir() + "/startup";
+  std::filesystem::create_directories(dir);
+  const std::string model =
+      WriteServingModel(LlamaShape(32, 64, 2, 4, 2, 128, 128), "startup-model", /*seed=*/3);
+  const std::string stage = "127.0.0.1:" + std::to_string(UnusedPort());
+  auto start = [&](const std::string& name, std::vector<std::string> extra) {
+    std::vector<std::string> argv = {BinaryPath("specline-scheduler"), "--model", model,
+                                     "--stage-grpc", stage, "--metrics-port", "-1",
+                                     "--log-level", "debug", "--port-file",
+                                     dir + "/" + name + ".json"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return std::make_unique<ChildProcess>(argv, dir + "/" + name + ".log");
+  };
+  auto quiet = start("quiet", {});
+  ASSERT_TRUE(LogComesToSay(dir + "/quiet.log", "does not answer yet (starting)"))
+      << ReadFile(dir + "/quiet.log");
+  EXPECT_EQ(ReadFile(dir + "/quiet.log").find(" warning "), std::string::npos)
+      << ReadFile(dir + "/quiet.log");
+  auto late = start("late", {"--stage-startup-timeout-s", "0"});
+  ASSERT_TRUE(LogComesToSay(dir + "/late.log", "has not answered within 0 s of start"))
+      << ReadFile(dir + "/late.log");
+  EXPECT_NE(ReadFile(dir + "/late.log").find(" warning [scheduler] stage 0 (" + stage),
+            std::string::npos)
+      << ReadFile(dir + "/late.log");
 }
 
 }  // namespace
