@@ -7,12 +7,13 @@ import time
 import urllib.request
 
 
-def stream_chat(port, body):
-    """One streamed chat request: its times, text, tokens and extras."""
+def stream_chat(port, body, headers=None):
+    """One streamed chat request: its times, text, tokens and extras.
+    `headers`: more request headers (e.g. Authorization)."""
     body = dict(body, stream=True, stream_options={"include_usage": True})
     req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions",
                                  data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
+                                 headers={"Content-Type": "application/json", **(headers or {})})
     first = last = None
     text, usage_tokens, chunks, finish, timings = "", None, 0, None, None
     with urllib.request.urlopen(req, timeout=600) as r:
