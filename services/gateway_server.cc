@@ -266,6 +266,11 @@ void Gateway::StartReadinessProbe() {
       bool ready = probe->GetStats(&ctx, internal::StatsRequest(), &stats).ok();
       // No per-stage list means the scheduler does not report stages.
       for (bool up : stats.stage_up()) ready = ready && up;
+      // Every stage answering is not yet a pipeline: the scheduler learns
+      // the KV capacity when it brings the stages up, a moment later.
+      // Until then an omitted max_tokens would be sized to the model's
+      // context and refused (seen once in five runs of the suite).
+      if (stats.stage_up_size() > 0 && stats.kv_capacity_tokens() <= 0) ready = false;
       // The capacity first: once ready, requests are sized against it
       // (an omitted max_tokens fills what fits), so none may see "ready"
       // with the capacity still unknown.
