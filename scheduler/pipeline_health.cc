@@ -49,12 +49,12 @@ void PipelineHealth::PipelineDownLocked(int stage) {
 
 void PipelineHealth::SayWhyNotAnswering(int i, const absl::Status& status,
                                         std::chrono::steady_clock::time_point now) {
-  const std::string why = status.ok() ? std::string() : status.ToString();
   if (status.ok()) {
     stage_answered_[i] = true;
     stage_error_[i].clear();
     return;
   }
+  const std::string why = status.ToString();
   // While the deployment starts, stages load their weights and cannot be
   // reached yet: nothing is wrong, so it is said at debug level. A stage
   // that answered and stops, one still unreachable past the start-up

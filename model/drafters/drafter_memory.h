@@ -61,8 +61,6 @@ class DrafterMemoryScopes {
  public:
   explicit DrafterMemoryScopes(const DrafterMemoryLimits& limits) : limits_(limits) {}
 
-  const DrafterMemoryLimits& limits() const { return limits_; }
-
   // The scope's memory (created empty on first use), now the most recently
   // used; scopes past the bound are dropped first.
   std::shared_ptr<DrafterMemory> For(std::string_view scope);
