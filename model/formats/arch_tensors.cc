@@ -53,6 +53,14 @@ void SplitRows(const TensorInfo& t, const std::string& prefix,
   }
 }
 
+// "model.layers.N." for a tensor of layer N, "" for any other tensor.
+std::string LayerPrefix(const std::string& name) {
+  const std::string p = "model.layers.";
+  if (name.rfind(p, 0) != 0) return std::string();
+  const size_t dot = name.find('.', p.size());
+  return dot == std::string::npos ? std::string() : name.substr(0, dot + 1);
+}
+
 }  // namespace
 
 std::string ExpertTensorName(int layer, int expert, const std::string& proj) {
@@ -66,12 +74,7 @@ void CanonicalizeArchTensors(const ModelConfig& c, const std::string& path,
   const int64_t kv_dim = int64_t{c.n_kv_heads} * c.head_dim;
   std::map<std::string, TensorInfo> out;
   for (auto& [name, t] : tensors) {
-    const std::string layer_prefix = [&] {
-      const std::string p = "model.layers.";
-      if (name.rfind(p, 0) != 0) return std::string();
-      const size_t dot = name.find('.', p.size());
-      return dot == std::string::npos ? std::string() : name.substr(0, dot + 1);
-    }();
+    const std::string layer_prefix = LayerPrefix(name);
     const std::string rest = layer_prefix.empty() ? "" : name.substr(layer_prefix.size());
     if (rest == "self_attn.qkv_proj.weight") {
       SplitRows(t, layer_prefix + "self_attn.",
