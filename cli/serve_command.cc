@@ -79,8 +79,6 @@ const char kServeUsage[] = R"(usage: specline serve [options]
                            TTFT/TPOT/tok-s to stderr, shut down and exit
 )";
 
-std::atomic<bool> g_stop{false};
-
 }  // namespace
 
 int ServeCommand(int argc, char** argv) {

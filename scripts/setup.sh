@@ -20,7 +20,8 @@ PACKAGES=(build-essential cmake ninja-build pkg-config python3 python3-pip
   libboost-dev  # Boost.Beast + Asio: the gateway's OpenAI HTTP/SSE server (header-only)
   python3-grpcio python3-grpc-tools prometheus openssl
   python3-torch python3-venv  # the training recipes' CPU PyTorch (training/setup.sh)
-  iproute2 util-linux curl)  # the deploy rehearsal's pod namespaces and model fetch
+  iproute2 util-linux curl  # the deploy rehearsal's pod namespaces and model fetch
+  clang libclang-rt-dev)  # scripts/test.sh's ASan + UBSan build (half GCC's compile time)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -4,7 +4,7 @@
 # at the end, passed or failed (docs/testing.md "CI and its time"):
 #   setup          packages, downloads, the Release build of every target
 #   sanitizer builds (in the background, at low priority, while the Release
-#                  tests run): ASan+UBSan (-O0) and TSan (-O1) builds of the
+#                  tests run): ASan+UBSan (clang, -O0) and TSan (-O1) builds of the
 #                  suites labelled asan / tsan, nothing else
 #   release tests  ctest over the Release build (all but the asan suites)
 #   python         the training recipes' tests, the model-writer check, the
@@ -49,18 +49,24 @@ run_ctest() {
     tests/skip_allowlist.txt || [ "${SPECLINE_ALLOW_SKIPS:-0}" = 1 ]
 }
 
-# A sanitizer build of the suites labelled LABEL (and, for ASan, the serving
-# binaries its deployment suites start) at optimisation OPT with -g1 (line
-# numbers in reports, a fraction of -g's cost), the CPU kernels at -O2 (where
-# a served model spends its time). ASan + UBSan at -O0: UBSan's checks more
-# than double the compile time at -O1 and above (measured in docs/testing.md).
-# TSan at -O1: at -O0 it runs too slowly. Without the precompiled headers
-# (SPECLINE_PCH): the code generation of the sanitizers' checks dominates,
-# and they measured no faster in either build (docs/testing.md).
+# A sanitizer build with compiler CC/CXX of the suites labelled LABEL (and,
+# for ASan, the serving binaries its deployment suites start) at
+# optimisation OPT with -g1 (line numbers in reports, a fraction of -g's
+# cost), the CPU kernels at -O2 (where a served model spends its time).
+# ASan + UBSan with clang at -O0: GCC 12 took twice clang 14's CPU time for
+# the same checks (and more than twice again at -O1). TSan with GCC at -O1
+# (clang measured the same; at -O0 it runs too slowly). Without the
+# precompiled headers (SPECLINE_PCH): the code generation of the sanitizers'
+# checks dominates, and they measured no faster in either build. The
+# figures are in docs/testing.md "CI and its time".
 sanitizer_build() {
-  local dir=$1 sanitizers=$2 label=$3 opt=$4
-  shift 4
+  local dir=$1 cc=$2 cxx=$3 sanitizers=$4 label=$5 opt=$6
+  shift 6
+  # Full paths: CMake compares them with its cache, and a changed compiler
+  # reconfigures the folder from scratch.
+  cc=$(command -v "$cc") && cxx=$(command -v "$cxx") || return
   cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    "-DCMAKE_C_COMPILER=$cc" "-DCMAKE_CXX_COMPILER=$cxx" \
     "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=$opt -g1 -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=$opt -g1 -DNDEBUG" \
     -DSPECLINE_KERNELS_OPT=-O2 -DSPECLINE_SANITIZE="$sanitizers" -DSPECLINE_TEST_SUITES="$label" \
     -DSPECLINE_BUILD_BENCH=OFF -DSPECLINE_ENABLE_CUDA=OFF -DSPECLINE_PCH=OFF \
@@ -68,8 +74,9 @@ sanitizer_build() {
   nice -n 19 cmake --build "$dir" -j"$SAN_JOBS" --target specline_suites "$@"
 }
 sanitizer_builds() {
-  sanitizer_build "$ASAN_DIR" address,undefined asan -O0 specline specline-stage specline-scheduler specline-gateway || return
-  sanitizer_build "$TSAN_DIR" thread tsan -O1
+  sanitizer_build "$ASAN_DIR" clang clang++ address,undefined asan -O0 \
+    specline specline-stage specline-scheduler specline-gateway || return
+  sanitizer_build "$TSAN_DIR" gcc g++ thread tsan -O1
 }
 
 [ "${CI:-}" = true ] && export SPECLINE_WERROR=ON

@@ -51,7 +51,7 @@ GenerationService::GenerationService(ServedModel model, std::shared_ptr<grpc::Ch
                                   ctx, stream,
                                   [this](const std::string& principal, grpc::ServerContext*,
                                          const v1::AbortRequest& req, v1::AbortResponse* resp) {
-                                    return Abort(principal, req, resp);
+                                    return HandleAbort(principal, req, resp);
                                   });
                             }));
   MarkMethodStreamed(2, new grpc::internal::StreamedUnaryHandler<grpc::ByteBuffer, v1::ModelInfo>(
@@ -60,7 +60,7 @@ GenerationService::GenerationService(ServedModel model, std::shared_ptr<grpc::Ch
                                   ctx, stream,
                                   [this](const std::string&, grpc::ServerContext* c,
                                          const v1::ModelInfoRequest&, v1::ModelInfo* resp) {
-                                    return GetModelInfo(c, resp);
+                                    return HandleGetModelInfo(c, resp);
                                   });
                             }));
 }
@@ -90,7 +90,7 @@ grpc::Status GenerationService::GenerateRaw(
   }
   v1::GenerateRequest request;
   if (absl::Status st = ParseRequestBuffer(bytes, &request); !st.ok()) return Fail(Api::kGrpc, ToGrpc(st));
-  return Generate(ctx, principal, request, stream);
+  return HandleGenerate(ctx, principal, request, stream);
 }
 
 template <class Request, class Response, class Handler>
@@ -234,9 +234,9 @@ grpc::Status GenerationService::GenerateChoices(grpc::ServerContext* ctx,
   }
 }
 
-grpc::Status GenerationService::Generate(grpc::ServerContext* ctx, const std::string& principal,
-                                         const v1::GenerateRequest& request,
-                                         ResponseWriter* writer) {
+grpc::Status GenerationService::HandleGenerate(grpc::ServerContext* ctx, const std::string& principal,
+                                               const v1::GenerateRequest& request,
+                                               ResponseWriter* writer) {
   if (request.n() > 1 && request.n() <= kMaxChoices) return GenerateChoices(ctx, principal, request, writer);
   std::string id;
   PreparedRequest prepared;
@@ -426,8 +426,8 @@ grpc::Status GenerationService::Stream(grpc::ServerContext* ctx, const std::stri
   return end;
 }
 
-grpc::Status GenerationService::Abort(const std::string& principal, const v1::AbortRequest& request,
-                                      v1::AbortResponse* response) {
+grpc::Status GenerationService::HandleAbort(const std::string& principal, const v1::AbortRequest& request,
+                                            v1::AbortResponse* response) {
   if (request.request_id().empty())
     return grpc::Status(grpc::INVALID_ARGUMENT, "request_id: is empty");
   // Only the principal's own requests: another's id is simply not found.
@@ -442,7 +442,7 @@ void GenerationService::set_pipeline_ready(bool ready) {
     spdlog::info("gateway: pipeline {}", ready ? "ready" : "not ready (HTTP /health answers 503)");
 }
 
-grpc::Status GenerationService::GetModelInfo(grpc::ServerContext* ctx, v1::ModelInfo* info) {
+grpc::Status GenerationService::HandleGetModelInfo(grpc::ServerContext* ctx, v1::ModelInfo* info) {
   auto upstream = grpc::ClientContext::FromServerContext(*ctx);
   const auto limit = std::chrono::system_clock::now() + std::chrono::seconds(5);
   if (upstream->deadline() > limit) upstream->set_deadline(limit);

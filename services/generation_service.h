@@ -53,11 +53,11 @@ class GenerationService final : public v1::Generation::Service {
   using ResponseWriter = grpc::internal::WriterInterface<v1::GenerateResponse>;
   // The typed handlers, after the raw bytes were parsed and the caller
   // authenticated as `principal`.
-  grpc::Status Generate(grpc::ServerContext* ctx, const std::string& principal,
-                        const v1::GenerateRequest& request, ResponseWriter* writer);
-  grpc::Status Abort(const std::string& principal, const v1::AbortRequest& request,
-                     v1::AbortResponse* response);
-  grpc::Status GetModelInfo(grpc::ServerContext* ctx, v1::ModelInfo* response);
+  grpc::Status HandleGenerate(grpc::ServerContext* ctx, const std::string& principal,
+                              const v1::GenerateRequest& request, ResponseWriter* writer);
+  grpc::Status HandleAbort(const std::string& principal, const v1::AbortRequest& request,
+                           v1::AbortResponse* response);
+  grpc::Status HandleGetModelInfo(grpc::ServerContext* ctx, v1::ModelInfo* response);
 
   // The HTTP API's entry: validates and admits requests like Generate and
   // starts their scheduler calls. An error before the stream starts is
