@@ -160,10 +160,15 @@ if ! bash scripts/build_xgrammar.sh; then
 fi
 
 # 6. Build, with Ninja (an existing build folder keeps its generator).
-#    SPECLINE_WERROR=ON (CI) makes any compiler warning an error.
+#    SPECLINE_WERROR=ON (CI) makes any compiler warning an error;
+#    SPECLINE_TEST_SUITES selects the suites (tests/CMakeLists.txt; empty:
+#    all); SPECLINE_CUDA_ARCHITECTURES the GPUs the CUDA code is compiled
+#    for (default 80;90). scripts/test.sh sets them for CI.
 GENERATOR=()
 [ -f "$BUILD_DIR/CMakeCache.txt" ] || GENERATOR=(-G Ninja)
 cmake -S . -B "$BUILD_DIR" "${GENERATOR[@]}" -DCMAKE_BUILD_TYPE=Release \
+  -DSPECLINE_CUDA_ARCHITECTURES="${SPECLINE_CUDA_ARCHITECTURES:-80;90}" \
+  -DSPECLINE_TEST_SUITES="${SPECLINE_TEST_SUITES:-}" \
   -DSPECLINE_WERROR="${SPECLINE_WERROR:-OFF}" >/dev/null
 cmake --build "$BUILD_DIR" -j"$(nproc)"
 echo "setup: built $BUILD_DIR/specline"

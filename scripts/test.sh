@@ -54,14 +54,14 @@ run_ctest() {
 # optimisation OPT with -g1 (line numbers in reports, a fraction of -g's
 # cost), the CPU kernels at -O2 (where a served model spends its time).
 # ASan + UBSan with clang at -O0: GCC 12 took twice clang 14's CPU time for
-# the same checks (and more than twice again at -O1). TSan with GCC at -O1
-# (clang measured the same; at -O0 it runs too slowly). Without the
-# precompiled headers (SPECLINE_PCH): the code generation of the sanitizers'
-# checks dominates, and they measured no faster in either build. The
-# figures are in docs/testing.md "CI and its time".
+# the same checks (and more than twice again at -O1); with clang the
+# precompiled headers (SPECLINE_PCH) save a further 8%. TSan with GCC at
+# -O1 (clang measured the same; at -O0 it runs too slowly), without the
+# precompiled headers (its code generation dominates: they measured no
+# faster). The figures are in docs/testing.md "CI and its time".
 sanitizer_build() {
-  local dir=$1 cc=$2 cxx=$3 sanitizers=$4 label=$5 opt=$6
-  shift 6
+  local dir=$1 cc=$2 cxx=$3 sanitizers=$4 label=$5 opt=$6 pch=$7
+  shift 7
   # Full paths: CMake compares them with its cache, and a changed compiler
   # reconfigures the folder from scratch.
   cc=$(command -v "$cc") && cxx=$(command -v "$cxx") || return
@@ -69,17 +69,23 @@ sanitizer_build() {
     "-DCMAKE_C_COMPILER=$cc" "-DCMAKE_CXX_COMPILER=$cxx" \
     "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=$opt -g1 -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=$opt -g1 -DNDEBUG" \
     -DSPECLINE_KERNELS_OPT=-O2 -DSPECLINE_SANITIZE="$sanitizers" -DSPECLINE_TEST_SUITES="$label" \
-    -DSPECLINE_BUILD_BENCH=OFF -DSPECLINE_ENABLE_CUDA=OFF -DSPECLINE_PCH=OFF \
+    -DSPECLINE_BUILD_BENCH=OFF -DSPECLINE_ENABLE_CUDA=OFF -DSPECLINE_PCH="$pch" \
     -DSPECLINE_WERROR="${SPECLINE_WERROR:-OFF}" >/dev/null || return
   nice -n 19 cmake --build "$dir" -j"$SAN_JOBS" --target specline_suites "$@"
 }
+# One after the other, each a phase of its own (its CPU seconds in the table).
 sanitizer_builds() {
-  sanitizer_build "$ASAN_DIR" clang clang++ address,undefined asan -O0 \
+  phase asan-build sanitizer_build "$ASAN_DIR" clang clang++ address,undefined asan -O0 ON \
     specline specline-stage specline-scheduler specline-gateway || return
-  sanitizer_build "$TSAN_DIR" gcc g++ thread tsan -O1
+  phase tsan-build sanitizer_build "$TSAN_DIR" gcc g++ thread tsan -O1 OFF
 }
 
 [ "${CI:-}" = true ] && export SPECLINE_WERROR=ON
+# The Release build compiles every suite but the asan ones (they run only in
+# the ASan build) and, in CI, the CUDA code for sm_90 only (H100/H200: the
+# GPUs the project is checked on; a developer's build keeps 80;90).
+export SPECLINE_TEST_SUITES=release
+[ "${CI:-}" = true ] && export SPECLINE_CUDA_ARCHITECTURES=${SPECLINE_CUDA_ARCHITECTURES:-90}
 phase setup bash scripts/setup.sh
 
 phase_bg sanitizer-builds sanitizer_builds
