@@ -174,11 +174,16 @@ grpc::Status GenerationService::StartChoices(Api api, const std::string& princip
 }
 
 grpc::Status GenerationService::PromptTokens(const v1::GenerateRequest& request, int* tokens) {
-  std::string id;
   PreparedRequest prepared;
-  if (grpc::Status s = Prepare(Api::kOpenAi, request, &id, &prepared); !s.ok()) return s;
+  if (grpc::Status s = PrepareOnly(request, &prepared); !s.ok()) return s;
   *tokens = prepared.submit.prompt_size();
   return grpc::Status::OK;
+}
+
+grpc::Status GenerationService::PrepareOnly(const v1::GenerateRequest& request,
+                                            PreparedRequest* prepared) {
+  std::string id;
+  return Prepare(Api::kOpenAi, request, &id, prepared);
 }
 
 grpc::Status GenerationService::GenerateChoices(grpc::ServerContext* ctx,

@@ -77,6 +77,9 @@ class GenerationService final : public v1::Generation::Service {
   // The OpenAI API's request `request` would have, validated as
   // StartChoices validates it, with nothing started (max_tokens: 0).
   grpc::Status PromptTokens(const v1::GenerateRequest& request, int* tokens);
+  // The same, whole: the prompt's token ids and the limits a generation
+  // would get (the render endpoints, docs/routers.md).
+  grpc::Status PrepareOnly(const v1::GenerateRequest& request, PreparedRequest* prepared);
 
   // Refuse new Generate calls (UNAVAILABLE) from now on.
   void StartDrain() { draining_ = true; }

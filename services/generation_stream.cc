@@ -1,5 +1,7 @@
 #include "services/generation_stream.h"
 
+#include <algorithm>
+
 #include <spdlog/spdlog.h>
 
 #include "proto/policy_names.h"
@@ -30,8 +32,28 @@ GenerationStream::GenerationStream(const ServedModel& model, GatewayMetrics::Ser
       id_(std::move(id)),
       t0_(t0),
       prompt_tokens_(prepared.submit.prompt_size()),
-      stops_(prepared.stop_strings) {
+      keep_special_(prepared.keep_special_tokens),
+      include_stop_(prepared.include_stop_str_in_output),
+      stop_ids_(prepared.submit.stop_token_ids().begin(), prepared.submit.stop_token_ids().end()),
+      stops_(prepared.stop_strings, prepared.include_stop_str_in_output) {
   if (model_.tokenizer) detok_.emplace(*model_.tokenizer, prepared.detok_prev);
+  std::sort(stop_ids_.begin(), stop_ids_.end());
+}
+
+void GenerationStream::Detokenize(int32_t t, bool final_stop_token, std::string* text) {
+  const Tokenizer& tok = *model_.tokenizer;
+  // Control tokens decode to nothing (skip_special_tokens) unless they are
+  // kept; the stop token that ends the output only when it is asked for
+  // too (vLLM's include_stop_str_in_output).
+  if (keep_special_ && tok.IsControl(t) && (!final_stop_token || include_stop_)) {
+    // A control token ends any character whose bytes came before it; then
+    // comes its text as the vocabulary spells it ("<|im_end|>"). It is
+    // pushed too, for the tokenizers that decode relative to the previous
+    // token.
+    *text += detok_->Flush();
+    *text += tok.Piece(t);
+  }
+  *text += detok_->Push(t);
 }
 
 void GenerationStream::FinishMessage(v1::GenerateResponse* resp, Clock::time_point now) {
@@ -73,13 +95,19 @@ GenerationStream::Step GenerationStream::OnEvent(const internal::SubmitEvent& ev
   resp.set_lossless(lossless_);
   const int32_t tok_vocab = model_.tokenizer ? model_.tokenizer->vocab_size() : 0;
   std::string text;
-  for (int32_t t : event.tokens()) {
+  const bool finished_here = event.finish_reason() != v1::FINISH_REASON_UNSPECIFIED;
+  for (int i = 0; i < event.tokens_size(); ++i) {
+    const int32_t t = event.tokens(i);
     resp.add_token_ids(t);
-    if (detok_ && t >= 0 && t < tok_vocab) text += detok_->Push(t);
+    if (!detok_ || t < 0 || t >= tok_vocab) continue;
+    // The last token of an output ended by a stop token is that token.
+    const bool final_stop_token = finished_here && i + 1 == event.tokens_size() &&
+                                  event.finish_reason() == v1::FINISH_REASON_STOP &&
+                                  std::binary_search(stop_ids_.begin(), stop_ids_.end(), t);
+    Detokenize(t, final_stop_token, &text);
   }
   // Aligned with token_ids (the scheduler sends one per token when asked).
   *resp.mutable_logprobs() = event.logprobs();
-  const bool finished_here = event.finish_reason() != v1::FINISH_REASON_UNSPECIFIED;
   if (finished_here && detok_) text += detok_->Flush();
   bool stopped = false;
   std::string visible = stops_.Push(text, &stopped);

@@ -64,6 +64,12 @@ class GenerationStream {
   const Clock::time_point t0_;
   const int prompt_tokens_;
   std::optional<IncrementalDetokenizer> detok_;
+  // The text of one generated token (special tokens' per keep_special_),
+  // appended to `text`.
+  void Detokenize(int32_t token, bool final_stop_token, std::string* text);
+  const bool keep_special_;
+  const bool include_stop_;
+  std::vector<int32_t> stop_ids_;  // the ids that end the output (sorted)
   StopMatcher stops_;
   int completion_ = 0;
   double queue_seconds_ = 0;

@@ -181,6 +181,21 @@ absl::StatusOr<std::string> RenderChat(const v1::ChatMessages& chat, const Serve
                                   "--chat-template that does"));
   }
   options.add_generation_prompt = !chat.no_generation_prompt();
+  if (chat.continue_final_message()) {
+    // The last message is continued, so nothing may follow it.
+    if (!chat.no_generation_prompt())
+      return Invalid("prompt.chat.continue_final_message",
+                     "cannot be combined with a generation prompt (set no_generation_prompt / "
+                     "add_generation_prompt: false)");
+    const v1::ChatMessage& last = msgs[msgs.size() - 1];
+    if (last.role() != "assistant")
+      return Invalid("prompt.chat.continue_final_message",
+                     absl::StrCat("needs the last message to be the assistant's, got '", last.role(),
+                                  "'"));
+    if (last.content_null())
+      return Invalid("prompt.chat.continue_final_message",
+                     "the last message has no content to continue");
+  }
   if (!chat.template_kwargs_json().empty()) {
     options.extra = nlohmann::ordered_json::parse(chat.template_kwargs_json(), nullptr,
                                                   /*allow_exceptions=*/false);
@@ -189,7 +204,30 @@ absl::StatusOr<std::string> RenderChat(const v1::ChatMessages& chat, const Serve
   }
   absl::StatusOr<std::string> text = m.chat_template->Apply(messages, options);
   if (!text.ok()) return Invalid("prompt.chat", std::string(text.status().message()));
+  if (chat.continue_final_message()) return CutAfterFinalMessage(*text, msgs[msgs.size() - 1].content());
   return text;
+}
+
+absl::StatusOr<std::string> CutAfterFinalMessage(const std::string& rendered,
+                                                 const std::string& final_content) {
+  // transformers' apply_chat_template(continue_final_message=True), which
+  // vLLM calls: find the stripped content's last occurrence; keep the
+  // content's trailing whitespace when the template kept it, else cut
+  // after the stripped content.
+  constexpr std::string_view kSpace = " \t\n\r\f\v";
+  const size_t first = final_content.find_first_not_of(kSpace);
+  const std::string lstripped = first == std::string::npos ? "" : final_content.substr(first);
+  const size_t last = lstripped.find_last_not_of(kSpace);
+  const std::string stripped = last == std::string::npos ? "" : lstripped.substr(0, last + 1);
+  const size_t at = rendered.rfind(stripped);
+  if (at == std::string::npos)
+    return Invalid("prompt.chat.continue_final_message",
+                   "the final message does not appear in the prompt the chat template renders "
+                   "(the template changes or drops part of it)");
+  if (rendered.compare(at, lstripped.size(), final_content) == 0 &&
+      at + lstripped.size() <= rendered.size())
+    return rendered.substr(0, at + lstripped.size());
+  return rendered.substr(0, at + stripped.size());
 }
 
 int32_t UsableContext(const ServedModel& m, const RequestRules& rules) {
@@ -296,6 +334,8 @@ absl::StatusOr<PreparedRequest> PrepareRequest(const v1::GenerateRequest& r,
   out.stop_strings.assign(r.stop().begin(), r.stop().end());
   out.detok_prev = prompt->back();
   out.cache_salt = r.cache_salt();
+  out.keep_special_tokens = r.keep_special_tokens();
+  out.include_stop_str_in_output = r.include_stop_str_in_output();
   return out;
 }
 

@@ -49,7 +49,19 @@ struct PreparedRequest {
   // The request's cache_salt: the gateway turns it and the principal into
   // submit.cache_scope (services/cache_scopes.h).
   std::string cache_salt;
+  // Detokenization (generation.proto): special tokens' text kept, and the
+  // stop string (or stop token's text) kept at the end.
+  bool keep_special_tokens = false;
+  bool include_stop_str_in_output = false;
 };
+
+// The text a conversation rendered without the generation prompt is cut to
+// so that the model continues its last message `final_content` (vLLM's and
+// transformers' continue_final_message): right after the last occurrence of
+// that content, its leading and trailing whitespace aside as transformers
+// does it. InvalidArgument when the template dropped the content.
+absl::StatusOr<std::string> CutAfterFinalMessage(const std::string& rendered,
+                                                 const std::string& final_content);
 
 // The prompt text the model's chat template makes of `chat` (what
 // /apply-template answers). INVALID_ARGUMENT naming the template's error.

@@ -8,14 +8,20 @@ std::string StopMatcher::Push(const std::string& text, bool* stopped) {
   *stopped = false;
   if (stops_.empty()) return text;
   pending_ += text;
-  // Earliest stop string wins (two may overlap in the same chunk).
+  // Earliest stop string wins (two may overlap in the same chunk); of two
+  // starting at the same place, the first listed.
   size_t first = std::string::npos;
+  size_t matched = 0;
   for (const std::string& s : stops_) {
-    first = std::min(first, pending_.find(s));
+    const size_t at = pending_.find(s);
+    if (at < first) {
+      first = at;
+      matched = s.size();
+    }
   }
   if (first != std::string::npos) {
     *stopped = true;
-    std::string out = pending_.substr(0, first);
+    std::string out = pending_.substr(0, include_stop_ ? first + matched : first);
     pending_.clear();
     return out;
   }

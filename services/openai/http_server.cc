@@ -27,6 +27,7 @@
 #include "services/openai/responses_api.h"
 #include "services/openai/logprobs_json.h"
 #include "services/openai/openai_response.h"
+#include "services/openai/render_response.h"
 #include "services/openai/tool_call_response.h"
 
 namespace specline::openai {
@@ -305,6 +306,31 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     if (path == "/v1/responses") return Generate(Endpoint::kResponses);
     if (path == "/v1/completions") return Generate(Endpoint::kCompletions);
     if (path == "/v1/chat/completions") return Generate(Endpoint::kChatCompletions);
+    if (path == "/v1/completions/render") return Render(Endpoint::kCompletions);
+    if (path == "/v1/chat/completions/render") return Render(Endpoint::kChatCompletions);
+    if (path == "/v1/responses/render") return Render(Endpoint::kResponses);
+    // What routers read of a worker besides the API (docs/routers.md):
+    // SGLang's load probe (vllm-router's power_of_two polls it, without
+    // credentials: it is a count, like /health) and its info endpoints.
+    if (path == "/get_load") {
+      if (verb != http::verb::get) return MethodNotAllowed("GET");
+      const int load = server_.service.active().size();
+      return SendJson(http::status::ok, nlohmann::json{{"load", load}, {"num_reqs", load}}.dump());
+    }
+    if (path == "/get_server_info" || path == "/get_model_info") {
+      if (verb != http::verb::get) return MethodNotAllowed("GET");
+      if (!Authenticate()) return;
+      const ServedModel& m = server_.service.served_model();
+      const std::string& name = server_.service.model_name();
+      nlohmann::json info = {{"model_id", name},
+                             {"model_path", name},
+                             {"served_model_name", name},
+                             {"tokenizer_path", name},
+                             {"is_generation", true},
+                             {"max_model_len", UsableContext(m, RulesNow())},
+                             {"engine", "specline"}};
+      return SendJson(http::status::ok, info.dump());
+    }
     if (path == "/apply-template") return ApplyTemplate();
     ApiError e;
     e.http_status = 404;
@@ -439,20 +465,78 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     SendJson(http::status::ok, nlohmann::json{{"prompt", *prompt}}.dump());
   }
 
+  // The request's model against the served one; false after answering 404.
+  bool CheckModel(const ParsedRequest& parsed) {
+    const std::string& served = server_.service.model_name();
+    if (parsed.model.empty() || parsed.model == served) return true;
+    ApiError e;
+    e.http_status = 404;
+    e.param = "model";
+    e.code = "model_not_found";
+    e.message = absl::StrCat("the model '", parsed.model, "' does not exist; this server serves '",
+                             served, "'");
+    server_.service.metrics(Api::kOpenAi).CountFailure("NOT_FOUND");
+    SendError(e);
+    return false;
+  }
+
+  RequestRules RulesNow() const {
+    RequestRules rules;
+    rules.kv_capacity_tokens = server_.service.kv_capacity_tokens();
+    rules.openai = true;
+    return rules;
+  }
+
+  // The prompts of a parsed request, one GenerateRequest each: a list of
+  // completions prompts, or the request's own prompt.
+  static std::vector<v1::GenerateRequest> Prompts(const ParsedRequest& parsed) {
+    std::vector<v1::GenerateRequest> prompts;
+    if (parsed.prompts.empty()) {
+      prompts.push_back(parsed.request);
+    } else {
+      for (const v1::GenerateRequest& p : parsed.prompts) {
+        v1::GenerateRequest one = parsed.request;
+        if (p.has_token_ids()) *one.mutable_token_ids() = p.token_ids();
+        else one.set_text(p.text());
+        prompts.push_back(std::move(one));
+      }
+    }
+    return prompts;
+  }
+
+  // vLLM's POST /v1/chat/completions/render and /v1/completions/render: the
+  // body of a generation request in, the prompt's token ids out as the
+  // generation would get them (the same parsing, chat template, tokenizer
+  // and validation: PrepareRequest), in vLLM's GenerateRequest shape; an
+  // object for chat, a list with one per prompt for completions. Nothing
+  // is generated or admitted. vllm-router's cache_aware and kv_aware
+  // policies route on these ids (docs/routers.md). /v1/responses/render,
+  // which the router calls for the Responses API, answers like chat's.
+  void Render(Endpoint endpoint) {
+    ParsedRequest parsed;
+    if (!ReadJsonPost(endpoint, &parsed)) return;
+    if (!CheckModel(parsed)) return;
+    tool_calls::Syntax parse_with;
+    if (!ApplyTools(&parsed, &parse_with)) return;
+    nlohmann::json rendered = nlohmann::json::array();
+    static constexpr const char* kIdPrefix[] = {"cmpl-", "chatcmpl-", "resp_"};
+    const std::string prefix = kIdPrefix[static_cast<int>(endpoint)];
+    for (const v1::GenerateRequest& prompt : Prompts(parsed)) {
+      PreparedRequest prepared;
+      if (grpc::Status s = server_.service.PrepareOnly(prompt, &prepared); !s.ok())
+        return SendError(ErrorFromStatus(endpoint, s.error_code(), s.error_message(), s.error_details()));
+      rendered.push_back(RenderedPromptJson(prefix + RandomHex(12), parsed.model, parsed, prompt, prepared));
+    }
+    if (endpoint != Endpoint::kCompletions) rendered = nlohmann::json(std::move(rendered[0]));
+    SendJson(http::status::ok,
+             rendered.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  }
+
   void Generate(Endpoint endpoint) {
     ParsedRequest parsed;
     if (!ReadJsonPost(endpoint, &parsed)) return;
+    if (!CheckModel(parsed)) return;
     const std::string& served = server_.service.model_name();
-    if (!parsed.model.empty() && parsed.model != served) {
-      ApiError e;
-      e.http_status = 404;
-      e.param = "model";
-      e.code = "model_not_found";
-      e.message = absl::StrCat("the model '", parsed.model, "' does not exist; this server serves '",
-                               served, "'");
-      server_.service.metrics(Api::kOpenAi).CountFailure("NOT_FOUND");
-      return SendError(e);
-    }
     tool_calls::Syntax parse_with;
     if (!ApplyTools(&parsed, &parse_with)) return;
     if (parsed.n > kMaxChoices) {
@@ -473,17 +557,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     g.n = std::max(1, parsed.n);
     if (endpoint == Endpoint::kResponses) g.responses.emplace(g.who, parsed);
     // The choices: each prompt of a list, n times (choice_fanout.h).
-    std::vector<v1::GenerateRequest> prompts;
-    if (parsed.prompts.empty()) {
-      prompts.push_back(parsed.request);
-    } else {
-      for (const v1::GenerateRequest& p : parsed.prompts) {
-        v1::GenerateRequest one = parsed.request;
-        if (p.has_token_ids()) *one.mutable_token_ids() = p.token_ids();
-        else one.set_text(p.text());
-        prompts.push_back(std::move(one));
-      }
-    }
+    std::vector<v1::GenerateRequest> prompts = Prompts(parsed);
     std::vector<v1::GenerateRequest> choices;
     for (size_t p = 0; p < prompts.size(); ++p) {
       if (parsed.echo) g.echo.push_back(PromptText(prompts[p]));

@@ -1,7 +1,11 @@
 // The gateway's OpenAI-compatible HTTP/SSE API on its own port:
 //   POST /v1/completions, POST /v1/chat/completions, POST /v1/responses
 //   (streamed or not), GET /v1/models, GET /v1/models/{id}, GET /health,
-//   and CORS preflights (OPTIONS) for the origins --cors-origins allows.
+//   and CORS preflights (OPTIONS) for the origins --cors-origins allows;
+//   for the routers in front of replicas (docs/routers.md) vLLM's render
+//   endpoints (POST /v1/chat/completions/render, /v1/completions/render,
+//   /v1/responses/render) and SGLang's probes (GET /get_load,
+//   /get_server_info, /get_model_info).
 // Boost.Beast over Asio (docs/dependencies.md): a few I/O threads serve
 // every connection, and a streaming request waits for tokens in gRPC's
 // callback API (async_generation.h), so an open stream holds no thread.

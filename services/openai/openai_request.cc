@@ -54,6 +54,10 @@ const std::set<std::string>& KnownFields(Endpoint endpoint) {
       "stream_options", "n", "user", "top_k", "min_p", "repetition_penalty", "ignore_eos",
       "stop_token_ids", "policy", "pipo_tau", "frequency_penalty", "presence_penalty",
       "logprobs", "top_logprobs", "logit_bias", "cache_salt",
+      // vLLM's and SGLang's, which their routers (vllm-router, smg) add to
+      // every body they forward (docs/routers.md).
+      "skip_special_tokens", "include_stop_str_in_output", "no_stop_trim", "min_tokens",
+      "return_hidden_states", "separate_reasoning", "stream_reasoning", "include_reasoning",
       // OpenAI's fields that do not change the output: accepted, ignored.
       "store", "metadata", "service_tier", "modalities", "reasoning_effort"};
   static const std::set<std::string> completions = [] {
@@ -64,7 +68,8 @@ const std::set<std::string>& KnownFields(Endpoint endpoint) {
   static const std::set<std::string> chat = [] {
     std::set<std::string> s = common;
     s.insert({"messages", "max_completion_tokens", "tools", "tool_choice", "parallel_tool_calls",
-              "functions", "function_call", "chat_template_kwargs", "add_generation_prompt"});
+              "functions", "function_call", "chat_template_kwargs", "add_generation_prompt",
+              "continue_final_message"});
     return s;
   }();
   return endpoint == Endpoint::kChatCompletions ? chat : completions;
@@ -211,6 +216,60 @@ std::optional<ApiError> ReadMessages(const json& body, v1::GenerateRequest* r) {
     if (!gen->is_boolean()) return BadField("add_generation_prompt", "must be true or false");
     chat->set_no_generation_prompt(!gen->get<bool>());
   }
+  // vLLM's continue_final_message: the model goes on with the last
+  // (assistant's) message instead of starting a new one. The prompt is
+  // rendered without the generation prompt and cut after that message
+  // (request_builder.cc); vLLM refuses it together with an explicit
+  // add_generation_prompt: true, and so does this server.
+  bool continue_final = false;
+  if (auto e = ReadBool(body, "continue_final_message", &continue_final)) return e;
+  if (continue_final) {
+    if (auto gen = body.find("add_generation_prompt");
+        gen != body.end() && gen->is_boolean() && gen->get<bool>())
+      return BadField("continue_final_message",
+                      "cannot be combined with add_generation_prompt: true (the final message is "
+                      "continued, so no new turn is opened)");
+    const v1::ChatMessage& last = chat->messages(chat->messages_size() - 1);
+    if (last.role() != "assistant")
+      return BadField("continue_final_message",
+                      absl::StrCat("needs the last message to be the assistant's, got '", last.role(), "'"));
+    if (last.content_null())
+      return BadField("continue_final_message", "the last message has no content to continue");
+    chat->set_continue_final_message(true);
+    chat->set_no_generation_prompt(true);
+  }
+  return std::nullopt;
+}
+
+// vLLM's and SGLang's generation extensions that their routers send with
+// every request: honoured where the server can (skip_special_tokens,
+// include_stop_str_in_output / no_stop_trim), accepted without effect where
+// they concern a part the served model does not have (the reasoning
+// fields: no reasoning parser yet), refused by name where they cannot be
+// honoured (min_tokens > 0, return_hidden_states: true).
+std::optional<ApiError> ReadEngineExtensions(const json& body, v1::GenerateRequest* r) {
+  bool skip_special = true;
+  if (auto e = ReadBool(body, "skip_special_tokens", &skip_special)) return e;
+  r->set_keep_special_tokens(!skip_special);
+  bool include_stop = false, no_stop_trim = false;
+  if (auto e = ReadBool(body, "include_stop_str_in_output", &include_stop)) return e;
+  if (auto e = ReadBool(body, "no_stop_trim", &no_stop_trim)) return e;
+  r->set_include_stop_str_in_output(include_stop || no_stop_trim);
+  std::optional<int64_t> min_tokens;
+  if (auto e = ReadInt(body, "min_tokens", 0, std::numeric_limits<int32_t>::max(), &min_tokens)) return e;
+  if (min_tokens && *min_tokens > 0)
+    return BadField("min_tokens",
+                    "only 0 is supported: the scheduler cannot hold off the stop tokens and stop "
+                    "strings for a number of tokens yet");
+  bool hidden_states = false;
+  if (auto e = ReadBool(body, "return_hidden_states", &hidden_states)) return e;
+  if (hidden_states) return BadField("return_hidden_states", "hidden states are not returned by this server");
+  // No effect until the server has a reasoning parser: every output is
+  // content (docs/openai_api.md).
+  for (const char* name : {"separate_reasoning", "stream_reasoning", "include_reasoning"}) {
+    bool ignored = false;
+    if (auto e = ReadBool(body, name, &ignored)) return e;
+  }
   return std::nullopt;
 }
 
@@ -331,6 +390,7 @@ std::optional<ApiError> ParseRequest(Endpoint endpoint, std::string_view body_te
   bool ignore_eos = false;
   if (auto e = ReadBool(body, "ignore_eos", &ignore_eos)) return e;
   r.set_ignore_eos(ignore_eos);
+  if (auto e = ReadEngineExtensions(body, &r)) return e;
   if (auto it = body.find("policy"); it != body.end() && !it->is_null()) {
     if (!it->is_string()) return BadField("policy", absl::StrCat("must be one of ", PolicyNames()));
     auto policy = PolicyFromName(it->get<std::string>());
@@ -385,6 +445,8 @@ std::string ToOpenAiMessage(Endpoint endpoint, const std::string& grpc_message,
     field = "tools";
   } else if (starts("prompt.chat.template_kwargs_json")) {
     field = "chat_template_kwargs";
+  } else if (starts("prompt.chat.continue_final_message")) {
+    field = "continue_final_message";
   } else if (starts("prompt.chat.messages")) {
     field = (endpoint == Endpoint::kResponses ? "input" : "messages") + field.substr(20);
   } else if (starts("prompt")) {

@@ -7,7 +7,11 @@
 // Accepted beyond OpenAI's own fields: vLLM's top-level sampling extensions
 // (top_k, min_p, repetition_penalty, ignore_eos, stop_token_ids) and
 // specline's `policy` ("ar", "ppsd", "spd", "pipo", "ptp") and `pipo_tau`,
-// and vLLM's `cache_salt` (the prefix-cache salt; docs/security.md).
+// and vLLM's `cache_salt` (the prefix-cache salt; docs/security.md); and
+// the vLLM / SGLang fields their routers add to every body
+// (skip_special_tokens, include_stop_str_in_output / no_stop_trim,
+// continue_final_message, min_tokens 0, return_hidden_states false, the
+// reasoning fields without effect: docs/routers.md).
 #pragma once
 
 #include <cstdint>

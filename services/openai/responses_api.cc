@@ -72,8 +72,12 @@ std::optional<ApiError> ParseResponsesRequest(std::string_view body_text, Parsed
   static const std::set<std::string> ignored = {"store", "metadata", "service_tier", "truncation",
                                                 "parallel_tool_calls", "background", "include",
                                                 "prompt_cache_key", "safety_identifier"};
+  // The sampling fields pass on to the chat parser; vllm-router writes
+  // vLLM's extensions (top_k -1, min_p 0, repetition_penalty 1, the
+  // penalties 0) into every body it forwards (docs/routers.md).
   static const std::set<std::string> passed = {"model", "temperature", "top_p", "stream", "user",
-                                               "seed"};
+                                               "seed", "top_k", "min_p", "repetition_penalty",
+                                               "frequency_penalty", "presence_penalty", "stop"};
   json chat = json::object();
   json messages = json::array();
   for (const auto& [name, value] : body.items()) {
@@ -97,6 +101,16 @@ std::optional<ApiError> ParseResponsesRequest(std::string_view body_text, Parsed
     } else if (name == "reasoning") {
       if (!value.is_null() && value != json::object())
         return BadField(name, "reasoning options are not supported by this server");
+    } else if (name == "request_id") {
+      // vLLM's: the router's id for its logs; the response's id is this
+      // server's own.
+      if (!value.is_null() && !value.is_string()) return BadField(name, "must be a string");
+    } else if (name == "priority") {
+      if (!value.is_null() && value != 0)
+        return BadField(name, "only 0 is supported: this server does not schedule by priority");
+    } else if (name == "top_logprobs") {
+      if (!value.is_null() && value != 0)
+        return BadField(name, "logprobs are not returned on /v1/responses yet (0 only)");
     } else if (name == "previous_response_id" || name == "conversation") {
       if (!value.is_null())
         return BadField(name, "this server stores no responses; send the whole conversation in input");
