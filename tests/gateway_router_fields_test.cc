@@ -20,6 +20,7 @@
 #include "services/openai/responses_api.h"
 #include "services/request_builder.h"
 #include "services/stop_matcher.h"
+#include "tests/router_bodies.h"
 #include "tests/test_util.h"
 
 namespace specline::openai {
@@ -27,6 +28,7 @@ namespace {
 
 using nlohmann::json;
 using specline::testing::SmolLm2Path;
+using specline::testing::UserChat;
 
 ParsedRequest ParseOk(Endpoint e, const json& body) {
   ParsedRequest out;
@@ -47,33 +49,10 @@ std::string RefusedParam(Endpoint e, const json& body) {
   return error ? error->param : "";
 }
 
-json UserChat(const std::string& text) { return json::array({{{"role", "user"}, {"content", text}}}); }
-
-// A chat completion as vllm-router 0.1.17 forwards `{"messages": ...,
-// "max_tokens": 8}`: its ChatCompletionRequest serialized, every field
-// without skip_serializing_if present with its default.
-json RouterChatBody() {
-  return {{"messages", UserChat("Hi")},
-          {"max_tokens", 8},
-          {"stream", false},
-          {"logprobs", false},
-          {"no_stop_trim", false},
-          {"ignore_eos", false},
-          {"continue_final_message", false},
-          {"skip_special_tokens", true},
-          {"separate_reasoning", true},
-          {"stream_reasoning", true},
-          {"return_hidden_states", false},
-          {"include_reasoning", true}};
-}
-
-// A completion as the router forwards `{"prompt": "Hi", "max_tokens": 8}`.
-json RouterCompletionBody() {
-  return {{"prompt", "Hi"},           {"max_tokens", 8},
-          {"stream", false},          {"echo", false},
-          {"no_stop_trim", false},    {"ignore_eos", false},
-          {"skip_special_tokens", true}, {"return_hidden_states", false}};
-}
+// The router's bodies for `{"messages": [user "Hi"], "max_tokens": 8}` and
+// `{"prompt": "Hi", "max_tokens": 8}`.
+json RouterChatBody() { return specline::testing::RouterChatBody(UserChat("Hi"), 8); }
+json RouterCompletionBody() { return specline::testing::RouterCompletionBody("Hi", 8); }
 
 TEST(RouterFields, TheRoutersDefaultBodiesAreAccepted) {
   const ParsedRequest chat = ParseOk(Endpoint::kChatCompletions, RouterChatBody());

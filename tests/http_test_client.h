@@ -3,8 +3,10 @@
 #pragma once
 
 #include <cctype>
+#include <chrono>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <boost/asio/connect.hpp>
@@ -89,6 +91,18 @@ inline HttpResult PostJson(int port, const std::string& target, const nlohmann::
                            std::map<std::string, std::string> headers = {}) {
   headers.emplace("Content-Type", "application/json");
   return HttpCall(port, "POST", target, body.dump(), headers);
+}
+
+// Whether the gateway on `port` answers GET /health with 200 within
+// `seconds`: it does once every stage answered and the scheduler's KV
+// capacity is known, which on a loaded machine (the whole suite at -j2)
+// took longer than 10 s.
+inline bool WaitForHttpHealth(int port, int seconds = 60) {
+  for (int i = 0; i < seconds * 40; ++i) {
+    if (HttpCall(port, "GET", "/health").status == 200) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  return false;
 }
 
 // The `data:` payloads of an SSE body; a malformed frame is a test failure

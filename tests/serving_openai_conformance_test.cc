@@ -19,15 +19,7 @@ constexpr int kKvCapacity = 256;
 
 std::string Stories260K() { return SharedModelPath("stories260K/stories260K.bin"); }
 
-std::string TemplateFile() {
-  static const std::string path = [] {
-    const std::string p = TempDir() + "/conformance.jinja";
-    std::ofstream(p) << "{{ bos_token }}{% for m in messages %}{{ m.role }}: {{ m.content }}\n"
-                        "{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}";
-    return p;
-  }();
-  return path;
-}
+std::string TemplateFile() { return RoleColonChatTemplate(); }
 
 // An SSE body: each event's name ("" for a bare data: event) and payload.
 struct Events {
@@ -138,13 +130,7 @@ class Conformance : public ::testing::Test {
                          std::to_string(kKvCapacity), "--cors-origins",
                          "https://app.example,http://localhost:3000"})
                  .release();
-    // The gateway learns the KV capacity with the pipeline's readiness. On
-    // a loaded machine (the whole suite at -j2) that took longer than the
-    // 10 s once allowed here, and the tests then failed at once.
-    for (int i = 0; i < 2400 && !ready_; ++i) {
-      ready_ = HttpCall(Http(), "GET", "/health").status == 200;
-      if (!ready_) std::this_thread::sleep_for(25ms);
-    }
+    ready_ = WaitForHttpHealth(Http());
   }
   static void TearDownTestSuite() {
     delete stack_;

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "tests/http_test_client.h"
+#include "tests/router_bodies.h"
 #include "tests/serving_stack.h"
 
 namespace specline::testing {
@@ -18,44 +19,18 @@ using nlohmann::json;
 
 std::string Stories260K() { return SharedModelPath("stories260K/stories260K.bin"); }
 
-// A template whose rendering is easy to read: "role: content\n" per turn,
-// "assistant:" as the generation prompt.
-std::string TemplateFile() {
-  static const std::string path = [] {
-    const std::string p = TempDir() + "/router.jinja";
-    std::ofstream(p) << "{{ bos_token }}{% for m in messages %}{{ m.role }}: {{ m.content }}\n"
-                        "{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}";
-    return p;
-  }();
-  return path;
-}
+std::string TemplateFile() { return RoleColonChatTemplate(); }
 
-json UserChat(const std::string& text) { return json::array({{{"role", "user"}, {"content", text}}}); }
-
-// What vllm-router 0.1.17 forwards for a chat completion: its typed
-// request serialized, vLLM's and SGLang's fields at their defaults.
+// The router's bodies (tests/router_bodies.h), greedy.
 json RouterChat(const json& messages, int max_tokens) {
-  return {{"messages", messages},
-          {"max_tokens", max_tokens},
-          {"temperature", 0},
-          {"stream", false},
-          {"logprobs", false},
-          {"no_stop_trim", false},
-          {"ignore_eos", false},
-          {"continue_final_message", false},
-          {"skip_special_tokens", true},
-          {"separate_reasoning", true},
-          {"stream_reasoning", true},
-          {"return_hidden_states", false},
-          {"include_reasoning", true}};
+  json body = RouterChatBody(messages, max_tokens);
+  body["temperature"] = 0;
+  return body;
 }
-
 json RouterCompletion(const json& prompt, int max_tokens) {
-  return {{"prompt", prompt},          {"max_tokens", max_tokens},
-          {"temperature", 0},          {"stream", false},
-          {"echo", false},             {"no_stop_trim", false},
-          {"ignore_eos", false},       {"skip_special_tokens", true},
-          {"return_hidden_states", false}};
+  json body = RouterCompletionBody(prompt, max_tokens);
+  body["temperature"] = 0;
+  return body;
 }
 
 class RouterCompat : public ::testing::Test {
@@ -63,10 +38,7 @@ class RouterCompat : public ::testing::Test {
   static void SetUpTestSuite() {
     if (Stories260K().empty()) return;
     stack_ = StartStack(Stories260K(), 1, {"--chat-template", TemplateFile()}).release();
-    for (int i = 0; i < 2400 && !ready_; ++i) {
-      ready_ = HttpCall(Http(), "GET", "/health").status == 200;
-      if (!ready_) std::this_thread::sleep_for(25ms);
-    }
+    ready_ = WaitForHttpHealth(Http());
     model_ = OpenModel(Stories260K()).release();
     tokenizer_ = OpenTokenizerFor(*model_).release();
   }

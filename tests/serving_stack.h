@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <fstream>
 #include <optional>
 #include <string>
 #include <thread>
@@ -52,6 +53,19 @@ inline std::string WriteServingModel(const ModelConfig& c, const std::string& na
 // abort, open another stream), with a context of `context` positions.
 inline std::string SlowServingModel(int context, uint64_t seed) {
   return WriteServingModel(LlamaShape(256, 768, 8, 8, 4, 256, context), "slow-model", seed);
+}
+
+// A chat template whose rendering is easy to read and to compare: "role:
+// content\n" per turn after the BOS token, "assistant:" as the generation
+// prompt; written once into the test's temp dir.
+inline std::string RoleColonChatTemplate() {
+  static const std::string path = [] {
+    const std::string p = TempDir() + "/role-colon.jinja";
+    std::ofstream(p) << "{{ bos_token }}{% for m in messages %}{{ m.role }}: {{ m.content }}\n"
+                        "{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}";
+    return p;
+  }();
+  return path;
 }
 
 // One `specline serve` process and the ports it reported.
