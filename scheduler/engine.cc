@@ -248,6 +248,7 @@ EngineStats Engine::Stats() const {
   s.kv_capacity_tokens = budget_.capacity_tokens();
   s.kv_free_tokens = budget_.free_tokens() + prefix_.evictable_blocks() * budget_.block_size();
   s.kv_cached_tokens = prefix_.cached_blocks() * budget_.block_size();
+  s.kv_block_size = budget_.block_size();
   s.prefix_cache_queries = prefix_queries_;
   s.prefix_cache_hits = prefix_hits_;
   s.n_stages = n_stages();

@@ -98,6 +98,7 @@ struct EngineStats {
   int64_t kv_capacity_tokens = 0;
   int64_t kv_free_tokens = 0;    // free, or cached and evictable
   int64_t kv_cached_tokens = 0;  // in blocks cached under a prefix key
+  int kv_block_size = 0;         // positions per block (capacity is whole blocks)
   // Prompt tokens of requests that could use the prefix cache, and of
   // those, the ones found cached (vLLM's prefix_cache_queries / _hits).
   uint64_t prefix_cache_queries = 0;

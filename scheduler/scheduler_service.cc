@@ -103,6 +103,7 @@ grpc::Status SchedulerService::GetStats(grpc::ServerContext* ctx, const internal
   out->set_waiting(s.waiting);
   out->set_kv_capacity_tokens(s.kv_capacity_tokens);
   out->set_kv_free_tokens(s.kv_free_tokens);
+  out->set_kv_block_size(s.kv_block_size);
   out->set_n_stages(s.n_stages);
   for (bool up : s.stage_up) out->add_stage_up(up);
   out->set_steps(s.steps);

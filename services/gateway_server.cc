@@ -242,7 +242,8 @@ void Gateway::LogServing(const GenerationService::Options& options) const {
 }
 
 // Polls the scheduler so the HTTP API's /health and request sizing follow
-// the pipeline (GenerationService::PollPipeline).
+// the pipeline (GenerationService::PollPipeline), and keeps its answer for
+// the routers' metrics (services/scheduler_load.h).
 void Gateway::StartReadinessProbe() {
   // Its own channel with its own connection (a local subchannel pool): a
   // probe that fails while the scheduler starts must not put the
@@ -264,6 +265,8 @@ void Gateway::StartReadinessProbe() {
       ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
       internal::SchedulerStats stats;
       bool ready = probe->GetStats(&ctx, internal::StatsRequest(), &stats).ok();
+      if (ready) service_->scheduler_load().Update(stats);
+      else service_->scheduler_load().Clear();
       // No per-stage list means the scheduler does not report stages.
       for (bool up : stats.stage_up()) ready = ready && up;
       // Every stage answering is not yet a pipeline: the scheduler learns

@@ -28,6 +28,7 @@
 #include "services/gateway_metrics.h"
 #include "services/principals.h"
 #include "services/request_builder.h"
+#include "services/scheduler_load.h"
 #include "services/token_quota.h"
 #include "specline/internal/scheduler.grpc.pb.h"
 #include "specline/v1/generation.grpc.pb.h"
@@ -93,6 +94,9 @@ class GenerationService final : public v1::Generation::Service {
   // against it before anything is streamed (0: not known yet).
   void set_kv_capacity_tokens(int64_t tokens) { kv_capacity_tokens_ = tokens; }
   int64_t kv_capacity_tokens() const { return kv_capacity_tokens_; }
+  // The scheduler's whole answer to that poll (what the routers' metrics
+  // and /get_server_info report).
+  SchedulerLoad& scheduler_load() { return scheduler_load_; }
   const std::string& model_name() const { return options_.model_name; }
   const ServedModel& served_model() const { return model_; }
   // For failures counted outside the shared path (the HTTP API's own 4xx).
@@ -156,6 +160,7 @@ class GenerationService final : public v1::Generation::Service {
   std::atomic<bool> draining_{false};
   std::atomic<bool> pipeline_ready_{false};
   std::atomic<int64_t> kv_capacity_tokens_{0};
+  SchedulerLoad scheduler_load_;
 };
 
 }  // namespace specline

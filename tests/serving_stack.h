@@ -155,6 +155,18 @@ inline Streamed StreamOnce(const std::shared_ptr<grpc::Channel>& channel,
   return out;
 }
 
+// Polls (bounded) until `pred` holds: the processes work asynchronously,
+// and progress, never time, is what the suites assert.
+template <typename Pred>
+bool Eventually(Pred pred, std::chrono::seconds bound = 60s) {
+  const auto give_up = std::chrono::steady_clock::now() + bound;
+  while (std::chrono::steady_clock::now() < give_up) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return pred();
+}
+
 inline internal::SchedulerStats SchedulerStats(const ServingStack& s) {
   auto stub = internal::Scheduler::NewStub(s.scheduler_channel());
   grpc::ClientContext ctx;

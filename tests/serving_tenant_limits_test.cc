@@ -85,17 +85,6 @@ bool IsRetryAfter(const std::string& text) {
   return seconds >= 1 && seconds <= 60;
 }
 
-// Polls (bounded) until `pred` holds; progress, not time, is what is tested.
-template <typename Pred>
-bool Eventually(Pred pred) {
-  const auto give_up = std::chrono::steady_clock::now() + 60s;
-  while (std::chrono::steady_clock::now() < give_up) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(20ms);
-  }
-  return false;
-}
-
 TEST(TenantLimits, TokensPerMinuteQuotaAnswers429AndResourceExhaustedWithRetryAfter) {
   // 100 tokens a minute: a principal that used 92 of them must wait for
   // the bucket to refill (1.7 tokens a second) before a 64-token request.

@@ -29,6 +29,7 @@
 #include "services/openai/openai_response.h"
 #include "services/openai/render_response.h"
 #include "services/openai/tool_call_response.h"
+#include "services/openai/vllm_metrics.h"
 
 namespace specline::openai {
 
@@ -329,7 +330,22 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
                              {"is_generation", true},
                              {"max_model_len", UsableContext(m, RulesNow())},
                              {"engine", "specline"}};
+      // vllm-router's kv_aware hashes prompts in blocks of this size.
+      if (const auto stats = server_.service.scheduler_load().Latest()) {
+        if (const std::optional<KvBlockPool> pool = KvBlockPoolOf(*stats)) {
+          info["block_size"] = pool->block_size;
+          info["num_gpu_blocks"] = pool->num_blocks;
+        }
+      }
       return SendJson(http::status::ok, info.dump());
+    }
+    // vLLM's series, where routers and endpoint pickers scrape them (the
+    // port they route to), open like /get_load (vllm_metrics.h).
+    if (path == "/metrics") {
+      if (verb != http::verb::get) return MethodNotAllowed("GET");
+      return SendBody(http::status::ok, "text/plain; version=0.0.4; charset=utf-8",
+                      VllmMetricsText(server_.service.model_name(),
+                                      server_.service.scheduler_load().Latest()));
     }
     if (path == "/apply-template") return ApplyTemplate();
     ApiError e;
@@ -690,8 +706,13 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   }
 
   void SendJson(http::status status, std::string body, int64_t retry_after_seconds = 0) {
+    SendBody(status, "application/json", std::move(body), retry_after_seconds);
+  }
+
+  void SendBody(http::status status, const char* content_type, std::string body,
+                int64_t retry_after_seconds = 0) {
     http::response<http::string_body> res{status, request_.version()};
-    res.set(http::field::content_type, "application/json");
+    res.set(http::field::content_type, content_type);
     SetCorsHeaders(res);
     if (retry_after_seconds > 0) res.set(http::field::retry_after, std::to_string(retry_after_seconds));
     res.keep_alive(keep_alive_);

@@ -4,8 +4,9 @@
 //   and CORS preflights (OPTIONS) for the origins --cors-origins allows;
 //   for the routers in front of replicas (docs/routers.md) vLLM's render
 //   endpoints (POST /v1/chat/completions/render, /v1/completions/render,
-//   /v1/responses/render) and SGLang's probes (GET /get_load,
-//   /get_server_info, /get_model_info).
+//   /v1/responses/render), SGLang's probes (GET /get_load,
+//   /get_server_info, /get_model_info) and vLLM's metrics (GET /metrics,
+//   vllm_metrics.h).
 // Boost.Beast over Asio (docs/dependencies.md): a few I/O threads serve
 // every connection, and a streaming request waits for tokens in gRPC's
 // callback API (async_generation.h), so an open stream holds no thread.
