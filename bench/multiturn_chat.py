@@ -10,6 +10,11 @@ gets the same workload. C conversations run at once, each one's turns in
 order. Writes one record per request (TTFT, e2e, tokens, cached tokens as the
 server reports them) to JSON.
 
+--system-prompts K gives conversation i the i mod K-th of K system prompts
+(the same text with another town's library in its first sentence, so no two
+share KV past it): many conversations sharing a few system prompts, the
+workload a router keyed on prompt prefixes is for (bench/replicas_serving.sh).
+
 `report`: reads the `run` files of several servers, prints one table row per
 server and the ratios specline-on / llama-server and specline-on /
 specline-off, and writes the summary JSON.
@@ -19,6 +24,7 @@ starts the servers and calls both.
 
   python3 bench/multiturn_chat.py run --url http://127.0.0.1:8000 --label NAME --out F.json
       [--conversations 8] [--turns 4] [--concurrency 2] [--max-tokens 32]
+      [--system-prompts 1]
   python3 bench/multiturn_chat.py report --out SUMMARY.json RUN.json...
 """
 import argparse
@@ -52,6 +58,16 @@ SYSTEM_PROMPT = (
     "Wednesday at four, a book club on the last Friday of each month, and a computer help "
     "session on Monday mornings. When a visitor asks about something unrelated to the "
     "library, answer briefly and politely, then offer help with library matters.")
+
+# The towns of --system-prompts' variants (the first is the original).
+TOWNS = ["a coastal town", "a mountain village", "a river port", "a university city",
+         "a market town", "an island harbour", "a mining valley", "a lakeside resort"]
+
+
+def system_prompt(conv, variants):
+    """Conversation conv's system prompt, one of `variants` texts."""
+    return SYSTEM_PROMPT.replace("a coastal town", TOWNS[conv % variants], 1)
+
 
 # Conversation i opens on topic i and then asks the follow-ups in order.
 TOPICS = [
@@ -136,6 +152,8 @@ def chat_request(url, messages, max_tokens, timeout):
 
 
 def run(args):
+    if not 1 <= args.system_prompts <= len(TOWNS):
+        sys.exit(f"--system-prompts must be 1..{len(TOWNS)}")
     if args.warmup:  # not measured: first-touch costs (pages, threads, allocators)
         w = chat_request(args.url, [{"role": "user", "content": "Say hello."}], 8, args.timeout)
         if w["error"]:
@@ -151,7 +169,7 @@ def run(args):
                 conv = todo.get_nowait()
             except queue.Empty:
                 return
-            messages = [{"role": "system", "content": SYSTEM_PROMPT}]
+            messages = [{"role": "system", "content": system_prompt(conv, args.system_prompts)}]
             for turn in range(args.turns):
                 messages.append({"role": "user", "content": user_message(conv, turn)})
                 start = time.perf_counter() - t_start
@@ -178,7 +196,8 @@ def run(args):
     with open(args.out, "w") as f:
         json.dump({"label": args.label, "url": args.url, "conversations": args.conversations,
                    "turns": args.turns, "concurrency": args.concurrency,
-                   "max_tokens": args.max_tokens, "wall_s": wall, "notes": args.note,
+                   "max_tokens": args.max_tokens, "system_prompts": args.system_prompts,
+                   "wall_s": wall, "notes": args.note,
                    "requests": records}, f, indent=1)
     ok = [r for r in records if not r["error"]]
     print(f"{args.label}: {len(ok)}/{args.conversations * args.turns} requests in {wall:.1f} s",
@@ -217,6 +236,9 @@ def summarise(run_data):
         "mean_prompt_tokens": statistics.mean(prompt) if prompt else None,
         # None when the server reports no cached count at all.
         "mean_cached_tokens": statistics.mean(cached) if cached else None,
+        # Prompt tokens served from the prefix cache, of all prompt tokens.
+        "prefix_hit_rate": (sum(cached) / sum(prompt)
+                            if cached and len(cached) == len(prompt) and sum(prompt) else None),
         "cached_from": sorted({r["cached_from"] for r in ok if r["cached_from"]}),
         "notes": run_data.get("notes") or "",
     }
@@ -234,17 +256,19 @@ def report(args):
     runs = [json.load(open(p)) for p in args.runs]
     rows = [summarise(r) for r in runs]
     first = runs[0]
-    print(f"\n{first['conversations']} conversations x {first['turns']} turns, concurrency "
+    print(f"\n{first['conversations']} conversations x {first['turns']} turns, "
+          f"{first.get('system_prompts', 1)} system prompt(s), concurrency "
           f"{first['concurrency']}, max_tokens {first['max_tokens']}, greedy, streamed "
           f"(TTFT in ms; 'turns>=2' resend the history)")
     print("| server | TTFT p50 | TTFT p99 | p50 turns>=2 | p99 turns>=2 | tokens/s | requests/s "
-          "| prompt tokens/req | cached tokens/req | errors |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "| prompt tokens/req | cached tokens/req | prefix hit rate | errors |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for s in rows:
         print(f"| {s['server']} | {fmt(s['ttft_p50_ms'])} | {fmt(s['ttft_p99_ms'])} | "
               f"{fmt(s['ttft_turn2plus_p50_ms'])} | {fmt(s['ttft_turn2plus_p99_ms'])} | "
               f"{fmt(s['tokens_per_s'])} | {fmt(s['requests_per_s'], '.2f')} | "
-              f"{fmt(s['mean_prompt_tokens'])} | {fmt(s['mean_cached_tokens'])} | {s['errors']} |")
+              f"{fmt(s['mean_prompt_tokens'])} | {fmt(s['mean_cached_tokens'])} | "
+              f"{fmt(s['prefix_hit_rate'], '.2f')} | {s['errors']} |")
     for s in rows:
         if s["notes"]:
             print(f"note: {s['server']}: {s['notes']}")
@@ -257,7 +281,11 @@ def report(args):
     ratios = []
     for on, off in [("specline-on", "llama-server"), ("specline-on", "specline-off"),
                     ("specline-2stage-on", "llama-server"),
-                    ("specline-2stage-on", "specline-2stage-off")]:
+                    ("specline-2stage-on", "specline-2stage-off"),
+                    # bench/replicas_serving.sh's servers
+                    ("2x-cache_aware", "1x"), ("2x-round_robin", "1x"),
+                    ("2x-cache_aware", "2x-round_robin"), ("1x", "llama-server"),
+                    ("2x-cache_aware", "2x-llama-cache_aware")]:
         if on in by and off in by:
             ratios.append({"ratio": f"{on} / {off}",
                            **{k: ratio(by[on][k], by[off][k]) for k, _ in keys}})
@@ -280,6 +308,7 @@ def report(args):
     with open(args.out, "w") as f:
         json.dump({"workload": {k: first[k] for k in
                                 ("conversations", "turns", "concurrency", "max_tokens")},
+                   "system_prompts": first.get("system_prompts", 1),
                    "date": time.strftime("%Y-%m-%d", time.gmtime()),
                    "servers": rows, "ratios": ratios, "same_replies": same,
                    "raw": [os.path.abspath(p) for p in args.runs]}, f, indent=1)
@@ -297,6 +326,8 @@ def main():
     r.add_argument("--turns", type=int, default=4)
     r.add_argument("--concurrency", type=int, default=2)
     r.add_argument("--max-tokens", type=int, default=32)
+    r.add_argument("--system-prompts", type=int, default=1,
+                   help="distinct system prompts the conversations share (1-8)")
     r.add_argument("--timeout", type=float, default=300)
     r.add_argument("--no-warmup", dest="warmup", action="store_false")
     r.add_argument("--note", default="", help="free text kept in the record, e.g. flags dropped")

@@ -1,6 +1,5 @@
 #include "cli/launcher.h"
 
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -81,7 +80,7 @@ void Launcher::Start(std::chrono::seconds timeout) {
   spdlog::info("serve: {} stage(s) over {} layers, {} threads each; run dir {}", t.stages, n_layers,
                threads, run_dir_);
   processes_.Start(t, binaries, n_layers, o);
-  restart_.assign(processes_.all().size(), Restart{});
+  restart_.assign(processes_.all().size(), launch::RestartState{});
   WriteLauncherPortFile();
   const launch::ProcessSpec& gw = processes_.gateway()->spec;
   const std::string& host = t.gateway->host;
@@ -110,8 +109,7 @@ void Launcher::WaitGatewayServing(launch::Processes& p, Clock::time_point deadli
   throw std::runtime_error("the gateway did not report SERVING in time");
 }
 
-void Launcher::WriteLauncherPortFile() {
-  if (config_.port_file.empty()) return;
+nlohmann::json Launcher::Describe() const {
   auto entry = [](const launch::Child& c) {
     nlohmann::json j = {{"grpc", c.spec.grpc_port}, {"metrics", c.spec.metrics_port}, {"pid", c.pid}};
     if (!c.spec.data.empty()) j["data"] = c.spec.data;
@@ -127,7 +125,11 @@ void Launcher::WriteLauncherPortFile() {
   j["restarts"] = restarts_;
   // Tools and tests of this user that call the internal APIs read it here.
   j["cluster_secret_file"] = config_.topology.cluster_secret_file;
-  WritePortFile(config_.port_file, j);
+  return j;
+}
+
+void Launcher::WriteLauncherPortFile() {
+  if (!config_.port_file.empty()) WritePortFile(config_.port_file, Describe());
 }
 
 void Launcher::Supervise() {
@@ -135,29 +137,9 @@ void Launcher::Supervise() {
   const std::vector<launch::Child*> all = processes_.all();
   bool changed = false;
   for (size_t i = 0; i < all.size() && i < restart_.size(); ++i) {
-    launch::Child& c = *all[i];
-    Restart& r = restart_[i];
-    if (r.waiting) {
-      if (Clock::now() >= r.at) {
-        launch::Spawn(c);
-        r.waiting = false;
-        ++restarts_;
-        changed = true;
-        spdlog::warn("serve: restarted {} (pid {})", c.spec.name, c.pid);
-      }
-      continue;
-    }
-    int status = 0;
-    if (c.pid > 0 && waitpid(c.pid, &status, WNOHANG) == c.pid) {
-      // A process that ran a while before crashing starts again quickly;
-      // one that keeps crashing waits longer each time (up to 10 s).
-      if (Clock::now() - c.started > std::chrono::seconds(30)) r.backoff = std::chrono::milliseconds(250);
-      spdlog::error("serve: {} (pid {}) {}; restarting in {} ms with the same arguments", c.spec.name,
-                    c.pid, launch::DescribeExit(status), r.backoff.count());
-      c.pid = -1;
-      r.waiting = true;
-      r.at = Clock::now() + r.backoff;
-      r.backoff = std::min(r.backoff * 2, std::chrono::milliseconds(10000));
+    if (launch::SuperviseChild(*all[i], restart_[i])) {
+      ++restarts_;
+      changed = true;
     }
   }
   if (changed) WriteLauncherPortFile();

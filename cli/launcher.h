@@ -10,7 +10,10 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "cli/launch/startup.h"
+#include "cli/launch/supervise.h"
 #include "cli/launch/topology.h"
 
 namespace specline::cli {
@@ -44,14 +47,11 @@ class Launcher {
   std::string gateway_address() const;  // 127.0.0.1:port
   int http_port() const;                // -1 when off
   int restarts() const { return restarts_; }
+  // Every process's ports and pid, the restart count and the cluster
+  // secret's file: the port file's content (what tools and tests read).
+  nlohmann::json Describe() const;
 
  private:
-  // Supervision of one child: its restart backoff.
-  struct Restart {
-    std::chrono::steady_clock::time_point at;
-    std::chrono::milliseconds backoff{250};
-    bool waiting = false;
-  };
   launch::StopOptions StopOptions() const;  // logs each exit
   void WaitGatewayServing(launch::Processes& p, std::chrono::steady_clock::time_point deadline);
   void WriteLauncherPortFile();
@@ -60,7 +60,7 @@ class Launcher {
   std::string run_dir_;
   std::string cluster_secret_;  // the internal plane's, made per run
   launch::Processes processes_;
-  std::vector<Restart> restart_;  // by processes_.all()
+  std::vector<launch::RestartState> restart_;  // by processes_.all()
   int restarts_ = 0;
   bool stopping_ = false;
 };

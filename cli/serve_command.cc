@@ -1,12 +1,14 @@
 // `specline serve`: the whole distributed pipeline on localhost (gateway,
-// scheduler, N stage workers as processes), supervised until SIGINT/SIGTERM;
-// or, with --demo-prompt, one streamed generation through it and exit.
+// scheduler, N stage workers as processes), or --replicas of it behind
+// vllm-router, supervised until SIGINT/SIGTERM; or, with --demo-prompt, one
+// streamed generation through it and exit.
 #include <signal.h>
 
 #include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <thread>
 
 #include <grpcpp/create_channel.h>
@@ -17,7 +19,8 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/default_model.h"
-#include "cli/launcher.h"
+#include "cli/http_demo.h"
+#include "cli/replica_set.h"
 #include "cli/request_flags.h"
 #include "cli/stream_client.h"
 #include "scheduler/policies/registry.h"
@@ -32,6 +35,15 @@ const char kServeUsage[] = R"(usage: specline serve [options]
   --tool-call-parser NAME  tool-call syntax on the HTTP API: auto (default: the chat
                            template's), hermes, llama3, mistral, none
   --stages N               stage worker processes, layers split evenly (default 2)
+  --replicas N             whole pipelines (default 1); more than one run behind
+                           --router, which then takes --host and --http-port
+  --router POLICY          vllm-router in front of the replicas (default cache_aware
+                           when --replicas > 1; none = no router): cache_aware,
+                           round_robin, random, power_of_two, consistent_hash,
+                           sticky_least_loaded (docs/routers.md)
+  --router-binary PATH     vllm-router to run (default: $SPECLINE_VLLM_ROUTER, the
+                           set-up's ~/.cache/specline/router-venv, then PATH)
+  --router-health-interval-s N   how often the router checks each replica (default 2)
   --host ADDR              gateway listen address (default 127.0.0.1)
   --port N                 gateway gRPC port (default 50051; 0 = pick)
   --metrics-port N         gateway /metrics port (default: pick)
@@ -91,7 +103,8 @@ int ServeCommand(int argc, char** argv) {
                   "device", "dtype", "retry-window-ms", "max-attempts", "max-streams-per-principal",
                   "prefix-cache", "served-model-name", "cache-share-group",
                   "max-tokens-per-minute-per-principal", "metrics-per-principal", "admission",
-                  "max-kv-blocks-per-tenant"});
+                  "max-kv-blocks-per-tenant", "replicas", "router", "router-binary",
+                  "router-health-interval-s"});
   // The policies' flags, as they declare them (scheduler/policies/registry.h).
   const std::vector<scheduler::PolicyFlag> policy_flags = scheduler::AllPolicyFlags();
   for (const scheduler::PolicyFlag& f : policy_flags) options.push_back(f.name);
@@ -172,15 +185,35 @@ int ServeCommand(int argc, char** argv) {
   v1::GenerateRequest demo_request;
   if (demo) demo_request = RequestFromArgs(args, "demo-prompt");
 
+  ReplicaSetConfig rc;
+  rc.replica = c;
+  rc.replicas = args.Int("replicas", 1);
+  rc.port_file = c.port_file;
+  const std::string router = args.Str("router", rc.replicas > 1 ? "cache_aware" : "none");
+  if (router != "none") {
+    launch::RouterOptions& o = rc.router.emplace();
+    o.policy = router;
+    o.health_check_interval_s = args.Int("router-health-interval-s", 2);
+    o.log_level = t.log_level;
+    try {
+      o.binary = launch::FindRouterBinary(args.Str("router-binary"));
+      launch::RouterArgv(o, {0});  // an unknown policy fails here, before anything starts
+    } catch (const std::exception& e) {
+      std::cerr << "serve: " << e.what() << "\n";
+      return 2;
+    }
+  }
+
   // Shutdown signals are taken synchronously by the loop below.
   const sigset_t signals = BlockStopSignals();
 
-  Launcher launcher(c);
+  std::optional<ReplicaSet> deployment;
   try {
-    launcher.Start(std::chrono::seconds(args.Int("startup-timeout-s", 300)));
+    deployment.emplace(std::move(rc));
+    deployment->Start(std::chrono::seconds(args.Int("startup-timeout-s", 300)));
   } catch (const std::exception& e) {
     spdlog::error("serve: {}", e.what());
-    launcher.Shutdown();
+    if (deployment) deployment->Shutdown();
     return 1;
   }
 
@@ -189,9 +222,22 @@ int ServeCommand(int argc, char** argv) {
   std::atomic<bool> demo_done{false};
   int demo_rc = 0;
   std::thread demo_thread;
-  if (demo) {
+  if (demo && deployment->has_router()) {
+    const std::string label = "specline serve: " + std::to_string(deployment->replicas()) +
+                              " replicas of " + std::to_string(t.stages) +
+                              " stage processes behind vllm-router";
+    demo_thread = std::thread([&, label] {
+      try {
+        demo_rc = StreamDemoOverHttp(deployment->http_port(), demo_request, label);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "demo: %s\n", e.what());
+        demo_rc = 1;
+      }
+      demo_done = true;
+    });
+  } else if (demo) {
     demo_thread = std::thread([&] {
-      auto channel = grpc::CreateChannel(launcher.gateway_address(), grpc::InsecureChannelCredentials());
+      auto channel = grpc::CreateChannel(deployment->gateway_address(), grpc::InsecureChannelCredentials());
       if (demo_request.has_text()) std::fputs(demo_request.text().c_str(), stdout);
       StreamResult r = StreamGenerate(channel, demo_request, StreamOptions{}, [](const std::string& t) {
         std::fputs(t.c_str(), stdout);
@@ -218,9 +264,9 @@ int ServeCommand(int argc, char** argv) {
       spdlog::info("serve: {} received; shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
       break;
     }
-    launcher.Supervise();
+    deployment->Supervise();
   }
-  launcher.Shutdown();  // the gateway drains: a running demo stream finishes first
+  deployment->Shutdown();  // the gateways drain: a running demo stream finishes first
   if (demo_thread.joinable()) demo_thread.join();
   return demo_rc;
 }

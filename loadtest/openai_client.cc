@@ -38,8 +38,9 @@ json RequestBody(const WorkItem& item, const ClientOptions& o, const OpenAiTarge
 // Reads the SSE events of one response as they arrive, filling `r`.
 class EventReader {
  public:
-  EventReader(RequestRecord& r, Clock::time_point t0, Clock::time_point run_start)
-      : r_(r), t0_(t0), run_start_(run_start) {}
+  EventReader(RequestRecord& r, Clock::time_point t0, Clock::time_point run_start,
+              const std::function<void(const std::string&)>& on_text)
+      : r_(r), t0_(t0), run_start_(run_start), on_text_(on_text) {}
 
   void Feed(std::string_view bytes) {
     pending_.append(bytes.data(), bytes.size());
@@ -87,12 +88,16 @@ class EventReader {
     if (auto t = c.find("text"); t != c.end() && t->is_string()) text = t->get<std::string>();
     if (auto d = c.find("delta"); d != c.end() && d->is_object())
       if (auto t = d->find("content"); t != d->end() && t->is_string()) text = t->get<std::string>();
-    if (!text.empty()) RecordMessage(r_, t0_, run_start_, Clock::now(), 1, &last_);
+    if (!text.empty()) {
+      RecordMessage(r_, t0_, run_start_, Clock::now(), 1, &last_);
+      if (on_text_) on_text_(text);
+    }
     if (auto f = c.find("finish_reason"); f != c.end() && f->is_string()) r_.finish_reason = *f;
   }
 
   RequestRecord& r_;
   const Clock::time_point t0_, run_start_;
+  const std::function<void(const std::string&)>& on_text_;
   Clock::time_point last_{};
   std::string pending_;
   int usage_tokens_ = 0;
@@ -131,7 +136,7 @@ SendFn OpenAiSender(OpenAiTarget target, ClientOptions options) {
     boost::asio::ip::tcp::resolver resolver(ioc);
     auto endpoints = resolver.resolve(target.host, std::to_string(target.port), ec);
     if (!ec) stream.connect(endpoints, ec);
-    EventReader events(r, t0, run_start);
+    EventReader events(r, t0, run_start, target.on_text);
     if (ec) {
       fail("UNAVAILABLE", "connect: " + ec.message());
     } else {

@@ -11,6 +11,7 @@
 // credited to the last message.
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include "loadtest/grpc_client.h"
@@ -22,6 +23,9 @@ struct OpenAiTarget {
   std::string host = "127.0.0.1";
   int port = 8000;
   std::string model;  // sent as "model" when set
+  // Each chunk's text as it arrives (`specline serve --demo-prompt` prints
+  // it); unset = not kept.
+  std::function<void(const std::string&)> on_text;
 };
 
 SendFn OpenAiSender(OpenAiTarget target, ClientOptions options);

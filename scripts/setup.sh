@@ -151,6 +151,21 @@ if ! "$HELM_VENV/bin/python" -c "import sys, helm_python; sys.exit(helm_python._
   fi
 fi
 
+# 5a. The router in front of replicas (`specline serve --replicas N`, the
+#     router tests, the chart rehearsal's router pod): vllm-router, the vLLM
+#     project's router, from PyPI (a Rust binary in a wheel), in a venv over
+#     Debian's Python. docs/routers.md says why this one.
+ROUTER_VENV=$HOME/.cache/specline/router-venv  # cli: SPECLINE_VLLM_ROUTER's default
+ROUTER_PKG=vllm-router==0.1.17
+if ! "$ROUTER_VENV/bin/python" -c "import sys, importlib.metadata as m; sys.exit(m.version('vllm-router') != '${ROUTER_PKG#*==}')" 2>/dev/null; then
+  if /usr/bin/python3 -m venv "$ROUTER_VENV" &&
+     "$ROUTER_VENV/bin/python" -m pip install -q "$ROUTER_PKG"; then
+    echo "setup: router venv ($ROUTER_PKG) at $ROUTER_VENV"
+  else
+    fail_download "could not install $ROUTER_PKG into $ROUTER_VENV (PyPI)"
+  fi
+fi
+
 # 5b. xgrammar's C++ core (structured output, model/grammar), built once
 #     from its pinned PyPI sdist into ~/.cache/specline/xgrammar-0.2.8
 #     (SPECLINE_XGRAMMAR_ROOT; about a minute; docs/dependencies.md).

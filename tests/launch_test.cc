@@ -1,6 +1,7 @@
 // launch/: a topology's argv and ports (what reaches which process), port
 // picking below the ephemeral range, and the start-up checks that tell a
 // child that could not bind (exit 75) from any other failure.
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -15,7 +16,9 @@
 #include "common/listen_error.h"
 #include "cli/launch/child_process.h"
 #include "cli/launch/ports.h"
+#include "cli/launch/router.h"
 #include "cli/launch/startup.h"
+#include "cli/launch/supervise.h"
 #include "cli/launch/topology.h"
 #include "tests/test_util.h"
 
@@ -345,6 +348,85 @@ TEST(LaunchStartup, RetriesOnlyOnPortTakenAndAtMostTheAttempts) {
   EXPECT_THROW(RetryOnPortTaken(3, [&] { ++runs; throw std::runtime_error("bad flag"); }, [](const PortTaken&) {}),
                std::runtime_error);
   EXPECT_EQ(runs, 1);
+}
+
+TEST(LaunchRouter, VllmRouterIsStartedOverEveryReplicasApi) {
+  RouterOptions o;
+  o.binary = "/venv/bin/vllm-router";
+  o.policy = "round_robin";
+  o.host = "0.0.0.0";
+  o.port = 8000;
+  o.metrics_port = 20009;
+  o.log_level = "warn";
+  const Argv argv = RouterArgv(o, {20001, 20005});
+  EXPECT_EQ(argv.front(), "/venv/bin/vllm-router");
+  EXPECT_EQ(Flag(argv, "--host"), "0.0.0.0");
+  EXPECT_EQ(Flag(argv, "--port"), "8000");
+  EXPECT_EQ(Flag(argv, "--policy"), "round_robin");
+  // Every replica, as the URL of its OpenAI API, in order.
+  const auto urls = std::find(argv.begin(), argv.end(), "--worker-urls");
+  ASSERT_NE(urls, argv.end());
+  EXPECT_EQ(*std::next(urls, 1), "http://127.0.0.1:20001");
+  EXPECT_EQ(*std::next(urls, 2), "http://127.0.0.1:20005");
+  EXPECT_EQ(std::next(urls, 3)->rfind("--", 0), 0u) << "only the replicas follow --worker-urls";
+  EXPECT_EQ(Flag(argv, "--prometheus-port"), "20009");
+  EXPECT_EQ(Flag(argv, "--prometheus-host"), "127.0.0.1");
+  EXPECT_EQ(Flag(argv, "--health-check-interval-secs"), "2");
+  EXPECT_EQ(Flag(argv, "--log-level"), "warning");  // Python's spelling
+
+  o.log_level.clear();
+  EXPECT_EQ(Count(RouterArgv(o, {1}), "--log-level"), 0);
+  o.policy = "kv_aware";  // needs KV events the gateways do not publish
+  EXPECT_THROW(RouterArgv(o, {1}), std::invalid_argument);
+  o.policy = "cache_aware";
+  EXPECT_THROW(RouterArgv(o, {}), std::invalid_argument);
+}
+
+TEST(LaunchRouter, BinaryIsFoundWhereSetUpPutsItOrAsNamed) {
+  const std::string dir = testing::TempDir() + "/router-find";
+  const std::string bin = dir + "/vllm-router";
+  ASSERT_EQ(system(("mkdir -p " + dir + " && printf '#!/bin/sh\n' > " + bin).c_str()), 0);
+  EXPECT_THROW(FindRouterBinary(bin), std::runtime_error) << "not executable yet";
+  ASSERT_EQ(chmod(bin.c_str(), 0755), 0);
+  EXPECT_EQ(FindRouterBinary(bin), bin);
+  setenv("SPECLINE_VLLM_ROUTER", bin.c_str(), 1);
+  EXPECT_EQ(FindRouterBinary(""), bin);
+  setenv("SPECLINE_VLLM_ROUTER", (dir + "/missing").c_str(), 1);
+  EXPECT_THROW(FindRouterBinary(""), std::runtime_error);
+  unsetenv("SPECLINE_VLLM_ROUTER");
+  // With no venv and no PATH entry, the error says how to install it.
+  const std::string home = getenv("HOME") ? getenv("HOME") : "";
+  const std::string path = getenv("PATH") ? getenv("PATH") : "";
+  setenv("HOME", dir.c_str(), 1);
+  setenv("PATH", "/nonexistent", 1);
+  try {
+    FindRouterBinary("");
+    ADD_FAILURE() << "found a router where there is none";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("scripts/setup.sh"), std::string::npos) << e.what();
+  }
+  setenv("PATH", dir.c_str(), 1);
+  EXPECT_EQ(FindRouterBinary(""), bin);
+  setenv("HOME", home.c_str(), 1);
+  setenv("PATH", path.c_str(), 1);
+}
+
+TEST(LaunchSupervise, AnExitedChildIsSpawnedAgainAfterItsBackoff) {
+  Child c;
+  c.spec.name = "router";
+  c.spec.argv = {"/bin/sh", "-c", "exit 1"};
+  Spawn(c);
+  RestartState r;
+  // Reaped once it exits; nothing spawned before the backoff is due.
+  while (c.pid > 0) EXPECT_FALSE(SuperviseChild(c, r));
+  EXPECT_TRUE(r.waiting);
+  EXPECT_EQ(r.backoff, std::chrono::milliseconds(500)) << "a quick crash doubles the next wait";
+  r.at = Clock::now();  // due now
+  EXPECT_TRUE(SuperviseChild(c, r));
+  EXPECT_GT(c.pid, 0);
+  EXPECT_FALSE(r.waiting);
+  int status = 0;
+  ASSERT_EQ(waitpid(c.pid, &status, 0), c.pid);
 }
 
 }  // namespace

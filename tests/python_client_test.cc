@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "tests/openai_python.h"
 #include "tests/serving_stack.h"
 
 namespace specline::testing {
@@ -44,78 +45,11 @@ TEST(PythonClient, GrpcioStreamsAndGetsInvalidArgument) {
   EXPECT_EQ(rc, 0) << ReadFile(dir + "/py.log");
 }
 
-// The Python with the official `openai` package (scripts/setup.sh makes it:
-// $SPECLINE_CLIENT_VENV, by default ~/.cache/specline/client-venv).
-std::string FindOpenAiPython() {
-  std::vector<std::string> candidates;
-  if (const char* env = std::getenv("SPECLINE_CLIENT_VENV"))
-    candidates.push_back(std::string(env) + "/bin/python");
-  if (const char* home = std::getenv("HOME"))
-    candidates.push_back(std::string(home) + "/.cache/specline/client-venv/bin/python");
-  for (const std::string& py : candidates) {
-    if (std::system((py + " -c 'import openai' > /dev/null 2>&1").c_str()) == 0) return py;
-  }
-  return "";
-}
-
-// The openai package streams and non-streams both endpoints; greedy text
-// equals the gRPC API's for the same request, usage is exact, and errors
-// come back as the package's exception types naming the field.
+// The openai package against one pipeline's gateway.
 void RunOpenAiPackage(const std::string& model, int stages, bool chat) {
-  const std::string python = FindOpenAiPython();
-  if (python.empty())
-    GTEST_SKIP() << "no Python with the openai package (scripts/setup.sh makes ~/.cache/specline/client-venv)";
   auto stack = StartStack(model, stages);
-  const std::string dir = TempDir();
-  const std::string prompt = "Once upon a time";
-  const int max_tokens = 24;
-  auto channel = stack->channel();
-  v1::GenerateRequest req;
-  req.set_text(prompt);
-  req.set_max_tokens(max_tokens);
-  req.mutable_logprobs()->set_enabled(true);  // the values the package must see too
-  const Streamed text = StreamOnce(channel, req);
-  ASSERT_TRUE(text.status.ok()) << text.status.error_message();
-  std::ofstream(dir + "/completion.txt", std::ios::binary) << text.text;
-  {
-    // Every message's logprobs, one value a line.
-    auto stub = v1::Generation::NewStub(channel);
-    grpc::ClientContext ctx;
-    auto reader = stub->Generate(&ctx, req);
-    std::ofstream lp(dir + "/logprobs.txt");
-    lp.precision(9);
-    v1::GenerateResponse msg;
-    while (reader->Read(&msg)) {
-      for (const v1::TokenLogprob& t : msg.logprobs()) lp << t.logprob() << "\n";
-    }
-    ASSERT_TRUE(reader->Finish().ok());
-  }
-  std::string cmd = python + " " + SourcePath("tests/python/openai_client.py") +
-                    " --base-url http://127.0.0.1:" +
-                    std::to_string(stack->ports["gateway"]["http"].get<int>()) + "/v1" +
-                    " --model " + std::filesystem::path(model).stem().string() + " --prompt '" +
-                    prompt + "' --max-tokens " + std::to_string(max_tokens) +
-                    " --expect-text-file " + dir + "/completion.txt --expect-prompt-tokens " +
-                    std::to_string(text.last.usage().prompt_tokens()) +
-                    " --expect-completion-tokens " + std::to_string(text.tokens.size()) +
-                    " --expect-logprobs-file " + dir + "/logprobs.txt";
-  if (chat) {
-    const std::string question = "What is the capital of France?";
-    v1::GenerateRequest chat_req;
-    auto* m = chat_req.mutable_chat()->add_messages();
-    m->set_role("user");
-    m->set_content(question);
-    chat_req.set_max_tokens(max_tokens);
-    const Streamed answer = StreamOnce(channel, chat_req);
-    ASSERT_TRUE(answer.status.ok()) << answer.status.error_message();
-    std::ofstream(dir + "/chat.txt", std::ios::binary) << answer.text;
-    cmd += " --chat-prompt '" + question + "' --expect-chat-file " + dir +
-           "/chat.txt --expect-chat-prompt-tokens " +
-           std::to_string(answer.last.usage().prompt_tokens()) +
-           " --expect-chat-completion-tokens " + std::to_string(answer.tokens.size());
-  }
-  const int rc = std::system((cmd + " > " + dir + "/py.log 2>&1").c_str());
-  EXPECT_EQ(rc, 0) << ReadFile(dir + "/py.log");
+  CheckOpenAiPackage(stack->channel(), stack->ports["gateway"]["http"].get<int>(),
+                     std::filesystem::path(model).stem().string(), chat);
 }
 
 TEST(PythonClient, OpenAiPackageOnStories260K) {

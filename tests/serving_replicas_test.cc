@@ -1,0 +1,225 @@
+// Past one pipeline: `specline serve --replicas 2 --router P`, two whole
+// pipelines behind vllm-router (PyPI, the vLLM project's router; set-up
+// installs it into ~/.cache/specline/router-venv), driven as users drive it:
+// the official openai package through the router, requests spread over the
+// replicas, a replica's gateway killed under load (its streams end once
+// each, new requests go to the other replica, it rejoins), and the demo.
+#include <signal.h>
+
+#include <atomic>
+#include <filesystem>
+#include <thread>
+
+#include "loadtest/openai_client.h"
+#include "tests/http_test_client.h"
+#include "tests/openai_python.h"
+#include "tests/serving_stack.h"
+
+namespace specline::testing {
+namespace {
+
+// One `specline serve --replicas N` process and the ports it reported:
+// {"router": {"http", ...}, "replicas": [<a pipeline's port file>, ...]}.
+struct Replicas {
+  ChildProcess serve;
+  nlohmann::json ports;
+  std::string port_file;
+
+  int router_port() const { return ports["router"]["http"].get<int>(); }
+  const nlohmann::json& gateway(int i) const { return ports["replicas"][i]["gateway"]; }
+  std::shared_ptr<grpc::Channel> channel(int i) const {
+    return grpc::CreateChannel("127.0.0.1:" + std::to_string(gateway(i)["grpc"].get<int>()),
+                               grpc::InsecureChannelCredentials());
+  }
+  // Requests replica i's gateway finished normally, either API.
+  double Served(int i) const {
+    return MetricValueIfPresent(ScrapeMetrics(gateway(i)["metrics"].get<int>()),
+                                "specline_request_success_total")
+        .value_or(0);
+  }
+};
+
+std::unique_ptr<Replicas> StartReplicas(const std::string& model, const std::string& policy,
+                                        std::vector<std::string> extra = {}) {
+  auto r = std::make_unique<Replicas>();
+  const std::string dir = TempDir();
+  r->port_file = dir + "/serve.json";
+  std::vector<std::string> argv = {BinaryPath("specline"), "serve", "--model", model,
+                                   "--replicas", "2", "--stages", "1", "--router", policy,
+                                   "--router-health-interval-s", "1", "--port", "0",
+                                   "--threads", "1", "--port-file", r->port_file};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  r->serve = ChildProcess(argv, dir + "/serve.log");
+  r->ports = r->serve.WaitForPortFile(r->port_file, 180s);
+  EXPECT_EQ(r->ports["replicas"].size(), 2u);
+  EXPECT_EQ(r->ports["router"]["policy"], policy);
+  return r;
+}
+
+std::string Stories260K() {
+  const std::string model = SharedModelPath("stories260K/stories260K.bin");
+  EXPECT_FALSE(model.empty()) << "../shared/models/stories260K absent";
+  return model;
+}
+
+// The openai package through the router: completions and chat, streamed
+// and not, text equal to one replica's gRPC answer, exact usage; the router
+// first renders each request at the replica (vLLM's render endpoints) and
+// adds vLLM's and SGLang's fields to every body it forwards.
+TEST(ServingReplicas, OpenAiPackageThroughVllmRouter) {
+  const std::string model = Stories260K();
+  ASSERT_FALSE(model.empty());
+  auto r = StartReplicas(model, "cache_aware", {"--chat-template", RoleColonChatTemplate()});
+  CheckOpenAiPackage(r->channel(0), r->router_port(), "stories260K", /*chat=*/true);
+  // The models list passes through as the replicas give it.
+  const nlohmann::json models = HttpCall(r->router_port(), "GET", "/v1/models").Json();
+  ASSERT_TRUE(models.contains("data")) << models.dump();
+  EXPECT_EQ(models["data"][0]["id"], "stories260K");
+}
+
+// round_robin sends requests to both replicas; each one's gateway counts
+// what it served.
+TEST(ServingReplicas, RoundRobinSpreadsRequestsOverTheReplicas) {
+  const std::string model = Stories260K();
+  ASSERT_FALSE(model.empty());
+  auto r = StartReplicas(model, "round_robin");
+  for (int i = 0; i < 6; ++i) {
+    const HttpResult res = PostJson(r->router_port(), "/v1/completions",
+                                    {{"model", "stories260K"}, {"prompt", "Once upon a time"},
+                                     {"max_tokens", 4}, {"temperature", 0}});
+    ASSERT_EQ(res.status, 200) << res.body;
+  }
+  EXPECT_GE(r->Served(0), 2) << "replica 0 got too few of 6 round-robin requests";
+  EXPECT_GE(r->Served(1), 2) << "replica 1 got too few of 6 round-robin requests";
+}
+
+// Streams of `tokens` tokens each through the router, from their own
+// threads; Start returns once every stream has its first token (or failed).
+struct RouterStreams {
+  std::vector<loadtest::RequestRecord> records;
+  std::vector<std::thread> clients;
+  std::atomic<int> started{0};
+
+  void Start(int port, int n, int tokens) {
+    records.resize(n);
+    for (int i = 0; i < n; ++i) {
+      clients.emplace_back([this, port, tokens, i] {
+        loadtest::OpenAiTarget target;
+        target.port = port;
+        std::atomic<bool> first{false};
+        target.on_text = [&](const std::string&) {
+          if (!first.exchange(true)) ++started;
+        };
+        loadtest::ClientOptions options;
+        options.timeout = 120;  // a hung stream shows as DEADLINE_EXCEEDED, not a hung test
+        loadtest::WorkItem item;
+        item.text = "Once upon a time";
+        item.max_tokens = tokens;
+        item.ignore_eos = true;
+        records[i] = loadtest::OpenAiSender(target, options)(i, item, loadtest::Clock::now());
+        if (!first) ++started;  // failed before its first token: do not wait for it
+      });
+    }
+    while (started < n) std::this_thread::sleep_for(10ms);
+  }
+  void Join() {
+    for (std::thread& t : clients) t.join();
+    clients.clear();
+  }
+};
+
+// A replica's gateway killed while streams run on both replicas: every
+// stream ends exactly once (those on the dead replica with an error, the
+// others complete), requests sent right after all succeed, and once the
+// launcher has restarted the gateway the router sends it requests again.
+TEST(ServingReplicas, AKilledReplicaIsRoutedAroundAndRejoins) {
+  // The default model: slow enough on one core that 400 tokens outlive the
+  // kill, and with a tokenizer, so each stream's first token is seen.
+  const std::string model = SmolLm2Path();
+  ASSERT_FALSE(model.empty());
+  auto r = StartReplicas(model, "round_robin");
+  const int kStreams = 4, kTokens = 400;
+  RouterStreams streams;
+  streams.Start(r->router_port(), kStreams, kTokens);
+  const int dead = 1;
+  ASSERT_TRUE(Kill(r->gateway(dead)["pid"].get<int>(), SIGKILL));
+  streams.Join();
+  int completed = 0, failed = 0;
+  for (const loadtest::RequestRecord& rec : streams.records) {
+    EXPECT_NE(rec.status_code, "DEADLINE_EXCEEDED") << "a stream hung after its replica died";
+    if (rec.ok) {
+      ++completed;
+      EXPECT_EQ(rec.output_tokens, kTokens);
+      EXPECT_EQ(rec.finish_reason, "length");
+    } else {
+      ++failed;
+      std::printf("a stream of the killed replica ended: %s (%s) after %d tokens\n",
+                  rec.status_code.c_str(), rec.error.c_str(), rec.output_tokens);
+    }
+  }
+  EXPECT_GE(completed, 1) << "the streams of the live replica must complete";
+  EXPECT_GE(failed, 1) << "the dead replica's streams cannot have completed";
+
+  // Right after the kill, before the replica is back: no request fails.
+  const nlohmann::json small = {{"prompt", "Hello"}, {"max_tokens", 2}};
+  for (int i = 0; i < 4; ++i) {
+    const HttpResult res = PostJson(r->router_port(), "/v1/completions", small);
+    EXPECT_EQ(res.status, 200) << "request " << i << " after the kill: " << res.body;
+  }
+  // The launcher restarts the gateway on its ports; the router's health
+  // check sees it and round robin reaches it again.
+  ASSERT_TRUE(WaitForHttpHealth(r->gateway(dead)["http"].get<int>(), 60));
+  bool rejoined = false;
+  for (int i = 0; i < 40 && !rejoined; ++i) {
+    const HttpResult res = PostJson(r->router_port(), "/v1/completions", small);
+    EXPECT_EQ(res.status, 200) << res.body;
+    rejoined = r->Served(dead) >= 1;  // a fresh process: it counts from 0
+    if (!rejoined) std::this_thread::sleep_for(250ms);
+  }
+  EXPECT_TRUE(rejoined) << "the restarted replica got no request through the router";
+}
+
+// A rolling restart, one replica at a time as a rolling update does it:
+// SIGTERM to a replica's gateway while streams run on both. It drains (its
+// /health says 503, its open streams finish), the router sends new requests
+// to the other one, and no request fails.
+TEST(ServingReplicas, ARollingRestartOfAReplicaFailsNoRequest) {
+  const std::string model = SmolLm2Path();
+  ASSERT_FALSE(model.empty());
+  auto r = StartReplicas(model, "round_robin");
+  const int kStreams = 4, kTokens = 200;
+  RouterStreams streams;
+  streams.Start(r->router_port(), kStreams, kTokens);
+  const int restarted = 1;
+  ASSERT_TRUE(Kill(r->gateway(restarted)["pid"].get<int>(), SIGTERM));
+  const nlohmann::json small = {{"prompt", "Hello"}, {"max_tokens", 2}};
+  for (int i = 0; i < 6; ++i) {
+    const HttpResult res = PostJson(r->router_port(), "/v1/completions", small);
+    EXPECT_EQ(res.status, 200) << "request " << i << " during the drain: " << res.body;
+  }
+  streams.Join();
+  for (const loadtest::RequestRecord& rec : streams.records) {
+    EXPECT_TRUE(rec.ok) << rec.status_code << ": " << rec.error;
+    EXPECT_EQ(rec.output_tokens, kTokens);
+  }
+}
+
+// `specline serve --replicas 2 --demo-prompt`: the generation streams
+// through the router and the process exits 0.
+TEST(ServingReplicas, DemoStreamsThroughTheRouter) {
+  const std::string model = Stories260K();
+  ASSERT_FALSE(model.empty());
+  const std::string dir = TempDir();
+  ChildProcess serve({BinaryPath("specline"), "serve", "--model", model, "--replicas", "2", "--stages", "1",
+                      "--port", "0", "--threads", "1", "--demo-prompt", "Once upon a time",
+                      "--max-tokens", "16", "--ignore-eos"},
+                     dir + "/demo.log");
+  EXPECT_EQ(serve.Wait(180s), 0) << ReadFile(dir + "/demo.log");
+  const std::string log = ReadFile(dir + "/demo.log");
+  EXPECT_NE(log.find("Once upon a time"), std::string::npos) << log;
+  EXPECT_NE(log.find("2 replicas of 1 stage processes behind vllm-router"), std::string::npos) << log;
+  EXPECT_NE(log.find("16 tokens"), std::string::npos) << log;
+}
+
+}  // namespace
+}  // namespace specline::testing
