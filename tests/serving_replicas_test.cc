@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "loadtest/openai_client.h"
@@ -128,6 +129,28 @@ struct RouterStreams {
   }
 };
 
+// Sends `n` short completions through the router; each must succeed.
+void ExpectEveryRequestServed(int router_port, int n, const std::string& when) {
+  for (int i = 0; i < n; ++i) {
+    const HttpResult res =
+        PostJson(router_port, "/v1/completions", {{"prompt", "Hello"}, {"max_tokens", 2}});
+    EXPECT_EQ(res.status, 200) << "request " << i << " " << when << ": " << res.body;
+  }
+}
+
+// Whether replica i, started again by the launcher on its ports, gets
+// requests through the router again once the router's health checks see
+// it (a fresh gateway counts from 0).
+bool Rejoins(const Replicas& r, int i) {
+  if (!WaitForHttpHealth(r.gateway(i)["http"].get<int>(), 60)) return false;
+  for (int attempt = 0; attempt < 40; ++attempt) {
+    ExpectEveryRequestServed(r.router_port(), 1, "while replica " + std::to_string(i) + " rejoins");
+    if (r.Served(i) >= 1) return true;
+    std::this_thread::sleep_for(250ms);
+  }
+  return false;
+}
+
 // A replica's gateway killed while streams run on both replicas: every
 // stream ends exactly once (those on the dead replica with an error, the
 // others complete), requests sent right after all succeed, and once the
@@ -161,28 +184,14 @@ TEST(ServingReplicas, AKilledReplicaIsRoutedAroundAndRejoins) {
   EXPECT_GE(failed, 1) << "the dead replica's streams cannot have completed";
 
   // Right after the kill, before the replica is back: no request fails.
-  const nlohmann::json small = {{"prompt", "Hello"}, {"max_tokens", 2}};
-  for (int i = 0; i < 4; ++i) {
-    const HttpResult res = PostJson(r->router_port(), "/v1/completions", small);
-    EXPECT_EQ(res.status, 200) << "request " << i << " after the kill: " << res.body;
-  }
-  // The launcher restarts the gateway on its ports; the router's health
-  // check sees it and round robin reaches it again.
-  ASSERT_TRUE(WaitForHttpHealth(r->gateway(dead)["http"].get<int>(), 60));
-  bool rejoined = false;
-  for (int i = 0; i < 40 && !rejoined; ++i) {
-    const HttpResult res = PostJson(r->router_port(), "/v1/completions", small);
-    EXPECT_EQ(res.status, 200) << res.body;
-    rejoined = r->Served(dead) >= 1;  // a fresh process: it counts from 0
-    if (!rejoined) std::this_thread::sleep_for(250ms);
-  }
-  EXPECT_TRUE(rejoined) << "the restarted replica got no request through the router";
+  ExpectEveryRequestServed(r->router_port(), 4, "after the kill");
+  EXPECT_TRUE(Rejoins(*r, dead)) << "the restarted replica got no request through the router";
 }
 
 // A rolling restart, one replica at a time as a rolling update does it:
 // SIGTERM to a replica's gateway while streams run on both. It drains (its
 // /health says 503, its open streams finish), the router sends new requests
-// to the other one, and no request fails.
+// to the other one, no request fails, and it rejoins once restarted.
 TEST(ServingReplicas, ARollingRestartOfAReplicaFailsNoRequest) {
   const std::string model = SmolLm2Path();
   ASSERT_FALSE(model.empty());
@@ -192,16 +201,51 @@ TEST(ServingReplicas, ARollingRestartOfAReplicaFailsNoRequest) {
   streams.Start(r->router_port(), kStreams, kTokens);
   const int restarted = 1;
   ASSERT_TRUE(Kill(r->gateway(restarted)["pid"].get<int>(), SIGTERM));
-  const nlohmann::json small = {{"prompt", "Hello"}, {"max_tokens", 2}};
-  for (int i = 0; i < 6; ++i) {
-    const HttpResult res = PostJson(r->router_port(), "/v1/completions", small);
-    EXPECT_EQ(res.status, 200) << "request " << i << " during the drain: " << res.body;
-  }
+  ExpectEveryRequestServed(r->router_port(), 6, "during the drain");
   streams.Join();
   for (const loadtest::RequestRecord& rec : streams.records) {
     EXPECT_TRUE(rec.ok) << rec.status_code << ": " << rec.error;
     EXPECT_EQ(rec.output_tokens, kTokens);
   }
+  EXPECT_TRUE(Rejoins(*r, restarted)) << "the restarted replica got no request through the router";
+}
+
+// Principals behind the router: it forwards each client's bearer token to
+// the replica (generation and the render call it routes on), so a request
+// without one is refused there, and each principal's prefix-cache scope
+// holds on every replica: alice's repeated prompt, placed on the replica
+// that already holds it (cache_aware), hits her cached blocks, while bob's
+// same prompt, placed there too, finds none of them.
+TEST(ServingReplicas, PrincipalsKeepTheirTokensAndCacheScopesBehindTheRouter) {
+  const std::string model = Stories260K();
+  ASSERT_FALSE(model.empty());
+  const std::string tokens = TempDir() + "/principals";
+  std::ofstream(tokens) << "alice tok-alice\nbob tok-bob\n";
+  auto r = StartReplicas(model, "cache_aware", {"--auth-token-file", tokens});
+  std::string prompt = "Once upon a time";
+  for (int i = 0; i < 12; ++i) prompt += " there was a little girl who liked to play in the park";
+  const nlohmann::json body = {{"prompt", prompt}, {"max_tokens", 4}, {"temperature", 0}};
+  const auto as = [](const std::string& token) {
+    return std::map<std::string, std::string>{{"Authorization", "Bearer " + token}};
+  };
+  EXPECT_EQ(PostJson(r->router_port(), "/v1/completions", body).status, 401);
+  EXPECT_EQ(PostJson(r->router_port(), "/v1/completions", body, as("tok-mallory")).status, 401);
+  const auto cached = [](const HttpResult& res) {
+    return res.Json()["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>();
+  };
+  const HttpResult first = PostJson(r->router_port(), "/v1/completions", body, as("tok-alice"));
+  ASSERT_EQ(first.status, 200) << first.body;
+  EXPECT_EQ(cached(first), 0);
+  const HttpResult again = PostJson(r->router_port(), "/v1/completions", body, as("tok-alice"));
+  ASSERT_EQ(again.status, 200) << again.body;
+  EXPECT_GT(cached(again), 0) << "alice's repeat went to the replica without her blocks";
+  const HttpResult bob = PostJson(r->router_port(), "/v1/completions", body, as("tok-bob"));
+  ASSERT_EQ(bob.status, 200) << bob.body;
+  EXPECT_EQ(cached(bob), 0) << "bob was served from alice's cached blocks";
+  EXPECT_EQ(bob.Json()["choices"][0]["text"], first.Json()["choices"][0]["text"]);
+  // All three on one replica: bob's miss is the scope's, not the placement's.
+  EXPECT_TRUE(Eventually([&] { return std::max(r->Served(0), r->Served(1)) == 3; }, 10s))
+      << "served: " << r->Served(0) << " and " << r->Served(1);
 }
 
 // `specline serve --replicas 2 --demo-prompt`: the generation streams

@@ -22,14 +22,6 @@ namespace {
 constexpr int kKvCapacity = 4096;
 const char kModelLabel[] = "{model_name=\"slow-model\"}";
 
-v1::GenerateRequest Request(int prompt_len, int max_tokens) {
-  v1::GenerateRequest req;
-  for (int i = 0; i < prompt_len; ++i) req.mutable_token_ids()->add_ids(1 + (i * 7) % 200);
-  req.set_max_tokens(max_tokens);
-  req.set_ignore_eos(true);
-  return req;
-}
-
 // The value of label `name` on the first sample of `series` (a name of
 // letters, '_' and ':', none special in a regex); "" if none.
 std::string LabelOf(const std::string& text, const std::string& series, const std::string& name) {
@@ -125,7 +117,7 @@ TEST_F(RouterMetrics, WaitingRunningAndKvUsageFollowRequestsInFlight) {
   auto stub = v1::Generation::NewStub(stack_->channel());
   grpc::ClientContext call;
   // 4 + 4000 positions: 251 of the 256 blocks, reserved at admission.
-  auto reader = stub->Generate(&call, Request(4, 4000));
+  auto reader = stub->Generate(&call, IgnoreEosIdRequest(4, 4000));
   v1::GenerateResponse first;
   ASSERT_TRUE(reader->Read(&first)) << "the long request ended before its first token";
 
@@ -138,7 +130,8 @@ TEST_F(RouterMetrics, WaitingRunningAndKvUsageFollowRequestsInFlight) {
 
   // 7 blocks more than the 5 left: it queues behind the long one.
   grpc::Status second_status;
-  std::thread second([&] { second_status = StreamOnce(stack_->channel(), Request(4, 100)).status; });
+  std::thread second(
+      [&] { second_status = StreamOnce(stack_->channel(), IgnoreEosIdRequest(4, 100)).status; });
   EXPECT_TRUE(Eventually([&] {
     m = Scrape();
     return MetricValueIfPresent(m, "vllm:num_requests_waiting") == 1.0;

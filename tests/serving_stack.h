@@ -155,6 +155,16 @@ inline Streamed StreamOnce(const std::shared_ptr<grpc::Channel>& channel,
   return out;
 }
 
+// A token-id prompt of `prompt_len` ids that runs exactly `max_tokens`
+// (ignore_eos): for models without a tokenizer and tests that count tokens.
+inline v1::GenerateRequest IgnoreEosIdRequest(int prompt_len, int max_tokens) {
+  v1::GenerateRequest req;
+  for (int i = 0; i < prompt_len; ++i) req.mutable_token_ids()->add_ids(1 + (i * 7) % 200);
+  req.set_max_tokens(max_tokens);
+  req.set_ignore_eos(true);
+  return req;
+}
+
 // Polls (bounded) until `pred` holds: the processes work asynchronously,
 // and progress, never time, is what the suites assert.
 template <typename Pred>

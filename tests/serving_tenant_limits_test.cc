@@ -30,14 +30,6 @@ std::string TokenFile() {
   return path;
 }
 
-v1::GenerateRequest Request(int prompt_len, int max_tokens) {
-  v1::GenerateRequest req;
-  for (int i = 0; i < prompt_len; ++i) req.mutable_token_ids()->add_ids(1 + (i * 7) % 200);
-  req.set_max_tokens(max_tokens);
-  req.set_ignore_eos(true);
-  return req;
-}
-
 struct Outcome {
   grpc::Status status;
   int tokens = 0;
@@ -92,11 +84,11 @@ TEST(TenantLimits, TokensPerMinuteQuotaAnswers429AndResourceExhaustedWithRetryAf
                           {"--auth-token-file", TokenFile(), "--max-tokens-per-minute-per-principal",
                            "100", "--metrics-per-principal", "true"});
   const ServingStack& s = *stack;
-  const Outcome first = Generate(s, "tok-alice", Request(90, 2));  // 92 tokens
+  const Outcome first = Generate(s, "tok-alice", IgnoreEosIdRequest(90, 2));  // 92 tokens
   ASSERT_TRUE(first.status.ok()) << first.status.error_message();
   EXPECT_EQ(first.tokens, 2);
 
-  const Outcome refused = Generate(s, "tok-alice", Request(4, 60));  // 64 tokens
+  const Outcome refused = Generate(s, "tok-alice", IgnoreEosIdRequest(4, 60));  // 64 tokens
   EXPECT_EQ(refused.status.error_code(), grpc::RESOURCE_EXHAUSTED) << refused.status.error_message();
   EXPECT_NE(refused.status.error_message().find("--max-tokens-per-minute-per-principal"),
             std::string::npos)
@@ -112,13 +104,13 @@ TEST(TenantLimits, TokensPerMinuteQuotaAnswers429AndResourceExhaustedWithRetryAf
   EXPECT_NE(http.body.find("--max-tokens-per-minute-per-principal"), std::string::npos) << http.body;
 
   // More than a minute's worth can never fit: refused, with no retry time.
-  const Outcome never = Generate(s, "tok-bob", Request(4, 200));
+  const Outcome never = Generate(s, "tok-bob", IgnoreEosIdRequest(4, 200));
   EXPECT_EQ(never.status.error_code(), grpc::RESOURCE_EXHAUSTED);
   EXPECT_NE(never.status.error_message().find("lower max_tokens"), std::string::npos)
       << never.status.error_message();
   EXPECT_EQ(never.retry_after, "");
   // Bob's own bucket is untouched by alice's use and by that refusal.
-  const Outcome bob = Generate(s, "tok-bob", Request(4, 60));
+  const Outcome bob = Generate(s, "tok-bob", IgnoreEosIdRequest(4, 60));
   EXPECT_TRUE(bob.status.ok()) << bob.status.error_message();
   EXPECT_EQ(bob.tokens, 60);
   const HttpResult bob_http = Completion(s, "tok-bob", 4, 8);
@@ -161,7 +153,7 @@ TEST(TenantLimits, KvBlocksPerTenantRefusesTooLargeHoldsAtTheLimitAndComesBack) 
   ASSERT_EQ(before.kv_free_tokens(), 4096);
 
   // 4 + 1100 positions: 69 blocks, more than a principal may ever hold.
-  const Outcome huge = Generate(s, "tok-bob", Request(4, 1100));
+  const Outcome huge = Generate(s, "tok-bob", IgnoreEosIdRequest(4, 1100));
   EXPECT_EQ(huge.status.error_code(), grpc::RESOURCE_EXHAUSTED) << huge.status.error_message();
   EXPECT_NE(huge.status.error_message().find("--max-kv-blocks-per-tenant 64"), std::string::npos)
       << huge.status.error_message();
@@ -177,11 +169,11 @@ TEST(TenantLimits, KvBlocksPerTenantRefusesTooLargeHoldsAtTheLimitAndComesBack) 
   std::thread second_thread;
   bool bob_served = false;
   int waiting_while_held = -1;
-  const Outcome held = Generate(s, "tok-alice", Request(4, 1000), [&](grpc::ClientContext& call) {
-    second_thread = std::thread([&] { second = Generate(s, "tok-alice", Request(4, 20)); });
+  const Outcome held = Generate(s, "tok-alice", IgnoreEosIdRequest(4, 1000), [&](grpc::ClientContext& call) {
+    second_thread = std::thread([&] { second = Generate(s, "tok-alice", IgnoreEosIdRequest(4, 20)); });
     EXPECT_TRUE(Eventually([&] { return SchedulerStats(s).waiting() == 1; }))
         << "alice's second request did not queue";
-    const Outcome bob = Generate(s, "tok-bob", Request(4, 20));
+    const Outcome bob = Generate(s, "tok-bob", IgnoreEosIdRequest(4, 20));
     bob_served = bob.status.ok() && bob.tokens == 20;
     const internal::SchedulerStats during = SchedulerStats(s);
     waiting_while_held = during.waiting();
@@ -225,11 +217,11 @@ TEST(TenantLimits, AFullQueuePassesOnTheSchedulersRetryAfter) {
   Outcome second, refused;
   HttpResult refused_http;
   std::thread second_thread;
-  const Outcome held = Generate(s, "tok-alice", Request(4, 1000), [&](grpc::ClientContext& call) {
+  const Outcome held = Generate(s, "tok-alice", IgnoreEosIdRequest(4, 1000), [&](grpc::ClientContext& call) {
     // Alice at her KV limit: her next request takes the one queue place.
-    second_thread = std::thread([&] { second = Generate(s, "tok-alice", Request(4, 20)); });
+    second_thread = std::thread([&] { second = Generate(s, "tok-alice", IgnoreEosIdRequest(4, 20)); });
     EXPECT_TRUE(Eventually([&] { return SchedulerStats(s).waiting() == 1; }));
-    refused = Generate(s, "tok-bob", Request(4, 20));
+    refused = Generate(s, "tok-bob", IgnoreEosIdRequest(4, 20));
     refused_http = Completion(s, "tok-bob", 4, 8);
     call.TryCancel();
   });
