@@ -224,8 +224,9 @@ absl::StatusOr<std::string> CutAfterFinalMessage(const std::string& rendered,
     return Invalid("prompt.chat.continue_final_message",
                    "the final message does not appear in the prompt the chat template renders "
                    "(the template changes or drops part of it)");
-  if (rendered.compare(at, lstripped.size(), final_content) == 0 &&
-      at + lstripped.size() <= rendered.size())
+  // (As transformers compares: the content with its leading whitespace
+  // against as many characters as the left-stripped content has.)
+  if (rendered.compare(at, lstripped.size(), final_content) == 0)
     return rendered.substr(0, at + lstripped.size());
   return rendered.substr(0, at + stripped.size());
 }
