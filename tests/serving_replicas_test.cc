@@ -76,6 +76,28 @@ TEST(ServingReplicas, OpenAiPackageThroughVllmRouter) {
   const nlohmann::json models = HttpCall(r->router_port(), "GET", "/v1/models").Json();
   ASSERT_TRUE(models.contains("data")) << models.dump();
   EXPECT_EQ(models["data"][0]["id"], "stories260K");
+  // cache_aware places plain requests by the token ids the replicas'
+  // render endpoints give it (without them it falls back to least-load
+  // routing and counts outcome="missing_tokens"; requests with options it
+  // does not prepare, such as logprobs or n, and bodies a replica refuses
+  // are counted apart, so only plain ones are counted here).
+  const int router_metrics = r->ports["router"]["metrics"].get<int>();
+  const std::string before = ScrapeMetrics(router_metrics);
+  for (int i = 0; i < 3; ++i) {
+    const std::string n = std::to_string(i);
+    const nlohmann::json chat = {{"messages", {{{"role", "user"}, {"content", "Tell me story " + n}}}},
+                                 {"max_tokens", 2}};
+    ASSERT_EQ(PostJson(r->router_port(), "/v1/chat/completions", chat).status, 200);
+    const nlohmann::json completion = {{"prompt", "Once upon a time " + n}, {"max_tokens", 2}};
+    ASSERT_EQ(PostJson(r->router_port(), "/v1/completions", completion).status, 200);
+  }
+  const std::string after = ScrapeMetrics(router_metrics);
+  const char* kDecisions = "vllm_router_prefix_routing_decisions_total";
+  EXPECT_GE(MetricDelta(before, after, "vllm_router_kv_routing_inputs_total", "{result=\"render\"}"), 6)
+      << after;
+  EXPECT_EQ(MetricValueIfPresent(after, kDecisions, "{outcome=\"missing_tokens\"}").value_or(0),
+            MetricValueIfPresent(before, kDecisions, "{outcome=\"missing_tokens\"}").value_or(0))
+      << after;
 }
 
 // round_robin sends requests to both replicas; each one's gateway counts
