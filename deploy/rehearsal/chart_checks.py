@@ -8,11 +8,17 @@ import os
 import re
 import subprocess
 
-from manifests import containers, matches
+from manifests import containers, matches, selector_matches
+
+
+# vllm-router, the router's binary, is not specline's: it comes from its
+# venv (scripts/setup.sh step 5a; the CLI's SPECLINE_VLLM_ROUTER).
+ROUTER_BINARY = os.environ.get("SPECLINE_VLLM_ROUTER",
+                               os.path.expanduser("~/.cache/specline/router-venv/bin/vllm-router"))
 
 
 def binary_usage(bin_dir, command):
-    path = os.path.join(bin_dir, command)
+    path = ROUTER_BINARY if command == "vllm-router" else os.path.join(bin_dir, command)
     if not os.access(path, os.X_OK):
         return None
     r = subprocess.run([path, "--help"], capture_output=True, text=True, timeout=30)
@@ -21,6 +27,32 @@ def binary_usage(bin_dir, command):
 
 def flag_name(arg):
     return arg[2:].split("=", 1)[0]
+
+
+def takes_list(usage, flag):
+    """Whether argparse's usage shows --flag taking several values
+    ("--worker-urls [WORKER_URLS ...]", "--selector SELECTOR [SELECTOR ...]")."""
+    return re.search(r"--" + re.escape(flag) + r" (?:\w+ )?\[\w+ \.\.\.\]", usage) is not None
+
+
+SHELL_EXEC = re.compile(r'^exec (\S+)((?: --[a-z0-9-]+=\S+)*) "\$@"$', re.M)
+
+
+def command_and_flags(c):
+    """(binary, flags): a container's binary and its --flag words. Either
+    the binary is the only command word, or a shell wraps it
+    (["/bin/sh", "-ec", SCRIPT, BINARY]: the script ends with `exec BINARY
+    --flag=... "$@"`, the args are "$@"), as the LeaderWorkerSet's stages
+    derive --stage and their neighbours from LWS's environment. None when
+    neither."""
+    cmd = c.get("command", [])
+    if len(cmd) == 1:
+        return cmd[0], list(c.get("args", []))
+    if len(cmd) == 4 and cmd[0] == "/bin/sh" and cmd[1] in ("-c", "-ec"):
+        m = SHELL_EXEC.search(cmd[2])
+        if m and m.group(1) == cmd[3]:
+            return cmd[3], m.group(2).split() + list(c.get("args", []))
+    return None, None
 
 
 def secret_files(volume, secrets):
@@ -95,17 +127,19 @@ def check(m, bin_dir, rule_jobs, existing_claims=(), existing_secrets=()):
                                 err(f"{cname}: {a} names a file the ConfigMap lacks")
         for c in mains:
             cname = f"{wname} container {c['name']}"
-            cmd = c.get("command", [])
-            if len(cmd) != 1:
-                err(f"{cname}: expected the binary as the only command word, got {cmd}")
+            binary, args = command_and_flags(c)
+            if binary is None:
+                err(f"{cname}: expected the binary as the only command word (or a shell that execs it with "
+                    f"\"$@\"), got {c.get('command', [])}")
                 continue
+            cmd = [binary]
             if cmd[0] not in usages:
                 usages[cmd[0]] = binary_usage(bin_dir, cmd[0])
             usage = usages[cmd[0]]
             if usage is None:
-                err(f"{cname}: {cmd[0]} is not a binary in {bin_dir} that answers --help")
+                where = ROUTER_BINARY if cmd[0] == "vllm-router" else bin_dir
+                err(f"{cname}: {cmd[0]} is not a binary at {where} that answers --help")
                 continue
-            args = c.get("args", [])
             env = {e["name"]: e for e in c.get("env", [])}
             for var in re.findall(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", " ".join(args)):
                 if var not in env:  # the kubelet would pass "$(VAR)" through literally
@@ -114,10 +148,14 @@ def check(m, bin_dir, rule_jobs, existing_claims=(), existing_secrets=()):
                 ref = e.get("valueFrom", {}).get("configMapKeyRef")
                 if ref and ref["key"] not in configmaps.get(ref["name"], {}).get("data", {}):
                     err(f"{cname}: env {e['name']} names key {ref['key']} of ConfigMap {ref['name']}, which lacks it")
+            list_flag = None  # a flag before its values (--worker-urls URL URL ...)
             for a in args:
                 if not a.startswith("--"):
-                    err(f"{cname}: argument {a!r} is not --flag=value")
-                elif not re.search(r"--" + re.escape(flag_name(a)) + r"(?![\w-])", usage):
+                    if list_flag is None:
+                        err(f"{cname}: argument {a!r} is not --flag=value")
+                    continue
+                list_flag = flag_name(a) if "=" not in a and takes_list(usage, flag_name(a)) else None
+                if not re.search(r"--" + re.escape(flag_name(a)) + r"(?![\w-])", usage):
                     err(f"{cname}: {cmd[0]} does not know --{flag_name(a)}")
             ports = {p["name"]: p["containerPort"] for p in c.get("ports", [])}
             joined = " ".join(args)
@@ -152,14 +190,16 @@ def check(m, bin_dir, rule_jobs, existing_claims=(), existing_secrets=()):
                 elif cports[p["targetPort"]] != p["port"]:
                     err(f"{sname}: port {p['port']} maps to {cports[p['targetPort']]}; keep them equal")
     for sm in m.of_kind("ServiceMonitor"):
-        svcs = [s for s in m.of_kind("Service") if matches(sm["spec"]["selector"], s["metadata"]["labels"])]
+        svcs = [s for s in m.of_kind("Service") if selector_matches(sm["spec"]["selector"], s["metadata"]["labels"])]
         label = sm["spec"].get("jobLabel")
         for s in svcs:
             for ep in sm["spec"]["endpoints"]:
                 if ep["port"] not in {p["name"] for p in s["spec"]["ports"]}:
                     err(f"ServiceMonitor: Service {s['metadata']['name']} has no port {ep['port']}")
             jobs.add(s["metadata"]["labels"].get(label))
-        if jobs != set(rule_jobs):
+        # The router's own job (router.enabled) is scraped too; the rules
+        # do not select it.
+        if jobs - {"specline-router"} != set(rule_jobs):
             err(f"ServiceMonitor job names {sorted(map(str, jobs))} differ from the rules' {sorted(rule_jobs)}")
     for pdb in m.of_kind("PodDisruptionBudget"):
         if not m.pods_selected_by(pdb["spec"]["selector"]):

@@ -36,6 +36,8 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 CHART = os.path.join(REPO, "deploy", "helm", "specline")
 RULES = os.path.join(REPO, "deploy", "prometheus", "specline-rules.yaml")
 MONITORING = ["monitoring.coreos.com/v1", "monitoring.coreos.com/v1/ServiceMonitor"]
+LWS_API = ["leaderworkerset.x-k8s.io/v1/LeaderWorkerSet"]
+POOL_API = ["inference.networking.k8s.io/v1/InferencePool"]
 SECRET_DIR = "/var/run/secrets/specline/cluster"
 SECRET_FLAG = f"--cluster-secret-file={SECRET_DIR}/secret"
 COMPONENTS = {"gateway": ("Deployment", "-gateway"), "scheduler": ("Deployment", "-scheduler"),
@@ -94,6 +96,17 @@ def setUpModule():
         "locked": render(sets=["internalAuth.existingSecret=specline-internal", "internalAuth.secretKey=token",
                                "networkPolicy.metricsFrom[0].namespaceSelector.matchLabels.team=monitoring",
                                "networkPolicy.gatewayFrom[0].namespaceSelector.matchLabels.role=ingress"]),
+        # N pipelines (docs/deploy.md, "N pipelines"): plain objects behind
+        # the router with static URLs and an InferencePool; a LeaderWorkerSet
+        # behind the router with service discovery, scraped, the API locked
+        # to an ingress namespace.
+        "plain2": render(sets=["pipelines.replicas=2", "router.enabled=true", "router.discovery=static",
+                               "serviceMonitor.enabled=true", "inferencePool.enabled=true",
+                               "inferencePool.endpointPicker.name=epp"], api=MONITORING + POOL_API),
+        "lws2": render(sets=["pipelines.mode=leaderWorkerSet", "pipelines.replicas=2", "router.enabled=true",
+                             "serviceMonitor.enabled=true",
+                             "networkPolicy.gatewayFrom[0].namespaceSelector.matchLabels.role=ingress"],
+                       api=MONITORING + LWS_API),
     })
 
 
@@ -135,7 +148,8 @@ class SchemaTest(Check):
                 for e in errors:
                     self.expect(False, f"{name}: {doc['metadata']['name']}: {e}")
         for kind in ("Deployment", "StatefulSet", "Service", "ConfigMap", "Secret", "NetworkPolicy",
-                     "PodDisruptionBudget", "HorizontalPodAutoscaler", "PersistentVolumeClaim", "ServiceAccount"):
+                     "PodDisruptionBudget", "HorizontalPodAutoscaler", "PersistentVolumeClaim", "ServiceAccount",
+                     "Role", "RoleBinding", "LeaderWorkerSet", "InferencePool"):
             self.expect(kind in kinds, f"no {kind} was validated")
 
     def test_validator_sees_mistakes(self):
@@ -464,6 +478,50 @@ class NetworkPolicyTest(Check):
     def test_disabled(self):
         self.expect(not render(sets=["networkPolicy.enabled=false"]).of_kind("NetworkPolicy"),
                     "networkPolicy.enabled=false: none rendered")
+
+
+class PipelinesTest(Check):
+    """N pipelines: the LeaderWorkerSet's pods carry the cluster secret and
+    its NetworkPolicies admit every connection a group makes, and nobody
+    else; the router reaches the gateways through a locked API."""
+
+    def lws_pods(self, m):
+        return {w["role"]: w for w in m.workloads() if w["kind"] == "LeaderWorkerSet"}
+
+    def test_lws_pods_carry_the_cluster_secret(self):
+        for role, w in self.lws_pods(CASES["lws2"]).items():
+            pod = w["spec"]["template"]["spec"]
+            vol = [v for v in pod["volumes"] if v.get("secret", {}).get("secretName") == "prod-specline-cluster-secret"]
+            self.expect(len(vol) == 1, f"lws2 {role}: the cluster Secret's volume")
+            for c in pod["containers"]:
+                _, flags = chart_checks.command_and_flags(c)
+                self.expect(flags.count(SECRET_FLAG) == 1, f"lws2 {role} {c['name']}: {SECRET_FLAG}")
+                self.expect({"name": "cluster-secret", "mountPath": SECRET_DIR, "readOnly": True} in c["volumeMounts"],
+                            f"lws2 {role} {c['name']}: mounted read-only")
+
+    def test_lws_network_policies(self):
+        m = CASES["lws2"]
+        pods = self.lws_pods(m)
+        leader, worker = pods["leader"], pods["worker"]
+        src = {"leader": Source(pod_labels(leader)), "stage": Source(pod_labels(worker)),
+               "router": Source(pod_labels(next(d for d in m.of_kind("Deployment")
+                                                if d["metadata"]["name"].endswith("-router")))),
+               "outsider": NetworkPolicyTest.OUTSIDER, "external": NetworkPolicyTest.EXTERNAL}
+        ingress = Source({"app": "nginx"}, same_namespace=False, namespace_labels={"role": "ingress"})
+        src["ingress"] = ingress
+
+        def admitted(w, name):
+            number = port(w, name)
+            return {k for k, v in src.items() if admits(m, w, number, v)}
+        for w, name, want in [(leader, "sched-grpc", {"leader"}), (leader, "data", {"stage"}),
+                              (worker, "grpc", {"leader"}), (worker, "data", {"leader", "stage"}),
+                              (leader, "http", {"router", "ingress"}), (leader, "grpc", {"router", "ingress"}),
+                              (leader, "metrics", set(src)), (leader, "sched-metrics", set(src))]:
+            got = admitted(w, name)
+            self.expect(got == want, f"lws2: {w['role']} port {name} admits {sorted(got)}, want {sorted(want)}")
+        router = next(d for d in m.of_kind("Deployment") if d["metadata"]["name"].endswith("-router"))
+        got = {k for k, v in src.items() if admits(m, router, port(router, "http"), v)}
+        self.expect(got == {"ingress"}, f"lws2: the router's API admits {sorted(got)}")
 
 
 def main(argv):

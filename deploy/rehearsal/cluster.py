@@ -33,17 +33,39 @@ def can_run():
         return False
 
 
+LWS = "leaderworkerset.sigs.k8s.io/"  # the labels LWS puts on its pods
+
+
 class Pod:
-    def __init__(self, name, workload, ordinal, ip, netns):
+    """One pod: its containers run as processes in one network namespace.
+    A LeaderWorkerSet's pods (workload kind LeaderWorkerSet, manifests.
+    lws_workloads) get what the LWS controller gives them: the names
+    <lws>-<group> and <lws>-<group>-<worker>, its labels, and
+    LWS_LEADER_ADDRESS, LWS_GROUP_SIZE and LWS_WORKER_INDEX in every
+    container."""
+
+    def __init__(self, name, workload, ordinal, ip, netns, namespace="default", group=None, worker=None):
         self.name, self.workload, self.ordinal, self.ip, self.netns = name, workload, ordinal, ip, netns
         self.spec = workload["spec"]["template"]["spec"]
         self.labels = dict(workload["spec"]["template"]["metadata"].get("labels", {}))
+        self.extra_env = {}
         if workload["kind"] == "StatefulSet":
             self.labels["apps.kubernetes.io/pod-index"] = str(ordinal)
-        self.process = None
+        if workload["kind"] == "LeaderWorkerSet":
+            lws = workload["lws"]["metadata"]["name"]
+            size = int(workload["lws"]["spec"]["leaderWorkerTemplate"].get("size", 1))
+            self.labels.update({LWS + "name": lws, LWS + "group-index": str(group),
+                                LWS + "worker-index": str(worker)})
+            self.extra_env = {"LWS_LEADER_ADDRESS": f"{lws}-{group}.{lws}.{namespace}",
+                              "LWS_GROUP_SIZE": str(size), "LWS_WORKER_INDEX": str(worker)}
+        self.processes = []  # one per container, in the template's order
         self.log = None
         self.started = False
         self.ready = False
+
+    @property
+    def containers(self):
+        return containers(self.workload)[1]
 
 
 def expand(text, env):
@@ -53,10 +75,11 @@ def expand(text, env):
 
 
 class Cluster:
-    def __init__(self, manifests, namespace, work, volume_dirs, bin_dir, subnet=None):
+    def __init__(self, manifests, namespace, work, volume_dirs, bin_dir, subnet=None, extra_path=()):
         self.m, self.ns, self.work = manifests, namespace, work
         self.volume_dirs = volume_dirs  # volume name -> host dir (PVC, emptyDir, ConfigMap files)
         self.bin_dir = bin_dir
+        self.extra_path = list(extra_path)  # more of the image's PATH (the router's venv)
         self.subnet = subnet or free_subnet()
         self.tag = f"{os.getpid() % 10000:04d}"
         self.bridge = f"slbr{self.tag}"
@@ -74,8 +97,18 @@ class Cluster:
         for w in self.m.workloads():
             base = w["metadata"]["name"]
             for i in range(replicas(w)):
-                name = f"{base}-{i}" if w["kind"] == "StatefulSet" else f"{base}-rehearsal-{i}"
-                pod = Pod(name, w, i, f"{self.subnet}.{10 + k}", f"sl{self.tag}-{k}")
+                group = worker = None
+                if w["kind"] == "LeaderWorkerSet":
+                    lws = w["lws"]["metadata"]["name"]
+                    if w["role"] == "leader":
+                        group, worker, name = i, 0, f"{lws}-{i}"
+                    else:
+                        per_group = int(w["lws"]["spec"]["leaderWorkerTemplate"]["size"]) - 1
+                        group, worker = i // per_group, i % per_group + 1
+                        name = f"{lws}-{group}-{worker}"
+                else:
+                    name = f"{base}-{i}" if w["kind"] == "StatefulSet" else f"{base}-rehearsal-{i}"
+                pod = Pod(name, w, i, f"{self.subnet}.{10 + k}", f"sl{self.tag}-{k}", self.ns, group, worker)
                 veth = f"slv{self.tag}{k}"
                 sh("ip", "netns", "add", pod.netns)
                 sh("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", pod.netns)
@@ -105,6 +138,13 @@ class Cluster:
                 for p in pods:
                     lines.append(f"{p.ip} " + " ".join(f"{p.name}.{x}" for x in suffixes))
             lines.append(f"{pods[0].ip} " + " ".join(suffixes))
+        # The headless Service LWS makes for each LeaderWorkerSet (named
+        # like it, publishing not-ready pods): <pod>.<lws>.<namespace>...
+        for lws in {p.labels[LWS + "name"] for p in self.pods if LWS + "name" in p.labels}:
+            domains = [f"{lws}.{self.ns}.svc.cluster.local", f"{lws}.{self.ns}.svc", f"{lws}.{self.ns}", lws]
+            for p in self.pods:
+                if p.labels.get(LWS + "name") == lws:
+                    lines.append(f"{p.ip} " + " ".join(f"{p.name}.{d}" for d in domains))
         with open(self.hosts_file, "w") as f:
             f.write("\n".join(lines) + "\n")
         # No DNS server inside the pod network: queries must fail at once
@@ -133,7 +173,9 @@ class Cluster:
             self.created_dirs.append(d)
 
     def _env(self, pod, c):
-        env = {"PATH": f"{self.bin_dir}:/usr/local/bin:/usr/bin:/bin", "HOSTNAME": pod.name, "HOME": "/tmp"}
+        path = ":".join([self.bin_dir] + self.extra_path + ["/usr/local/bin", "/usr/bin", "/bin"])
+        env = {"PATH": path, "HOSTNAME": pod.name, "HOME": "/tmp"}
+        env.update(pod.extra_env)
         for e in c.get("env", []):
             if "value" in e:
                 env[e["name"]] = expand(str(e["value"]), env)
@@ -178,18 +220,31 @@ class Cluster:
                 "/bin/sh", "-c", script]
 
     def start(self, pod):
-        """Init containers in turn (each must exit 0), then the container."""
+        """Init containers in turn (each must exit 0), then the containers,
+        each a process in the pod's network namespace (one log per pod).
+        Starting a pod again (a rollout's replacement) resets its probes."""
+        pod.started = pod.ready = False
         inits, mains = containers(pod.workload)
-        assert len(mains) == 1, "one container per pod"
         pod.log = os.path.join(self.work, f"{pod.name}.log")
         log = open(pod.log, "ab")
         for c in inits:
             r = subprocess.run(self._command_line(pod, c), stdout=log, stderr=subprocess.STDOUT, timeout=300)
             if r.returncode != 0:
                 raise RuntimeError(f"{pod.name}: init container {c['name']} exited {r.returncode}")
-        pod.process = subprocess.Popen(self._command_line(pod, mains[0]), stdout=log, stderr=subprocess.STDOUT)
+        pod.processes = [subprocess.Popen(self._command_line(pod, c), stdout=log, stderr=subprocess.STDOUT)
+                         for c in mains]
 
     def probe(self, pod, probe):
+        if "httpGet" in probe:
+            import urllib.error
+            import urllib.request
+            get = probe["httpGet"]
+            url = f"{get.get('scheme', 'HTTP').lower()}://{pod.ip}:{get['port']}{get.get('path', '/')}"
+            try:
+                with urllib.request.urlopen(url, timeout=1) as r:
+                    return 200 <= r.status < 400
+            except (urllib.error.URLError, OSError, ValueError):
+                return False
         port = (probe.get("grpc") or probe.get("tcpSocket"))["port"]
         if "grpc" in probe:
             r = subprocess.run([os.path.join(self.bin_dir, "specline"), "health", "--addr", f"{pod.ip}:{port}",
@@ -201,51 +256,70 @@ class Cluster:
         except OSError:
             return False
 
-    def wait_ready(self, timeout_s):
-        """Startup probe until it passes (within its failureThreshold x
-        period), then readiness; fails on a pod that exits or never gets
-        ready. Periods are shortened to 0.5 s to keep the rehearsal fast."""
+    def wait_ready(self, timeout_s, pods=None):
+        """Startup probes until they pass (within their failureThreshold x
+        period), then readiness, of every container; fails on a container
+        that exits or a pod that never gets ready. Periods are shortened to
+        0.5 s to keep the rehearsal fast."""
         deadline = time.time() + timeout_s
+        pods = pods if pods is not None else self.pods
         while time.time() < deadline:
-            for pod in self.pods:
-                if pod.process.poll() is not None:
-                    raise RuntimeError(f"{pod.name} exited {pod.process.returncode}:\n{tail(pod.log)}")
-                c = containers(pod.workload)[1][0]
+            for pod in pods:
+                for c, p in zip(pod.containers, pod.processes):
+                    if p.poll() is not None:
+                        raise RuntimeError(f"{pod.name} container {c['name']} exited {p.returncode}:\n"
+                                           f"{tail(pod.log)}")
                 if not pod.started:
-                    pod.started = self.probe(pod, c["startupProbe"])
+                    pod.started = all(self.probe(pod, c["startupProbe"]) for c in pod.containers)
                 if pod.started and not pod.ready:
-                    pod.ready = self.probe(pod, c["readinessProbe"])
-            if all(p.ready for p in self.pods):
+                    pod.ready = all(self.probe(pod, c["readinessProbe"]) for c in pod.containers)
+            if all(p.ready for p in pods):
                 return
             time.sleep(0.5)
-        raise RuntimeError("not ready: " + ", ".join(p.name for p in self.pods if not p.ready))
+        raise RuntimeError("not ready: " + ", ".join(p.name for p in pods if not p.ready))
 
     def liveness_all(self):
-        return {p.name: self.probe(p, containers(p.workload)[1][0]["livenessProbe"]) for p in self.pods}
+        return {f"{p.name}/{c['name']}": self.probe(p, c["livenessProbe"]) for p in self.pods for c in p.containers}
 
-    def terminate(self):
-        """What `helm uninstall` does to the pods: SIGTERM, then SIGKILL
-        after terminationGracePeriodSeconds. Returns each pod's exit code."""
+    def terminate(self, pods=None):
+        """What `helm uninstall` (pods None: all) or a rollout does to pods:
+        the preStop hooks, SIGTERM to every container, then SIGKILL after
+        terminationGracePeriodSeconds (counted from SIGTERM here). Returns
+        each container's exit code ("pod/container")."""
+        pods = self.pods if pods is None else pods
         codes = {}
-        for pod in self.pods:
-            if pod.process and pod.process.poll() is None:
-                pod.process.send_signal(signal.SIGTERM)
-        for pod in self.pods:
-            if not pod.process:
-                continue
+        # A container's preStop exec hook runs first (in its namespaces, as
+        # the kubelet runs it); SIGTERM follows when it returns.
+        hooks = []
+        for pod in pods:
+            for c, p in zip(pod.containers, pod.processes):
+                hook = c.get("lifecycle", {}).get("preStop", {}).get("exec")
+                if hook and p.poll() is None:
+                    hooks.append((subprocess.Popen(self._command_line(pod, {"command": hook["command"]}),
+                                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL), p))
+                elif p.poll() is None:
+                    p.send_signal(signal.SIGTERM)
+        for hook, p in hooks:
+            hook.wait()
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for pod in pods:
             grace = int(pod.spec.get("terminationGracePeriodSeconds", 30))
-            try:
-                codes[pod.name] = pod.process.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                pod.process.kill()
-                codes[pod.name] = f"killed after {grace}s"
+            deadline = time.time() + grace
+            for c, p in zip(pod.containers, pod.processes):
+                try:
+                    codes[f"{pod.name}/{c['name']}"] = p.wait(timeout=max(0.1, deadline - time.time()))
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    codes[f"{pod.name}/{c['name']}"] = f"killed after {grace}s"
         return codes
 
     def down(self):
         for pod in self.pods:
-            if pod.process and pod.process.poll() is None:
-                pod.process.kill()
-                pod.process.wait()
+            for p in pod.processes:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
             subprocess.run(["ip", "netns", "del", pod.netns], capture_output=True)
         subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
         for d in reversed(self.created_dirs):

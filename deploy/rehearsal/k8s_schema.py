@@ -3,8 +3,11 @@ from the official Python client's generated models (PyPI `kubernetes`,
 fetched by scripts/setup.sh; its model files are parsed, not imported, so
 none of its dependencies are needed). Catches misspelled or misplaced
 fields, wrong value types and missing required fields, which Helm itself
-does not. Custom resources (ServiceMonitor) are skipped; a kind of a
-built-in API group that this table does not know is an error, not a skip.
+does not. The chart's LeaderWorkerSet and InferencePool are checked
+against their APIs' Go types as transcribed here (CRD_TYPES), with their
+pod templates as the built-in type; other custom resources (ServiceMonitor)
+are skipped; a kind of a built-in API group that this table does not know
+is an error, not a skip.
 
 Without the types there is nothing to validate against: callers must report
 a skip (or fail), never a pass. As a command:
@@ -28,6 +31,53 @@ ROOTS = {
     ("apps/v1", "StatefulSet"): "V1StatefulSet", ("policy/v1", "PodDisruptionBudget"): "V1PodDisruptionBudget",
     ("autoscaling/v2", "HorizontalPodAutoscaler"): "V2HorizontalPodAutoscaler",
     ("networking.k8s.io/v1", "NetworkPolicy"): "V1NetworkPolicy",
+    ("rbac.authorization.k8s.io/v1", "Role"): "V1Role",
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"): "V1RoleBinding",
+}
+
+# Custom resources the chart renders, by their API's own Go types (no
+# Python client has them): field names, types and the fields the types
+# mark required, transcribed from kubernetes-sigs/lws
+# api/leaderworkerset/v1/leaderworkerset_types.go and
+# kubernetes-sigs/gateway-api-inference-extension api/v1/inferencepool_types.go
+# (v1.0). Their pod templates are checked as the built-in PodTemplateSpec;
+# "enum:A|B" is a string of those values; "intorstr" an IntOrString. The
+# CRDs' own OpenAPI schemas are what a cluster checks; this catches the
+# same misspelled or misplaced fields, wrong types and missing required
+# fields before one is at hand.
+CRD_ROOTS = {
+    ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"): "LwsV1LeaderWorkerSet",
+    ("inference.networking.k8s.io/v1", "InferencePool"): "InfV1InferencePool",
+}
+CRD_TYPES = {
+    "LwsV1LeaderWorkerSet": ({"apiVersion": "str", "kind": "str", "metadata": "V1ObjectMeta",
+                              "spec": "LwsV1LeaderWorkerSetSpec", "status": "object"}, set()),
+    "LwsV1LeaderWorkerSetSpec": ({"replicas": "int", "leaderWorkerTemplate": "LwsV1LeaderWorkerTemplate",
+                                  "rolloutStrategy": "LwsV1RolloutStrategy",
+                                  "startupPolicy": "enum:LeaderCreated|LeaderReady",
+                                  "networkConfig": "LwsV1NetworkConfig"}, {"leaderWorkerTemplate"}),
+    "LwsV1LeaderWorkerTemplate": ({"leaderTemplate": "V1PodTemplateSpec", "workerTemplate": "V1PodTemplateSpec",
+                                   "size": "int",
+                                   "restartPolicy": "enum:Default|RecreateGroupOnPodRestart|RecreateGroupAfterStart|None",
+                                   "subGroupPolicy": "LwsV1SubGroupPolicy",
+                                   "volumeClaimTemplates": "list[V1PersistentVolumeClaim]",
+                                   "persistentVolumeClaimRetentionPolicy":
+                                       "V1StatefulSetPersistentVolumeClaimRetentionPolicy"}, {"workerTemplate"}),
+    "LwsV1SubGroupPolicy": ({"subGroupPolicyType": "enum:LeaderWorker|LeaderExcluded", "subGroupSize": "int"}, set()),
+    "LwsV1RolloutStrategy": ({"type": "enum:RollingUpdate",
+                              "rollingUpdateConfiguration": "LwsV1RollingUpdateConfiguration"}, {"type"}),
+    "LwsV1RollingUpdateConfiguration": ({"partition": "int", "maxUnavailable": "intorstr",
+                                         "maxSurge": "intorstr"}, set()),
+    "LwsV1NetworkConfig": ({"subdomainPolicy": "enum:Shared|UniquePerReplica"}, {"subdomainPolicy"}),
+    "InfV1InferencePool": ({"apiVersion": "str", "kind": "str", "metadata": "V1ObjectMeta",
+                            "spec": "InfV1InferencePoolSpec", "status": "object"}, {"spec"}),
+    "InfV1InferencePoolSpec": ({"selector": "InfV1LabelSelector", "targetPorts": "list[InfV1Port]",
+                                "endpointPickerRef": "InfV1EndpointPickerRef"},
+                               {"selector", "targetPorts", "endpointPickerRef"}),
+    "InfV1LabelSelector": ({"matchLabels": "dict(str, str)"}, {"matchLabels"}),
+    "InfV1Port": ({"number": "int"}, {"number"}),
+    "InfV1EndpointPickerRef": ({"group": "str", "kind": "str", "name": "str", "port": "InfV1Port",
+                                "failureMode": "enum:FailOpen|FailClose"}, {"name"}),
 }
 QUANTITY_MAPS = {"limits", "requests", "capacity", "hard"}  # Quantity values may be numbers
 
@@ -54,7 +104,8 @@ class Schema:
     def __init__(self, directory):
         self.types = {}     # class -> {json name: type string}
         self.required = {}  # class -> {json names}
-        for path in glob.glob(os.path.join(directory, "v*.py")):
+        # V1Deployment, ...; and group-prefixed names (RbacV1Subject).
+        for path in glob.glob(os.path.join(directory, "v*.py")) + glob.glob(os.path.join(directory, "*_v1_*.py")):
             with open(path) as f:
                 src = f.read()
             cls = re.search(r"^class (\w+)\(object\):", src, re.M)
@@ -71,9 +122,12 @@ class Schema:
             self.types[name] = {attrs[k]: v for k, v in types.items()}
             self.required[name] = {attrs[k] for k in re.findall(r"Invalid value for `(\w+)`, must not be `None`", src)
                                    if k in attrs}
+        for name, (fields, required) in CRD_TYPES.items():
+            self.types[name], self.required[name] = dict(fields), set(required)
 
     def validate(self, doc):
-        root = ROOTS.get((doc.get("apiVersion"), doc.get("kind")))
+        key = (doc.get("apiVersion"), doc.get("kind"))
+        root = ROOTS.get(key) or CRD_ROOTS.get(key)
         if root is None:
             if builtin_group(str(doc.get("apiVersion", ""))):
                 return [f"{doc.get('kind')}: {doc.get('apiVersion')} {doc.get('kind')} is a built-in kind "
@@ -110,6 +164,12 @@ class Schema:
         elif typ == "bool":
             if not isinstance(value, bool):
                 errors.append(f"{path}: expected true/false, got {value!r}")
+        elif typ.startswith("enum:"):
+            if value not in typ[5:].split("|"):
+                errors.append(f"{path}: {value!r} is not one of {typ[5:].split('|')}")
+        elif typ == "intorstr":
+            if isinstance(value, bool) or not isinstance(value, (int, str)):
+                errors.append(f"{path}: expected an integer or a string, got {value!r}")
         elif typ in ("object", "datetime", "float"):
             pass  # IntOrString, Quantity, RawExtension, timestamps
         elif typ in self.types:

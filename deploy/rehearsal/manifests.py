@@ -30,13 +30,34 @@ class Manifests:
         return None
 
     def workloads(self):
-        """Deployments and StatefulSets: the things that make pods."""
-        return self.of_kind("Deployment") + self.of_kind("StatefulSet")
+        """Deployments, StatefulSets and the two pod templates of each
+        LeaderWorkerSet (lws_workloads): the things that make pods."""
+        return self.of_kind("Deployment") + self.of_kind("StatefulSet") + \
+            [w for d in self.of_kind("LeaderWorkerSet") for w in lws_workloads(d)]
 
     def pods_selected_by(self, selector):
         """Workloads whose pod template labels match a label selector."""
         return [w for w in self.workloads()
                 if matches(selector, w["spec"]["template"]["metadata"].get("labels", {}))]
+
+
+def lws_workloads(lws):
+    """A LeaderWorkerSet as the two workloads its controller makes: the
+    leaders (one pod per group, <lws>-<g>) and the workers (size - 1 per
+    group, <lws>-<g>-<w>), each shaped like a Deployment (kind
+    LeaderWorkerSet, "role" leader or worker, "lws" the object; a selector
+    of its template's labels, as the chart's Services select them)."""
+    spec = lws["spec"]
+    t = spec["leaderWorkerTemplate"]
+    groups, size = int(spec.get("replicas", 1)), int(t.get("size", 1))
+    out = []
+    for role, template, count in (("leader", t.get("leaderTemplate") or t["workerTemplate"], groups),
+                                  ("worker", t["workerTemplate"], groups * (size - 1))):
+        labels = template.get("metadata", {}).get("labels", {})
+        out.append({"kind": "LeaderWorkerSet", "role": role, "lws": lws,
+                    "metadata": {"name": f'{lws["metadata"]["name"]}-{role}'},
+                    "spec": {"replicas": count, "selector": {"matchLabels": dict(labels)}, "template": template}})
+    return out
 
 
 def matches(selector, labels):

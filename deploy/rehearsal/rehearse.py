@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 
@@ -36,7 +37,6 @@ import chart_checks  # noqa: E402
 import cluster as cluster_mod  # noqa: E402
 import helm_chart  # noqa: E402,F401  (fails at once, with the fix, without helm-python-sdk)
 import manifests as manifests_mod  # noqa: E402
-from manifests import containers  # noqa: E402
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 CHART = os.path.join(REPO, "deploy", "helm", "specline")
@@ -148,15 +148,22 @@ def start_prometheus(m, c, work):
     monitors = m.of_kind("ServiceMonitor")
     jobs = []
     for s in m.of_kind("Service"):
-        sm = next((x for x in monitors if manifests_mod.matches(x["spec"]["selector"], s["metadata"]["labels"])), None)
+        sm = next((x for x in monitors if manifests_mod.selector_matches(x["spec"]["selector"],
+                                                                         s["metadata"]["labels"])), None)
         if sm is None:
             continue
         job = s["metadata"]["labels"][sm["spec"]["jobLabel"]]
         metrics_port = next(p["port"] for p in s["spec"]["ports"] if p["name"] == sm["spec"]["endpoints"][0]["port"])
         targets = [f"{p.ip}:{metrics_port}" for p in c.pods
                    if all(p.labels.get(k) == v for k, v in s["spec"]["selector"].items())]
+        # Several Services of one job (one per pipeline): one job, every target.
+        same = next((j for j in jobs if j["job_name"] == job), None)
+        if same:
+            same["static_configs"][0]["targets"] += targets
+            continue
         jobs.append({"job_name": job, "metrics_path": sm["spec"]["endpoints"][0].get("path", "/metrics"),
                      "static_configs": [{"targets": targets}]})
+    n_targets = sum(len(j["static_configs"][0]["targets"]) for j in jobs)
     config = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
               "rule_files": [RULES], "scrape_configs": jobs}
     path = os.path.join(work, "prometheus.yml")
@@ -165,7 +172,7 @@ def start_prometheus(m, c, work):
     logf = open(os.path.join(work, "prometheus.log"), "wb")
     p = subprocess.Popen(["prometheus", f"--config.file={path}", f"--storage.tsdb.path={work}/tsdb",
                           f"--web.listen-address=127.0.0.1:{port}"], stdout=logf, stderr=subprocess.STDOUT)
-    return p, f"http://127.0.0.1:{port}", [j["job_name"] for j in jobs]
+    return p, f"http://127.0.0.1:{port}", [j["job_name"] for j in jobs], n_targets
 
 
 def grpc_python():
@@ -177,9 +184,10 @@ def grpc_python():
     return None
 
 
-def secret_file(c, pod):
-    """The host file behind a pod's --cluster-secret-file, or None."""
-    ctr = containers(pod.workload)[1][0]
+def secret_file(c, pod, ctr=None):
+    """The host file behind a container's --cluster-secret-file (default:
+    the pod's first container), or None."""
+    ctr = ctr or pod.containers[0]
     path = next((a.split("=", 1)[1] for a in ctr["args"] if a.startswith("--cluster-secret-file=")), None)
     for vm in ctr.get("volumeMounts", []) if path else []:
         if path.startswith(vm["mountPath"].rstrip("/") + "/"):
@@ -198,17 +206,17 @@ def check_internal_plane(c, python):
         return r.stdout.strip() or r.stderr.strip()[-300:]
 
     tried = []
-    for pod in c.pods:
-        args = containers(pod.workload)[1][0]["args"]
-        port = next((a.split("=", 1)[1] for a in args if a.startswith("--grpc-port=")), None)
-        with open(secret_file(c, pod)) as f:
-            value = f.read().rstrip()
-        if pod.labels.get("app.kubernetes.io/component") == "scheduler":
+    for pod, ctr in ((pod, ctr) for pod in c.pods for ctr in pod.containers):
+        binary = chart_checks.command_and_flags(ctr)[0]
+        if binary == "specline-scheduler":  # its own pod, or a LeaderWorkerSet leader's second container
             probes = [("/specline.internal.Scheduler/GetStats", False), ("/specline.internal.Scheduler/Submit", True)]
-        elif pod.labels.get("app.kubernetes.io/component") == "stage":
+        elif binary == "specline-stage":
             probes = [("/specline.internal.StageWorker/GetInfo", False)]
         else:
             continue
+        port = next((a.split("=", 1)[1] for a in ctr["args"] if a.startswith("--grpc-port=")), None)
+        with open(secret_file(c, pod, ctr)) as f:
+            value = f.read().rstrip()
         for method, stream in probes:
             without = call(pod, port, method, stream, "")
             if without != "UNAUTHENTICATED":
@@ -219,6 +227,122 @@ def check_internal_plane(c, python):
         if got != "OK":
             raise RuntimeError(f"{pod.name} {method} with the cluster secret: {got}, not OK")
     return tried
+
+
+def install_router(router_binary, prefix):
+    """The router's image tree: a copy of vllm-router's venv (the image's
+    /opt/vllm-router, deploy/docker/Dockerfile.router) where the pods'
+    user can read it, its scripts pointed at the copy's python. Returns its
+    bin folder, for the pods' PATH."""
+    venv = os.path.dirname(os.path.dirname(os.path.realpath(router_binary)))
+    if not os.access(router_binary, os.X_OK) or not os.path.isfile(os.path.join(venv, "pyvenv.cfg")):
+        raise RuntimeError(f"--router needs vllm-router in a venv (scripts/setup.sh step 5a): {router_binary}")
+    dest = os.path.join(prefix, "vllm-router")
+    shutil.copytree(venv, dest, symlinks=True)
+    bin_dir = os.path.join(dest, "bin")
+    old = f"#!{venv}/bin/"
+    for name in os.listdir(bin_dir):
+        path = os.path.join(bin_dir, name)
+        if os.path.islink(path) or not os.path.isfile(path):
+            continue
+        with open(path, "rb") as f:
+            head = f.read(len(old))
+        if head == old.encode():
+            with open(path, "rb") as f:
+                text = f.read()
+            with open(path, "wb") as f:
+                f.write(b"#!" + bin_dir.encode() + b"/" + text[len(old):])
+    subprocess.run(["chmod", "-R", "a+rX", dest], check=True)
+    return bin_dir
+
+
+def router_completion(addr):
+    """One completion through the router (OpenAI API; the rehearsal's
+    stories260K has no chat template): its text."""
+    body = json.dumps({"prompt": "Once upon a time", "max_tokens": 16}).encode()
+    req = urllib.request.Request(f"http://{addr}/v1/completions", data=body,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=120) as r:
+            reply = json.load(r)
+    except urllib.error.HTTPError as e:
+        raise RuntimeError(f"POST /v1/completions through the router: {e.code} {e.read()[:500]!r}") from None
+    return reply["choices"][0]["text"]
+
+
+def rolling_restart(c, args, bin_dir, router):
+    """A load test through the router while every pipeline is replaced in
+    turn: SIGTERM (after the preStop hooks) to the pipeline's pods, their
+    drain, new processes, ready again and healthy in the router's eyes,
+    then the next pipeline. Every request of the load test must succeed.
+    LeaderWorkerSet groups only: each is one worker of the router, as in a
+    cluster (plain pipelines' gateways roll behind their Service, which
+    kube-proxy spreads and this emulation has not)."""
+    def pipeline_of(pod):
+        group = pod.labels.get(cluster_mod.LWS + "group-index")
+        return None if group is None else int(group)
+    router_args = next(d for d in c.m.of_kind("Deployment")
+                       if d["metadata"]["name"].endswith("-router"))["spec"]["template"]["spec"]["containers"][0]["args"]
+    cb_timeout = int(next(a.split("=", 1)[1] for a in router_args if a.startswith("--cb-timeout-duration-secs=")))
+    out = os.path.join(args.out, "loadtest-roll.json")
+    rate = float(args.rates.split(",")[0])
+    duration = max(12.0, 6.0 * args.pipelines)
+    lt = subprocess.Popen([os.path.join(bin_dir, "specline-loadtest"), "--api", "openai", "--addr", router,
+                           "--rate", str(rate), "--duration", str(duration), "--input-len", str(args.input_len),
+                           "--output-len", str(args.output_len), "--timeout-s", "120", "--json", out],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    time.sleep(2)
+    replaced = []
+    for i in range(args.pipelines):
+        pods = [p for p in c.pods if pipeline_of(p) == i]
+        t0 = time.time()
+        codes = c.terminate(pods)
+        if any(code != 0 for code in codes.values()):
+            raise RuntimeError(f"rolling restart: pipeline {i}'s pods did not exit cleanly: {codes}")
+        for pod in pods:
+            c.start(pod)
+        c.wait_ready(timeout_s=120, pods=pods)
+        # The next pipeline goes once the router routes to this one again:
+        # service discovery adds a Ready pod at once; static URLs need a
+        # health check (docs/deploy.md, "Rolling updates").
+        wait_for("the router to see every pipeline healthy", lambda: router_healthy(router), 30)
+        time.sleep(max(0.0, t0 + cb_timeout + 1 - time.time()))  # and its circuit half-open again
+        log(f"rolling restart: pipeline {i} ({', '.join(p.name for p in pods)}) drained, replaced, ready and "
+            f"routed to in {time.time() - t0:.1f} s")
+        replaced.append({"pipeline": i, "pods": [p.name for p in pods], "seconds": round(time.time() - t0, 1)})
+    rc = lt.wait(timeout=600)
+    if not os.path.isfile(out):
+        raise RuntimeError(f"rolling restart: the load test exited {rc} without a report")
+    with open(out) as f:
+        summary = json.load(f)["runs"][0]["summary"]
+    log(f"rolling restart: load test through the router sent {summary['sent']}, completed {summary['completed']}, "
+        f"failed {summary['failed']} {summary['errors'] or ''}")
+    if summary["failed"] or summary["completed"] != summary["sent"]:
+        raise RuntimeError(f"rolling restart: requests failed: {summary['errors']} {summary.get('error_examples')}")
+    return {"replaced": replaced, "sent": summary["sent"], "completed": summary["completed"], "failed": 0}
+
+
+def router_healthy(addr):
+    """vllm-router's GET /health: 200 when no worker is unhealthy."""
+    try:
+        with urllib.request.urlopen(f"http://{addr}/health", timeout=2) as r:
+            return r.status == 200
+    except urllib.error.HTTPError:
+        return False
+
+
+def pipeline_counts(c, series):
+    """Prometheus' per-target success counts summed by pipeline (the
+    gateway pod's specline.io/pipeline label, or its LWS group)."""
+    by_ip = {}
+    for pod in c.pods:
+        key = pod.labels.get("specline.io/pipeline", pod.labels.get(cluster_mod.LWS + "group-index", "0"))
+        by_ip[pod.ip] = f"pipeline {key}"
+    out = {}
+    for s in series:
+        pipe = by_ip[s["metric"]["instance"].rsplit(":", 1)[0]]
+        out[pipe] = out.get(pipe, 0) + int(float(s["value"][1]))
+    return out
 
 
 def prom_query(base, query):
@@ -246,6 +370,19 @@ def main():
     ap.add_argument("--model", default=os.path.expanduser("~/.cache/specline/models/SmolLM2-135M-Instruct.Q4_1.gguf"))
     ap.add_argument("--stages", type=int, default=2)
     ap.add_argument("--gateways", type=int, default=2)
+    ap.add_argument("--pipelines", type=int, default=1, help="pipelines.replicas")
+    ap.add_argument("--mode", choices=["plain", "leaderWorkerSet"], default="plain",
+                    help="pipelines.mode (leaderWorkerSet: the LWS controller's part is emulated: pod names, "
+                         "labels, LWS_* environment, its headless Service)")
+    ap.add_argument("--router", action="store_true",
+                    help="router.enabled with static worker URLs (no Kubernetes API here); the load test goes "
+                         "through it (OpenAI API) and every pipeline must serve part of it")
+    ap.add_argument("--roll", action="store_true",
+                    help="with --router and --mode leaderWorkerSet: a rolling update under load, one group at a "
+                         "time as LWS replaces them, while a load test runs through the router; no request may "
+                         "fail")
+    ap.add_argument("--router-binary", default=chart_checks.ROUTER_BINARY,
+                    help="vllm-router of a venv (scripts/setup.sh step 5a), copied into the pods' image tree")
     ap.add_argument("--values", action="append", default=[], help="extra values file")
     ap.add_argument("--set", action="append", default=[], help="extra --set")
     ap.add_argument("--rates", default="2,4,8", help="load-test sweep (requests/s)")
@@ -262,6 +399,10 @@ def main():
     ap.add_argument("--keep-work", action="store_true")
     args = ap.parse_args()
 
+    if args.roll and not (args.router and args.mode == "leaderWorkerSet"):
+        # A plain pipeline's gateways roll behind their Service, which
+        # kube-proxy spreads and this emulation does not have.
+        ap.error("--roll needs --router and --mode leaderWorkerSet")
     if not cluster_mod.can_run():
         log("needs root and network/mount namespaces (unshare --net --mount): cannot rehearse here")
         return 77
@@ -299,11 +440,24 @@ def main():
             f"model.download.url=file://{src}", f"model.download.sha256={sha}",
             f"pipeline.stages={args.stages}", f"pipeline.layers={model_layers(specline, src)}",
             f"gateway.replicas={args.gateways}", "serviceMonitor.enabled=true",
-            "gateway.drainTimeoutMs=5000", "scheduler.drainTimeoutMs=5000", "stage.threads=1"] + args.set
-    m = manifests_mod.render(CHART, args.values, sets,
-                             api_versions=["monitoring.coreos.com/v1", "monitoring.coreos.com/v1/ServiceMonitor"])
+            "gateway.drainTimeoutMs=5000", "scheduler.drainTimeoutMs=5000", "stage.threads=1",
+            f"pipelines.replicas={args.pipelines}", f"pipelines.mode={args.mode}"]
+    api = ["monitoring.coreos.com/v1", "monitoring.coreos.com/v1/ServiceMonitor"]
+    if args.mode == "leaderWorkerSet":
+        api.append("leaderworkerset.x-k8s.io/v1/LeaderWorkerSet")
+    extra_path = []
+    if args.router:
+        # Probed every second, so a pipeline leaves and rejoins the rotation quickly.
+        sets += ["router.enabled=true", "router.discovery=static", "router.healthCheckIntervalSecs=1",
+                 "router.workerStartupCheckInterval=1", "router.healthFailureThreshold=2",
+                 "router.circuitBreaker.timeoutSecs=2"]
+        extra_path.append(install_router(args.router_binary, os.path.join(work, "opt")))
+    sets += args.set
+    m = manifests_mod.render(CHART, args.values, sets, api_versions=api)
     log(f"rendered {len(m.docs)} manifests: " + ", ".join(sorted({d['kind'] for d in m.docs})))
 
+    if args.router:
+        chart_checks.ROUTER_BINARY = os.path.join(extra_path[0], "vllm-router")
     errors = chart_checks.check(m, bin_dir, chart_checks.rule_job_names(RULES))
     if errors:
         for e in errors:
@@ -311,7 +465,7 @@ def main():
         return 1
     log("structural checks passed")
 
-    c = cluster_mod.Cluster(m, "default", work, {}, bin_dir)
+    c = cluster_mod.Cluster(m, "default", work, {}, bin_dir, extra_path=extra_path)
     prom = None
     result = {"ok": False}
     try:
@@ -323,16 +477,25 @@ def main():
         t0 = time.time()
         c.wait_ready(timeout_s=180)
         log(f"all {len(c.pods)} pods ready in {time.time() - t0:.1f} s")
-        gateway = c.service_address(next(s["metadata"]["name"] for s in m.of_kind("Service")
-                                         if s["metadata"]["labels"].get("specline.io/job") == "specline-gateway"),
-                                    "grpc")
+        gateway_svc = next(s["metadata"]["name"] for s in m.of_kind("Service")
+                           if s["metadata"]["labels"].get("specline.io/job") == "specline-gateway")
+        gateway = c.service_address(gateway_svc, "grpc")
         r = subprocess.run([specline, "client", "--addr", gateway, "--prompt", "Once upon a time",
                             "--max-tokens", "24"], capture_output=True, text=True, timeout=120)
         if r.returncode != 0:
             raise RuntimeError(f"specline client failed: {r.stderr}")
         log(f"streamed through the gateway Service: {r.stdout.strip()!r}")
+        router = None
+        if args.router:
+            router = c.service_address(next(s["metadata"]["name"] for s in m.of_kind("Service")
+                                            if s["metadata"]["labels"].get("specline.io/job") == "specline-router"),
+                                       "http")
+            reply = router_completion(router)
+            log(f"completion through the router Service: {reply!r}")
+            result["router_completion"] = reply
 
-        if not all(secret_file(c, p) for p in c.pods):
+        if not all(secret_file(c, p, ctr) for p in c.pods for ctr in p.containers
+                   if chart_checks.command_and_flags(ctr)[0].startswith("specline")):
             log("internal plane: no cluster secret in these values (internalAuth.enabled=false); not checked")
             result["internal_plane"] = "no secret (internalAuth.enabled=false)"
         elif python_grpc is None:
@@ -345,14 +508,21 @@ def main():
             result["internal_plane"] = {"refused_without_secret": tried}
 
         if not args.no_prometheus:
-            prom, prom_url, jobs = start_prometheus(m, c, work)
-            wait_for("Prometheus to scrape every target",
-                     lambda: len([x for x in prom_query(prom_url, 'up{job=~"specline-.*"} == 1')]) == len(c.pods), 60)
-            log(f"Prometheus scrapes {len(c.pods)} targets in jobs {jobs}")
+            prom, prom_url, jobs, n_targets = start_prometheus(m, c, work)
+            try:
+                wait_for("Prometheus to scrape every target",
+                         lambda: len([x for x in prom_query(prom_url, 'up{job=~"specline-.*"} == 1')]) == n_targets,
+                         60)
+            except RuntimeError:
+                down = [(x["metric"]["job"], x["metric"]["instance"])
+                        for x in prom_query(prom_url, 'up{job=~"specline-.*"} == 0')]
+                raise RuntimeError(f"Prometheus does not scrape every target: {n_targets} expected, down: {down}")
+            log(f"Prometheus scrapes {n_targets} targets of {len(c.pods)} pods in jobs {jobs}")
 
         report_json = os.path.join(args.out, "loadtest.json")
         report_html = os.path.join(args.out, "loadtest.html")
-        lt = [os.path.join(bin_dir, "specline-loadtest"), "--addr", gateway, "--sweep", args.rates,
+        target = ["--api", "openai", "--addr", router] if router else ["--addr", gateway]
+        lt = [os.path.join(bin_dir, "specline-loadtest")] + target + ["--sweep", args.rates,
               "--duration", str(args.duration), "--input-len", str(args.input_len),
               "--output-len", str(args.output_len), "--timeout-s", "120",
               "--slo-ttft-ms", str(args.slo_ttft_ms), "--slo-tpot-ms", str(args.slo_tpot_ms),
@@ -368,8 +538,15 @@ def main():
                 prom_url, 'sum(specline_request_success_total{job="specline-gateway"})'), 30)
             served = int(float(served[0]["value"][1]))
             log(f"load tester completed {completed} (with the client), gateways counted {served}")
-            if served != completed:
+            if served != completed + (1 if router else 0):  # + the completion through the router
                 raise RuntimeError(f"Prometheus counts {served} successful requests, the load tester {completed}")
+            if args.pipelines > 1:
+                per = pipeline_counts(c, prom_query(
+                    prom_url, 'sum by (instance) (specline_request_success_total{job="specline-gateway"})'))
+                log(f"successful requests per pipeline: {per}")
+                result["served_per_pipeline"] = per
+                if len(per) != args.pipelines or not all(per.values()):
+                    raise RuntimeError(f"not every pipeline served requests: {per}")
             # The project's recording rules evaluate over the scraped series.
             rec = wait_for("the recording rule specline:time_to_first_token_seconds:p50_5m", lambda: [
                 r for r in prom_query(prom_url, "specline:time_to_first_token_seconds:p50_5m")
@@ -378,14 +555,20 @@ def main():
             alerts = prom_query(prom_url, 'ALERTS{alertstate="firing"}')
             result["firing_alerts"] = sorted({a["metric"]["alertname"] for a in alerts})
 
+        if args.roll:
+            result["rolling_restart"] = rolling_restart(c, args, bin_dir, router)
+            completed += result["rolling_restart"]["completed"]
+
         live = c.liveness_all()
         if not all(live.values()):
             raise RuntimeError(f"liveness failed: {live}")
         codes = c.terminate()
         log(f"SIGTERM exit codes: {codes}")
+        result["exit_codes"] = codes
         if any(code != 0 for code in codes.values()):
             raise RuntimeError(f"pods did not exit cleanly: {codes}")
-        result.update(ok=True, pods=len(c.pods), completed=completed,
+        result.update(ok=True, pods=len(c.pods), pipelines=args.pipelines, mode=args.mode, router=args.router,
+                      completed=completed,
                       runs=[{"rate": run["offered_rate"], "completed": run["summary"]["completed"],
                              "ttft_p50_ms": run["summary"]["ttft_ms"]["p50"],
                              "ttft_p99_ms": run["summary"]["ttft_ms"]["p99"],

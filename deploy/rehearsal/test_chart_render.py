@@ -34,6 +34,14 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 CHART = os.path.join(REPO, "deploy", "helm", "specline")
 GPU = os.path.join(CHART, "values-gpu.yaml")
 SM_KIND = "monitoring.coreos.com/v1/ServiceMonitor"
+LWS_KIND = "leaderworkerset.x-k8s.io/v1/LeaderWorkerSet"
+POOL_KIND = "inference.networking.k8s.io/v1/InferencePool"
+# The value sets of N pipelines (docs/deploy.md, "N pipelines").
+PLAIN2 = ["pipelines.replicas=2"]
+LWS2 = ["pipelines.mode=leaderWorkerSet", "pipelines.replicas=2"]
+ROUTER = ["router.enabled=true"]
+STATIC = ["router.enabled=true", "router.discovery=static"]
+POOL = ["inferencePool.enabled=true", "inferencePool.endpointPicker.name=prod-epp"]
 SECRET = "prod-specline-cluster-secret"
 WORKLOADS = {"gateway": ("Deployment", "prod-specline-gateway"), "scheduler": ("Deployment", "prod-specline-scheduler"),
              "stage": ("StatefulSet", "prod-specline-stage")}
@@ -339,7 +347,9 @@ class ChartObjectsTest(TestCase):
                 ((), (), ()), ([GPU], (), [SM_KIND]),
                 ((), ["internalAuth.existingSecret=mine",
                       "networkPolicy.metricsFrom[0].namespaceSelector.matchLabels.a=b"], ()),
-                ((), ["internalAuth.enabled=false", "networkPolicy.enabled=false"], ())]:
+                ((), ["internalAuth.enabled=false", "networkPolicy.enabled=false"], ()),
+                ((), PLAIN2 + STATIC + POOL, [POOL_KIND]), ((), LWS2 + ROUTER + POOL, [LWS_KIND, POOL_KIND]),
+                ((), LWS2 + STATIC + ["networkPolicy.gatewayFrom[0].namespaceSelector.matchLabels.a=b"], [LWS_KIND])]:
             for d in render(values, sets, api_versions=api).docs():
                 errors = schema.validate(d)
                 if errors is None:
@@ -347,7 +357,7 @@ class ChartObjectsTest(TestCase):
                     continue
                 checked += 1
                 self.assertEqual(errors, [], f"{sets}: {d['kind']}/{d['metadata']['name']}")
-        self.assertGreater(checked, 40)
+        self.assertGreater(checked, 80)
 
     def test_cluster_secret_on_every_workload(self):
         secret = one(DEFAULTS, "Secret", SECRET)
@@ -402,6 +412,278 @@ class ChartObjectsTest(TestCase):
         self.assertFalse(docs_of(render(sets=["networkPolicy.enabled=false"]), "NetworkPolicy"))
 
 
+def selected(r, selector):
+    """The pod templates (with their workload) a label selector matches:
+    Deployments', StatefulSets' and each LeaderWorkerSet's leader and
+    worker templates."""
+    out = []
+    for d in r.docs():
+        if d["kind"] in ("Deployment", "StatefulSet"):
+            out.append((d["metadata"]["name"], d["spec"]["template"]))
+        elif d["kind"] == "LeaderWorkerSet":
+            t = d["spec"]["leaderWorkerTemplate"]
+            out += [(d["metadata"]["name"] + "/leader", t["leaderTemplate"]),
+                    (d["metadata"]["name"] + "/worker", t["workerTemplate"])]
+    want = selector.get("matchLabels", selector)
+    return [name for name, t in out if all(t["metadata"]["labels"].get(k) == v for k, v in want.items())]
+
+
+def run_stage_script(c, env):
+    """The LeaderWorkerSet stage's shell, run by /bin/sh as the kubelet
+    would start it ($$ -> $, LWS's environment): the argv it execs."""
+    script = c["command"][2].replace("$$", "$")
+    script = script.replace('exec specline-stage', 'printf "%s\\n" specline-stage')
+    import subprocess
+    out = subprocess.run(["/bin/sh", "-ec", script, c["command"][3]] + c["args"], env=env,
+                         capture_output=True, text=True, check=True).stdout
+    return out.splitlines()
+
+
+class PipelinesTest(TestCase):
+    """N pipelines: as plain objects (one set per pipeline) and as a
+    LeaderWorkerSet (a group per pipeline); the default stays one."""
+
+    def names(self, r):
+        return sorted((d["kind"], d["metadata"]["name"]) for d in r.docs())
+
+    def test_one_pipeline_is_the_default(self):
+        self.assertEqual(self.names(render(sets=["pipelines.replicas=1", "pipelines.mode=plain"])),
+                         self.names(DEFAULTS))
+        self.assertNotIn("specline.io/pipeline", json.dumps(DEFAULTS.docs()))
+        self.assertFalse(docs_of(DEFAULTS, "LeaderWorkerSet") or docs_of(DEFAULTS, "InferencePool")
+                         or [d for d in DEFAULTS.docs() if "router" in d["metadata"]["name"]])
+
+    def test_two_plain_pipelines(self):
+        r = render(sets=PLAIN2, api_versions=[SM_KIND], values=[values_file("serviceMonitor: {enabled: true}\n")])
+        names = self.names(r)
+        for i in (0, 1):
+            for kind, comp in (("Deployment", "gateway"), ("Deployment", "scheduler"), ("StatefulSet", "stage"),
+                               ("Service", "gateway"), ("Service", "scheduler"), ("Service", "stage")):
+                self.assertIn((kind, f"prod-specline-{i}-{comp}"), names)
+            self.assertIn(("ConfigMap", f"prod-specline-{i}"), names)
+        self.assertIn(("Service", "prod-specline-gateway"), names, "the release-wide gateway Service")
+        self.assertNotIn(("Deployment", "prod-specline-gateway"), names)
+        for i in (0, 1):
+            pj = json.loads(one(r, "ConfigMap", f"prod-specline-{i}")["data"]["pipeline.json"])["stages"]
+            self.assertEqual(pj[0]["next"], pj[1]["data_advertise"])
+            self.assertEqual(pj[1]["next"], f"tcp://prod-specline-{i}-scheduler.llm.svc.cluster.local:7200")
+            self.assertTrue(pj[0]["data_advertise"].startswith(f"tcp://prod-specline-{i}-stage-0.prod-specline-{i}-stage."))
+            gw = one(r, "Deployment", f"prod-specline-{i}-gateway")["spec"]["template"]["spec"]["containers"][0]
+            self.assertIn(f"--scheduler=prod-specline-{i}-scheduler.llm.svc.cluster.local:50052", gw["args"])
+            sched = one(r, "Deployment", f"prod-specline-{i}-scheduler")["spec"]["template"]["spec"]["containers"][0]
+            self.assertTrue(all(f"prod-specline-{i}-stage-" in a for a in
+                                next(a for a in sched["args"] if a.startswith("--stage-grpc=")).split(",")))
+            self.assertEqual({e["valueFrom"]["configMapKeyRef"]["name"] for e in gw["env"]}, {f"prod-specline-{i}"})
+        # Every workload and per-pipeline Service selects its own pipeline's pods only.
+        for d in r.docs():
+            if d["kind"] in ("Deployment", "StatefulSet"):
+                self.assertEqual(selected(r, d["spec"]["selector"]), [d["metadata"]["name"]])
+        for i in (0, 1):
+            for comp in ("gateway", "scheduler", "stage"):
+                svc = one(r, "Service", f"prod-specline-{i}-{comp}")
+                self.assertEqual(selected(r, svc["spec"]["selector"]), [f"prod-specline-{i}-{comp}"])
+        self.assertEqual(sorted(selected(r, one(r, "Service", "prod-specline-gateway")["spec"]["selector"])),
+                         ["prod-specline-0-gateway", "prod-specline-1-gateway"])
+        # The ServiceMonitor scrapes each pod once: the per-pipeline gateway
+        # Services name no job and have no metrics port.
+        sm = one(r, "ServiceMonitor", "prod-specline")["spec"]["selector"]
+        self.assertEqual(sm["matchExpressions"], [{"key": "specline.io/job", "operator": "Exists"}])
+        scraped = [d["metadata"]["name"] for d in docs_of(r, "Service") if "specline.io/job" in d["metadata"]["labels"]]
+        self.assertEqual(sorted(scraped), ["prod-specline-0-scheduler", "prod-specline-0-stage",
+                                           "prod-specline-1-scheduler", "prod-specline-1-stage", "prod-specline-gateway"])
+        for i in (0, 1):
+            ports = {p["name"] for p in one(r, "Service", f"prod-specline-{i}-gateway")["spec"]["ports"]}
+            self.assertEqual(ports, {"grpc", "http"})
+        hpa = render(sets=PLAIN2 + ["gateway.autoscaling.enabled=true"])
+        self.assertEqual(sorted(h["spec"]["scaleTargetRef"]["name"] for h in docs_of(hpa, "HorizontalPodAutoscaler")),
+                         ["prod-specline-0-gateway", "prod-specline-1-gateway"])
+
+    def test_two_pipelines_as_a_leaderworkerset(self):
+        self.assertFails(["needs the LeaderWorkerSet CRD (leaderworkerset.x-k8s.io/v1)"], sets=LWS2)
+        r = render(sets=LWS2, api_versions=[LWS_KIND])
+        self.assertFalse(docs_of(r, "Deployment") or docs_of(r, "StatefulSet"), "no plain workloads")
+        lws = one(r, "LeaderWorkerSet", "prod-specline")
+        self.assertEqual(lws["apiVersion"], "leaderworkerset.x-k8s.io/v1")
+        spec = lws["spec"]
+        self.assertEqual(spec["replicas"], 2)
+        self.assertEqual(spec["startupPolicy"], "LeaderCreated")
+        self.assertEqual(spec["rolloutStrategy"], {"type": "RollingUpdate", "rollingUpdateConfiguration":
+                                                   {"maxUnavailable": 1, "maxSurge": 0}})
+        self.assertEqual(spec["networkConfig"], {"subdomainPolicy": "Shared"})
+        t = spec["leaderWorkerTemplate"]
+        self.assertEqual(t["size"], 3, "stages + 1")
+        self.assertEqual(t["restartPolicy"], "None")
+        leader = t["leaderTemplate"]["spec"]
+        gw, sched = leader["containers"]
+        self.assertEqual((gw["name"], sched["name"]), ("gateway", "scheduler"))
+        self.assertIn("--scheduler=127.0.0.1:50052", gw["args"], "the gateway dials its scheduler on the pod")
+        self.assertIn("--stage-grpc=prod-specline-$(GROUP_INDEX)-1.prod-specline.llm.svc.cluster.local:50061,"
+                      "prod-specline-$(GROUP_INDEX)-2.prod-specline.llm.svc.cluster.local:50061", sched["args"])
+        self.assertIn({"name": "GROUP_INDEX", "valueFrom": {"fieldRef": {
+            "fieldPath": "metadata.labels['leaderworkerset.sigs.k8s.io/group-index']"}}}, sched["env"])
+        ports = [p["name"] for c in leader["containers"] for p in c["ports"]]
+        self.assertEqual(len(ports), len(set(ports)), f"port names unique in the pod: {ports}")
+        self.assertEqual(leader["terminationGracePeriodSeconds"], 45)
+        # The stages wire themselves from what LWS injects: run the shell.
+        stage = t["workerTemplate"]["spec"]["containers"][0]
+        self.assertNotIn("--stage=$(POD_INDEX)", stage["args"])
+        addr = {}
+        for w in (1, 2):
+            env = {"PATH": os.environ["PATH"], "LWS_LEADER_ADDRESS": "prod-specline-1.prod-specline.llm",
+                   "LWS_GROUP_SIZE": "3", "LWS_WORKER_INDEX": str(w)}
+            argv = run_stage_script(stage, env)
+            self.assertEqual(argv[0], "specline-stage")
+            flags = dict(a[2:].split("=", 1) for a in argv[1:] if "=" in a)
+            self.assertEqual(flags["stage"], str(w - 1))
+            self.assertEqual(argv[-len(stage["args"]):], stage["args"], "the chart's flags follow")
+            addr[w] = flags
+        self.assertEqual(addr[1]["data-advertise"], "tcp://prod-specline-1-1.prod-specline.llm:7100")
+        self.assertEqual(addr[1]["next"], addr[2]["data-advertise"], "stage 0 sends to stage 1")
+        self.assertEqual(addr[2]["next"], "tcp://prod-specline-1.prod-specline.llm:7200", "the last to its leader")
+        pj = json.loads(one(r, "ConfigMap", "prod-specline")["data"]["pipeline.json"])
+        self.assertEqual(pj, {"stages": [{"layers": "0:15"}, {"layers": "15:30"}]}, "layers only")
+        # Services: the gateways and the two metrics jobs, over the groups.
+        for name, want in (("prod-specline-gateway", ["prod-specline/leader"]),
+                           ("prod-specline-scheduler", ["prod-specline/leader"]),
+                           ("prod-specline-stage", ["prod-specline/worker"])):
+            self.assertEqual(selected(r, one(r, "Service", name)["spec"]["selector"]), want, name)
+        self.assertEqual(one(r, "Service", "prod-specline-scheduler")["spec"]["ports"],
+                         [{"name": "metrics", "port": 9101, "targetPort": "sched-metrics", "protocol": "TCP"}])
+        pdb = one(r, "PodDisruptionBudget", "prod-specline-gateway")
+        self.assertEqual(selected(r, pdb["spec"]["selector"]), ["prod-specline/leader"])
+        other = render(sets=LWS2 + ["pipelines.leaderWorkerSet.restartPolicy=RecreateGroupOnPodRestart"],
+                       api_versions=[LWS_KIND])
+        self.assertEqual(one(other, "LeaderWorkerSet", "prod-specline")["spec"]["leaderWorkerTemplate"]["restartPolicy"],
+                         "RecreateGroupOnPodRestart")
+        self.assertFails(["gateway.autoscaling scales gateway Deployments"], sets=LWS2 + [
+            "gateway.autoscaling.enabled=true"], api_versions=[LWS_KIND])
+        self.assertFails(["- at '/pipelines/mode'"], sets=["pipelines.mode=lws"])
+        self.assertFails(["- at '/pipelines/replicas'"], sets=["pipelines.replicas=0"])
+
+    def test_network_policies_of_the_groups(self):
+        r = render(sets=LWS2 + ROUTER, api_versions=[LWS_KIND])
+        pols = {p["metadata"]["name"]: p for p in docs_of(r, "NetworkPolicy")}
+        self.assertEqual(sorted(pols), ["prod-specline-leader", "prod-specline-router", "prod-specline-stage"])
+        leader = pols["prod-specline-leader"]["spec"]
+        self.assertEqual(selected(r, leader["podSelector"]), ["prod-specline/leader"])
+        by_port = {}
+        for rule in leader["ingress"]:
+            for p in rule["ports"]:
+                by_port[p["port"]] = [x["podSelector"]["matchLabels"]["app.kubernetes.io/component"]
+                                      for x in rule.get("from", [])] or "everyone"
+        self.assertEqual(by_port, {"grpc": "everyone", "http": "everyone", "sched-grpc": ["leader"], "data": ["stage"],
+                                   "metrics": "everyone", "sched-metrics": "everyone"})
+
+
+class RouterTest(TestCase):
+    """vllm-router in front: Kubernetes service discovery (and its RBAC) or
+    static worker URLs; its Service is the clients' entry point."""
+
+    def router(self, r):
+        d = one(r, "Deployment", "prod-specline-router")
+        return d, d["spec"]["template"]["spec"], d["spec"]["template"]["spec"]["containers"][0]
+
+    def list_flag(self, args, name):
+        i = args.index(name)
+        out = []
+        for a in args[i + 1:]:
+            if a.startswith("--"):
+                break
+            out.append(a)
+        return out
+
+    def test_service_discovery_over_the_gateways(self):
+        for sets, api, component in ((PLAIN2 + ROUTER, [], "gateway"), (LWS2 + ROUTER, [LWS_KIND], "leader")):
+            r = render(sets=sets, api_versions=api)
+            _, pod_spec, c = self.router(r)
+            self.assertEqual(c["command"], ["vllm-router"])
+            args = c["args"]
+            for want in ("--service-discovery", "--service-discovery-namespace=llm", "--service-discovery-port=8000",
+                         "--policy=cache_aware", "--host=0.0.0.0", "--port=8000", "--prometheus-host=0.0.0.0",
+                         "--prometheus-port=29000", "--health-check-endpoint=/health",
+                         "--health-check-interval-secs=5"):
+                self.assertIn(want, args, sets)
+            selector = dict(kv.split("=", 1) for kv in self.list_flag(args, "--selector"))
+            self.assertEqual(selector["app.kubernetes.io/component"], component)
+            self.assertEqual(len(selected(r, {"matchLabels": selector})), 2 if component == "gateway" else 1,
+                             "every pipeline's gateway pods (LWS: the leader template)")
+            self.assertNotIn("--worker-urls", args)
+            self.assertEqual(pod_spec["serviceAccountName"], "prod-specline-router")
+            self.assertIs(pod_spec["automountServiceAccountToken"], True, "it needs its token to watch pods")
+            sa = one(r, "ServiceAccount", "prod-specline-router")
+            self.assertIs(sa["automountServiceAccountToken"], False, "only its pod mounts the token")
+            role = one(r, "Role", "prod-specline-router")
+            self.assertEqual(role["rules"], [{"apiGroups": [""], "resources": ["pods"],
+                                              "verbs": ["get", "list", "watch"]}])
+            rb = one(r, "RoleBinding", "prod-specline-router")
+            self.assertEqual(rb["roleRef"], {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                             "name": "prod-specline-router"})
+            self.assertEqual(rb["subjects"], [{"kind": "ServiceAccount", "name": "prod-specline-router",
+                                               "namespace": "llm"}])
+            svc = one(r, "Service", "prod-specline-router")
+            self.assertEqual(svc["metadata"]["labels"]["specline.io/job"], "specline-router")
+            self.assertEqual({p["name"]: p["port"] for p in svc["spec"]["ports"]}, {"http": 8000, "metrics": 29000})
+            self.assertEqual(selected(r, svc["spec"]["selector"]), ["prod-specline-router"])
+            self.assertEqual({k: c[k]["httpGet"]["path"] for k in ("startupProbe", "readinessProbe", "livenessProbe")},
+                             {"startupProbe": "/liveness", "readinessProbe": "/readiness", "livenessProbe": "/liveness"})
+        self.assertIn("router     prod-specline-router, vllm-router policy cache_aware, Kubernetes service discovery",
+                      r.notes)
+
+    def test_static_worker_urls(self):
+        r = render(sets=PLAIN2 + STATIC)
+        _, pod_spec, c = self.router(r)
+        self.assertEqual(self.list_flag(c["args"], "--worker-urls"),
+                         ["http://prod-specline-0-gateway.llm.svc.cluster.local:8000",
+                          "http://prod-specline-1-gateway.llm.svc.cluster.local:8000"])
+        self.assertNotIn("--service-discovery", c["args"])
+        self.assertFalse(docs_of(r, "Role") or docs_of(r, "RoleBinding") or docs_of(r, "ServiceAccount",
+                                                                                   "prod-specline-router"))
+        self.assertEqual(pod_spec["serviceAccountName"], "prod-specline")
+        self.assertNotIn("automountServiceAccountToken", pod_spec)
+        r = render(sets=LWS2 + STATIC, api_versions=[LWS_KIND])
+        self.assertEqual(self.list_flag(self.router(r)[2]["args"], "--worker-urls"),
+                         ["http://prod-specline-0.prod-specline.llm.svc.cluster.local:8000",
+                          "http://prod-specline-1.prod-specline.llm.svc.cluster.local:8000"],
+                         "each group's leader, by its name under LWS's Service")
+        r = render(sets=STATIC + ["router.workerUrls={http://a:8000,http://b:8000}", "router.policy=round_robin"])
+        _, _, c = self.router(r)
+        self.assertEqual(self.list_flag(c["args"], "--worker-urls"), ["http://a:8000", "http://b:8000"])
+        self.assertIn("--policy=round_robin", c["args"])
+        one_pipeline = render(sets=STATIC)
+        self.assertEqual(self.list_flag(self.router(one_pipeline)[2]["args"], "--worker-urls"),
+                         ["http://prod-specline-gateway.llm.svc.cluster.local:8000"])
+
+    def test_refusals_and_the_network_policies(self):
+        self.assertFails(["router.enabled needs gateway.httpPort"], sets=ROUTER + ["gateway.httpPort=0"])
+        self.assertFails(["router.enabled with gateway.tlsSecret"], sets=ROUTER + ["gateway.tlsSecret=cert"])
+        self.assertFails(["- at '/router/policy'"], sets=ROUTER + ["router.policy=fastest"])
+        self.assertFails(["- at '/router/discovery'"], sets=ROUTER + ["router.discovery=dns"])
+        # An API restricted to the ingress namespace still admits the router to the gateways.
+        r = render(sets=PLAIN2 + ROUTER + ["networkPolicy.gatewayFrom[0].namespaceSelector.matchLabels.role=ingress"])
+        gw = one(r, "NetworkPolicy", "prod-specline-gateway")["spec"]["ingress"][0]
+        self.assertEqual([p.get("podSelector", {}).get("matchLabels", {}).get("app.kubernetes.io/component")
+                          for p in gw["from"]], [None, "router"])
+        router = one(r, "NetworkPolicy", "prod-specline-router")["spec"]
+        self.assertEqual(selected(r, router["podSelector"]), ["prod-specline-router"])
+        self.assertEqual(router["ingress"][0]["from"], [{"namespaceSelector": {"matchLabels": {"role": "ingress"}}}])
+
+
+class InferencePoolTest(TestCase):
+    def test_pool_over_the_gateways(self):
+        self.assertFails(["inferencePool.enabled needs the Gateway API Inference Extension's CRDs"], sets=POOL)
+        self.assertFails(["inferencePool.endpointPicker.name"], sets=["inferencePool.enabled=true"],
+                         api_versions=[POOL_KIND])
+        for sets, api, want in ((PLAIN2 + POOL, [POOL_KIND], ["prod-specline-0-gateway", "prod-specline-1-gateway"]),
+                                (LWS2 + POOL, [POOL_KIND, LWS_KIND], ["prod-specline/leader"])):
+            r = render(sets=sets, api_versions=api)
+            pool = one(r, "InferencePool", "prod-specline")
+            self.assertEqual(pool["apiVersion"], "inference.networking.k8s.io/v1")
+            self.assertEqual(sorted(selected(r, pool["spec"]["selector"])), want)
+            self.assertEqual(pool["spec"]["targetPorts"], [{"number": 8000}], "the gateways' HTTP port, /metrics too")
+            self.assertEqual(pool["spec"]["endpointPickerRef"], {"name": "prod-epp", "port": {"number": 9002},
+                                                                 "failureMode": "FailClose"})
+
+
 class LintTest(TestCase):
     """helm lint --strict on the value sets users start from; and that
     lint sees a mistake, so that a pass means something."""
@@ -415,6 +697,33 @@ class LintTest(TestCase):
         passed, messages = helm_chart.lint(CHART, sets=["stage.device=tpu"], strict=True)
         self.assertFalse(passed)
         self.assertTrue(any(m[0] == "ERROR" and "/stage/device" in m[2] for m in messages), messages)
+
+    def test_strict_lint_of_n_pipelines(self):
+        """helm lint cannot be told the cluster's APIs; in its lint mode a
+        template's `fail` is logged and the rest of the template still
+        renders, so it parses the LeaderWorkerSet and the InferencePool
+        too (as the broken copy below shows)."""
+        for sets in (PLAIN2 + ROUTER, PLAIN2 + STATIC + POOL, LWS2 + ROUTER + POOL, LWS2 + STATIC,
+                     LWS2 + ROUTER + ["networkPolicy.gatewayFrom[0].podSelector.matchLabels.a=b"]):
+            passed, messages = helm_chart.lint(CHART, sets=sets, strict=True, namespace="llm")
+            self.assertTrue(passed, f"{sets}: {messages}")
+            self.assertEqual([m for m in messages if m[0] != "INFO"], [], sets)
+        import shutil
+        broken = os.path.join(TMP.name, "broken-chart")
+        shutil.copytree(CHART, broken)
+        for name, needle in (("leaderworkerset.yaml", "  leaderWorkerTemplate:\n"),
+                             ("inferencepool.yaml", "  targetPorts:\n")):
+            path = os.path.join(broken, "templates", name)
+            with open(path) as f:
+                text = f.read()
+            self.assertIn(needle, text)
+            with open(path, "w") as f:
+                f.write(text.replace(needle, needle + "   bad: [\n", 1))
+            passed, messages = helm_chart.lint(broken, sets=LWS2 + POOL, strict=True)
+            self.assertFalse(passed, name)
+            self.assertTrue(any(m[0] == "ERROR" and name in m[1] for m in messages), messages)
+            with open(path, "w") as f:
+                f.write(text)
 
 
 if __name__ == "__main__":

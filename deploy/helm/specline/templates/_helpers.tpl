@@ -14,10 +14,49 @@
 {{- end -}}
 {{- end -}}
 
-{{/* Component names: <fullname>-gateway, -scheduler, -stage. */}}
-{{- define "specline.gateway" -}}{{ include "specline.fullname" . | trunc 55 }}-gateway{{- end -}}
-{{- define "specline.scheduler" -}}{{ include "specline.fullname" . | trunc 53 }}-scheduler{{- end -}}
-{{- define "specline.stage" -}}{{ include "specline.fullname" . | trunc 57 }}-stage{{- end -}}
+{{/*
+Pipelines (docs/deploy.md, "N pipelines"): pipelines.mode "plain" renders
+one set of objects per pipeline (with pipelines.replicas 1: today's
+objects under today's names), "leaderWorkerSet" one LeaderWorkerSet whose
+groups are the pipelines. A template renders a pipeline's objects with the
+root context plus "Pipeline" (dict "index" i); helpers called without it
+name the release-wide objects.
+*/}}
+{{- define "specline.mode" -}}
+{{- $m := .Values.pipelines.mode -}}
+{{- if not (has $m (list "plain" "leaderWorkerSet")) -}}{{- fail (printf "pipelines.mode must be plain or leaderWorkerSet, not %q" $m) -}}{{- end -}}
+{{- $m -}}
+{{- end -}}
+
+{{/* "true" when plain mode runs more than one pipeline: names and selectors then carry the pipeline's index. */}}
+{{- define "specline.multiPlain" -}}
+{{- if and (eq (include "specline.mode" .) "plain") (gt (int .Values.pipelines.replicas) 1) -}}true{{- end -}}
+{{- end -}}
+
+{{/* <fullname>, or <fullname>-<i> for pipeline i of several plain ones. */}}
+{{- define "specline.pipelineBase" -}}
+{{- if and (hasKey . "Pipeline") (include "specline.multiPlain" .) -}}
+{{- $suffix := printf "-%d" (int .Pipeline.index) -}}
+{{- printf "%s%s" (include "specline.fullname" . | trunc (sub 63 (len $suffix) | int) | trimSuffix "-") $suffix -}}
+{{- else -}}
+{{- include "specline.fullname" . -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Component names: <base>-gateway, -scheduler, -stage (base: pipelineBase). */}}
+{{- define "specline.gateway" -}}{{ include "specline.pipelineBase" . | trunc 55 }}-gateway{{- end -}}
+{{- define "specline.scheduler" -}}{{ include "specline.pipelineBase" . | trunc 53 }}-scheduler{{- end -}}
+{{- define "specline.stage" -}}{{ include "specline.pipelineBase" . | trunc 57 }}-stage{{- end -}}
+{{- define "specline.configMapName" -}}{{ include "specline.pipelineBase" . }}{{- end -}}
+{{/* The release-wide gateway Service (every pipeline's gateways) and the router. */}}
+{{- define "specline.gatewayService" -}}{{ include "specline.fullname" . | trunc 55 }}-gateway{{- end -}}
+{{- define "specline.router" -}}{{ include "specline.fullname" . | trunc 56 }}-router{{- end -}}
+{{/*
+The LeaderWorkerSet: its groups' pods are <lws>-<group> (leader) and
+<lws>-<group>-<worker>, and LWS names its headless Service <lws> too, so
+the name leaves room for both indexes within a 63-character host name.
+*/}}
+{{- define "specline.lws" -}}{{ include "specline.fullname" . | trunc 52 | trimSuffix "-" }}{{- end -}}
 
 {{- define "specline.labels" -}}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
@@ -28,11 +67,17 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: specline
 {{- end -}}
 
-{{/* Selector labels of one component; call with (dict "ctx" $ "component" "gateway"). */}}
+{{/*
+Selector labels of one component; call with (dict "ctx" $ "component" "gateway").
+A pipeline's objects of several plain ones add specline.io/pipeline.
+*/}}
 {{- define "specline.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "specline.name" .ctx }}
 app.kubernetes.io/instance: {{ .ctx.Release.Name }}
 app.kubernetes.io/component: {{ .component }}
+{{- if and (hasKey .ctx "Pipeline") (include "specline.multiPlain" .ctx) }}
+specline.io/pipeline: {{ .ctx.Pipeline.index | quote }}
+{{- end }}
 {{- end -}}
 
 {{- define "specline.componentLabels" -}}
@@ -117,9 +162,30 @@ app.kubernetes.io/component: {{ .component }}
 {{- if lt (add1 $i) $n -}}
 {{- $next = printf "%s://%s:%d" $scheme (include "specline.stageHost" (dict "ctx" $ctx "index" (add1 $i))) (int $ctx.Values.pipeline.dataPort) -}}
 {{- end -}}
+{{- if eq (include "specline.mode" $ctx) "leaderWorkerSet" -}}
+{{- /* The group's addresses come from LWS's environment (the stage's --next, --data-advertise). */ -}}
+{{- $stages = append $stages (dict "layers" (index $ranges $i)) -}}
+{{- else -}}
 {{- $stages = append $stages (dict "layers" (index $ranges $i) "data_advertise" $self "next" $next) -}}
 {{- end -}}
+{{- end -}}
 {{- dict "stages" $stages | toPrettyJson -}}
+{{- end -}}
+
+{{/* The ConfigMap of a pipeline (plain mode) or of the LeaderWorkerSet; pods hash it (checksum/config). */}}
+{{- define "specline.configMap" -}}
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: {{ include "specline.configMapName" . }}
+  labels:
+    {{- include "specline.labels" . | nindent 4 }}
+data:
+  model: {{ include "specline.modelPath" . | quote }}
+  default-policy: {{ .Values.scheduler.defaultPolicy | quote }}
+  spec-policy: {{ .Values.scheduler.specPolicy | quote }}
+  pipeline.json: |
+    {{- include "specline.pipelineJson" . | nindent 4 }}
 {{- end -}}
 
 {{- define "specline.modelPath" -}}
@@ -171,7 +237,7 @@ volumes:
     emptyDir: {}
     {{- end }}
   - name: config
-    configMap: {name: {{ include "specline.fullname" . }}}
+    configMap: {name: {{ include "specline.configMapName" . }}}
   # The root filesystem is read-only; scratch space for the runtime.
   - name: tmp
     emptyDir: {}
@@ -192,7 +258,7 @@ volumes:
 {{- range .keys }}
 - name: SPECLINE_{{ . | upper | replace "-" "_" }}
   valueFrom:
-    configMapKeyRef: {name: {{ include "specline.fullname" $ctx }}, key: {{ . }}}
+    configMapKeyRef: {name: {{ include "specline.configMapName" $ctx }}, key: {{ . }}}
 {{- end }}
 {{- end -}}
 
@@ -321,4 +387,23 @@ is that Secret's value where lookup sees it, else "" (helm template).
 checksum/cluster-secret: {{ sha256sum . }}
 {{- end -}}
 {{- end -}}
+{{- end -}}
+
+
+{{/*
+Who may call the gateways' APIs (an ingress rule's "from"):
+networkPolicy.gatewayFrom ([]: everyone, no "from"), plus the router's
+pods when it is on, which must reach the gateways it routes to.
+*/}}
+{{- define "specline.gatewayPeers" -}}
+{{- with .Values.networkPolicy.gatewayFrom }}
+from:
+  {{- toYaml . | nindent 2 }}
+  {{- if $.Values.router.enabled }}
+  # The router, which routes to them.
+  - podSelector:
+      matchLabels:
+        {{- include "specline.selectorLabels" (dict "ctx" $ "component" "router") | nindent 8 }}
+  {{- end }}
+{{- end }}
 {{- end -}}
