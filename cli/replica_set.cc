@@ -118,7 +118,10 @@ void ReplicaSet::Shutdown() {
   if (stopping_) return;
   stopping_ = true;
   if (router_ && router_->pid > 0) {
-    const int status = launch::StopProcess(router_->pid, SIGTERM, std::chrono::seconds(5));
+    // vllm-router stops accepting on SIGTERM and finishes the streams it
+    // forwards (it exits at once when idle): the gateways' drain time.
+    const auto grace = std::chrono::milliseconds(config_.replica.topology.gateway->drain_timeout_ms + 3000);
+    const int status = launch::StopProcess(router_->pid, SIGTERM, grace);
     spdlog::info("serve: {} {}", router_->spec.name, launch::DescribeExit(status));
     router_->pid = -1;
   }

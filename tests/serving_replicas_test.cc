@@ -270,6 +270,25 @@ TEST(ServingReplicas, PrincipalsKeepTheirTokensAndCacheScopesBehindTheRouter) {
       << "served: " << r->Served(0) << " and " << r->Served(1);
 }
 
+// SIGTERM to `specline serve --replicas 2` with streams open: the router
+// stops taking requests but finishes the streams it forwards, each
+// replica's gateway drains, and serve exits 0.
+TEST(ServingReplicas, ShutdownFinishesTheOpenStreams) {
+  const std::string model = SmolLm2Path();
+  ASSERT_FALSE(model.empty());
+  auto r = StartReplicas(model, "round_robin");
+  const int kStreams = 2, kTokens = 150;
+  RouterStreams streams;
+  streams.Start(r->router_port(), kStreams, kTokens);
+  ASSERT_TRUE(Kill(r->ports["pid"].get<int>(), SIGTERM));
+  streams.Join();
+  for (const loadtest::RequestRecord& rec : streams.records) {
+    EXPECT_TRUE(rec.ok) << rec.status_code << ": " << rec.error;
+    EXPECT_EQ(rec.output_tokens, kTokens);
+  }
+  EXPECT_EQ(r->serve.Wait(60s), 0);
+}
+
 // `specline serve --replicas 2 --demo-prompt`: the generation streams
 // through the router and the process exits 0.
 TEST(ServingReplicas, DemoStreamsThroughTheRouter) {
