@@ -68,11 +68,13 @@ bool Engine::ReserveKvLocked(Sequence& s) {
 // rollback can reach it: prompt positions, and the positions of verified
 // tokens but the newest (whose KV the next input writes; a flush rewinds to
 // it at most). So with `computed_end` positions back from the stages, the
-// final ones are [0, min(computed_end, max(prompt, verified - 1))). Those
-// blocks become shareable unless another sequence cached the same content
-// first (then this one keeps its own copies and publishes nothing more: a
-// chain of keys must stay whole from the first block). Multi-turn chats
-// resend the replies, so verified tokens are worth caching too.
+// final ones are [0, min(computed_end, max(prompt, verified - 1))). A block
+// whose content another sequence cached first (sequences admitted together
+// that share their first blocks) is swapped for that cached block and its
+// own copy freed (KvAdopt), so the chain of keys stays whole and the
+// sequence's later blocks are published too: the next turn of each such
+// conversation finds its whole history. Multi-turn chats resend the
+// replies, so verified tokens are worth caching too.
 void Engine::PublishFinalBlocksLocked(Sequence& s, int32_t computed_end) {
   Sequence::Prefix& p = s.prefix;
   p.computed = std::max(p.computed, computed_end);
@@ -87,22 +89,34 @@ void Engine::PublishFinalBlocksLocked(Sequence& s, int32_t computed_end) {
     p.keys.push_back(PrefixCache::BlockKey(i == 0 ? p.salt : p.keys.back(),
                                            std::span(s.tokens).subspan(int64_t{i} * bs, bs)));
   }
-  const int32_t first = p.held;
+  int32_t run = p.held;  // first block of the publication being gathered
+  const auto end_run = [&] {
+    if (p.held == run) return;
+    internal::KvPublish& m = *kv_log_.emplace_back().mutable_publish();
+    m.set_seq_id(s.id);
+    m.set_weight_set(p.weight_set);
+    m.set_first_block(run);
+    m.mutable_keys()->Add(p.keys.begin() + run, p.keys.begin() + p.held);
+  };
   while (p.held < blocks) {
-    if (prefix_.Contains(p.keys[p.held])) {
-      p.publishing = false;
-      break;
+    const uint64_t key = p.keys[p.held];
+    if (prefix_.Contains(key)) {
+      end_run();
+      prefix_.Ref(std::span(p.keys).subspan(p.held, 1));
+      budget_.Return(1);  // the sequence's own copy, freed on the stages
+      internal::KvAdopt& a = *kv_log_.emplace_back().mutable_adopt();
+      a.set_seq_id(s.id);
+      a.set_weight_set(p.weight_set);
+      a.set_block(p.held);
+      a.set_key(key);
+      run = p.held + 1;
+    } else {
+      prefix_.Insert(p.keys, p.held, s.tokens, p.salt, p.weight_set);
     }
-    prefix_.Insert(p.keys, p.held, s.tokens, p.salt, p.weight_set);
     --s.kv_reserved;  // the block now counts as cached, not as this sequence's own
     ++p.held;
   }
-  if (p.held == first) return;
-  internal::KvPublish& m = *kv_log_.emplace_back().mutable_publish();
-  m.set_seq_id(s.id);
-  m.set_weight_set(p.weight_set);
-  m.set_first_block(first);
-  m.mutable_keys()->Add(p.keys.begin() + first, p.keys.begin() + p.held);
+  end_run();
 }
 
 void Engine::ReleasePrefixLocked(Sequence& s) {

@@ -125,7 +125,7 @@ struct Sequence : std::enable_shared_from_this<Sequence> {
     // admission, then published as its computed blocks become final.
     int32_t held = 0;
     int32_t computed = 0;    // chain positions every stage has computed (runs came back)
-    bool publishing = true;  // false once another sequence cached a block it computed
+    bool publishing = true;  // false once a stage refused the sequence
     bool attached = false;   // the stages hold blocks for it before any slot was sent
     int32_t cached_tokens = 0;  // prompt positions it did not compute
   } prefix;

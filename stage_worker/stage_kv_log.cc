@@ -90,6 +90,14 @@ void StageRunner::ApplyKvLogLocked(internal::MicroBatch& batch) {
         });
         break;
       }
+      case internal::KvOp::kAdopt: {
+        const internal::KvAdopt& a = op.adopt();
+        google::protobuf::RepeatedField<uint64_t> key;
+        key.Add(a.key());
+        apply(a.seq_id(), a.weight_set(), key,
+              [&](PagedKvCache& kv) { return kv.Adopt(a.seq_id(), a.block(), a.key()); });
+        break;
+      }
       case internal::KvOp::kEvict: {
         const internal::KvEvict& e = op.evict();
         absl::StatusOr<PagedKvCache*> kv = CacheOf(e.weight_set());

@@ -146,6 +146,38 @@ TEST(PagedKvCachePrefix, ReleasedBlocksStayCachedUntilEvicted) {
   EXPECT_EQ(kv.cached_blocks(), 0);
 }
 
+// Two sequences computed the same first block; the first published it.
+// The second swaps its own copy for the cached block (freeing its copy)
+// and can then publish its next block on the whole chain.
+TEST(PagedKvCachePrefix, AdoptSwapsAnOwnCopyForTheCachedBlock) {
+  PagedKvCache kv(SmallShape(8));
+  ASSERT_TRUE(kv.Reserve(1, 0, 4).ok());
+  ASSERT_TRUE(kv.Reserve(2, 0, 8).ok());
+  EXPECT_EQ(kv.free_blocks(), 5);
+  const uint64_t first[] = {11};
+  ASSERT_TRUE(kv.Publish(1, 0, first).ok());
+  const int32_t own = kv.BlockTable(2)[0];
+  ASSERT_TRUE(kv.Adopt(2, 0, 11).ok());
+  EXPECT_EQ(kv.BlockTable(2)[0], kv.BlockTable(1)[0]);
+  EXPECT_NE(kv.BlockTable(2)[0], own);
+  EXPECT_EQ(kv.free_blocks(), 6);  // its copy is back in the pool
+  const uint64_t second[] = {12};
+  ASSERT_TRUE(kv.Publish(2, 1, second).ok());
+  kv.Release(1);
+  kv.Release(2);
+  EXPECT_EQ(kv.evictable_blocks(), 2);  // both keys stay cached, held by nobody
+  EXPECT_EQ(kv.free_blocks(), 6);
+  // Refused: an unknown key, a block not full, a block that is not its own.
+  ASSERT_TRUE(kv.Reserve(3, 0, 6).ok());
+  EXPECT_FALSE(kv.Adopt(3, 0, 99).ok());
+  EXPECT_FALSE(kv.Adopt(3, 1, 11).ok());
+  const uint64_t both[] = {11, 12};
+  ASSERT_TRUE(kv.Attach(4, both).ok());
+  const int32_t shared = kv.BlockTable(4)[1];
+  EXPECT_FALSE(kv.Adopt(4, 1, 11).ok());
+  EXPECT_EQ(kv.BlockTable(4)[1], shared);
+}
+
 TEST(PagedKvCachePrefix, DisagreementsAreRefusedAndChangeNothing) {
   PagedKvCache kv(SmallShape(8));
   ASSERT_TRUE(kv.Reserve(1, 0, 6).ok());

@@ -238,6 +238,38 @@ TEST(PrefixCacheAccounting, EvictionUnderPressureKeepsSchedulerAndStagesEqual) {
   EXPECT_EQ(got.tokens, Generate1(p.model(), again).tokens);
 }
 
+// Two conversations admitted together that share their first blocks (a
+// system prompt) each compute those blocks; one publishes them first. The
+// other swaps its copies for the cached ones (KvAdopt) and still publishes
+// its own later blocks, so the next turn of either finds its whole prompt
+// cached, and every block comes back to the pool.
+TEST(PrefixCacheAccounting, SharersAdmittedTogetherBothPublishTheirOwnBlocks) {
+  constexpr int kKv = 24 * kBlock;
+  InprocPipeline p(2, SmallOptions(), kKv);
+  const std::vector<RequestOptions> first = {
+      Request(Concat(System(), MakePrompt(40, 610)), 4, false),  // 80 tokens: 5 full blocks
+      Request(Concat(System(), MakePrompt(40, 620)), 4, false)};
+  std::vector<std::shared_ptr<scheduler::RequestStream>> streams;
+  for (const RequestOptions& r : first) {
+    auto stream = p.engine().Submit(r);
+    ASSERT_TRUE(stream.ok()) << stream.status();
+    streams.push_back(std::move(*stream));
+  }
+  for (size_t i = 0; i < first.size(); ++i) {
+    const StreamResult got = Collect(*streams[i]);
+    EXPECT_EQ(got.tokens, Generate1(p.model(), first[i]).tokens) << "conversation " << i;
+  }
+  streams.clear();
+  for (size_t i = 0; i < first.size(); ++i) {
+    const RequestOptions next = Request(Concat(first[i].prompt, MakePrompt(16, 630 + i)), 4, false);
+    const StreamResult got = RunOne(p, next);
+    EXPECT_EQ(got.cached_prompt_tokens, 5 * kBlock) << "conversation " << i << "'s next turn";
+    EXPECT_EQ(got.tokens, Generate1(p.model(), next).tokens) << "conversation " << i;
+  }
+  ASSERT_TRUE(Eventually([&] { return p.StagesEmpty(); }));
+  EXPECT_EQ(p.engine().Stats().kv_free_tokens, kKv);
+}
+
 // Sharers cancelled at every stage of their life (waiting, mid-prefill,
 // mid-decode) and others finishing in any order: the counts come back.
 TEST(PrefixCacheAccounting, CancelsAndSharersInAnyOrderReturnEveryBlock) {

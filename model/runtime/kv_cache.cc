@@ -163,6 +163,25 @@ absl::Status PagedKvCache::Publish(uint64_t seq, int32_t first_block,
   return absl::OkStatus();
 }
 
+absl::Status PagedKvCache::Adopt(uint64_t seq, int32_t block, uint64_t key) {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end() || block < 0 || int64_t{block + 1} * shape_.block_size > it->second.length) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("adopt: sequence ", seq, " does not hold full block ", block));
+  }
+  int32_t& own = it->second.blocks[block];
+  auto found = by_key_.find(key);
+  if (found == by_key_.end() || !Private(own)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "adopt: sequence ", seq, ": key ", key, " is not cached here or block ", block, " is shared"));
+  }
+  const int32_t cached = found->second;
+  if (refs_[cached]++ == 0) --evictable_;
+  Unref(own);  // private: back to the pool
+  own = cached;
+  return absl::OkStatus();
+}
+
 int PagedKvCache::Evict(std::span<const uint64_t> keys) {
   int unexpected = 0;
   for (uint64_t key : keys) {

@@ -78,6 +78,10 @@ class PagedKvCache {
   // Publishes blocks [first_block, first_block + keys.size()) of `seq`,
   // which must be full, under `keys` (none may be cached already).
   absl::Status Publish(uint64_t seq, int32_t first_block, std::span<const uint64_t> keys);
+  // Swaps `seq`'s block `block` (full, its own, not published) for the
+  // block cached under `key` (the same content, published first by another
+  // sequence) and frees its own copy.
+  absl::Status Adopt(uint64_t seq, int32_t block, uint64_t key);
   // Forgets `keys`: a block no sequence holds is free at once, one still
   // held goes back to the pool when its last holder lets go. Never fails,
   // so a disagreement cannot fail a batch; returns how many keys were not
