@@ -149,6 +149,13 @@ struct RouterStreams {
     for (std::thread& t : clients) t.join();
     clients.clear();
   }
+  // After Join: every stream ran to its `tokens` without an error.
+  void ExpectAllComplete(int tokens) const {
+    for (const loadtest::RequestRecord& rec : records) {
+      EXPECT_TRUE(rec.ok) << rec.status_code << ": " << rec.error;
+      EXPECT_EQ(rec.output_tokens, tokens);
+    }
+  }
 };
 
 // Sends `n` short completions through the router; each must succeed.
@@ -225,10 +232,7 @@ TEST(ServingReplicas, ARollingRestartOfAReplicaFailsNoRequest) {
   ASSERT_TRUE(Kill(r->gateway(restarted)["pid"].get<int>(), SIGTERM));
   ExpectEveryRequestServed(r->router_port(), 6, "during the drain");
   streams.Join();
-  for (const loadtest::RequestRecord& rec : streams.records) {
-    EXPECT_TRUE(rec.ok) << rec.status_code << ": " << rec.error;
-    EXPECT_EQ(rec.output_tokens, kTokens);
-  }
+  streams.ExpectAllComplete(kTokens);
   EXPECT_TRUE(Rejoins(*r, restarted)) << "the restarted replica got no request through the router";
 }
 
@@ -282,10 +286,7 @@ TEST(ServingReplicas, ShutdownFinishesTheOpenStreams) {
   streams.Start(r->router_port(), kStreams, kTokens);
   ASSERT_TRUE(Kill(r->ports["pid"].get<int>(), SIGTERM));
   streams.Join();
-  for (const loadtest::RequestRecord& rec : streams.records) {
-    EXPECT_TRUE(rec.ok) << rec.status_code << ": " << rec.error;
-    EXPECT_EQ(rec.output_tokens, kTokens);
-  }
+  streams.ExpectAllComplete(kTokens);
   EXPECT_EQ(r->serve.Wait(60s), 0);
 }
 
