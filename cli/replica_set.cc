@@ -18,6 +18,12 @@ namespace specline::cli {
 
 using Clock = std::chrono::steady_clock;
 
+std::string KvEventsConfigJson(const std::string& host, int port, int replay_port) {
+  const auto endpoint = [&](int p) { return "\"tcp://" + host + ":" + std::to_string(p) + "\""; };
+  return "{\"enable_kv_cache_events\":true,\"endpoint\":" + endpoint(port) +
+         ",\"replay_endpoint\":" + endpoint(replay_port) + "}";
+}
+
 ReplicaSet::ReplicaSet(ReplicaSetConfig config) : config_(std::move(config)) {
   if (config_.replicas < 1) throw std::invalid_argument("--replicas must be >= 1");
   LaunchConfig& r = config_.replica;
@@ -43,7 +49,23 @@ ReplicaSet::ReplicaSet(ReplicaSetConfig config) : config_(std::move(config)) {
   // One replica alone keeps the launcher's own port file (and its format);
   // otherwise the set writes one file for all (WritePortFile).
   r.port_file = config_.replicas == 1 && !behind_router ? config_.port_file : "";
-  for (int i = 0; i < config_.replicas; ++i) replicas_.push_back(std::make_unique<Launcher>(r));
+  // kv_aware routes on the KV events each scheduler publishes: each gets
+  // its own ports, kept across its restarts, so the router's subscription
+  // reconnects to a restarted scheduler (whose seq restarting at 0 tells
+  // the router to forget what it held).
+  const bool kv_events = behind_router && config_.router->policy == "kv_aware" &&
+                         std::find(r.topology.scheduler_args.begin(), r.topology.scheduler_args.end(),
+                                   "--kv-events-config") == r.topology.scheduler_args.end();
+  for (int i = 0; i < config_.replicas; ++i) {
+    LaunchConfig replica = r;
+    if (kv_events) {
+      const std::vector<int> ports = launch::PickFreePorts(2);
+      replica.topology.scheduler_args.insert(
+          replica.topology.scheduler_args.end(),
+          {"--kv-events-config", KvEventsConfigJson("127.0.0.1", ports[0], ports[1])});
+    }
+    replicas_.push_back(std::make_unique<Launcher>(replica));
+  }
   restarts_seen_.assign(replicas_.size(), 0);
 }
 

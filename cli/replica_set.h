@@ -29,6 +29,10 @@ struct ReplicaSetConfig {
   std::string port_file;  // every process's ports and pids, as JSON
 };
 
+// The scheduler's --kv-events-config publishing on host:port, with replay
+// on host:replay_port (scheduler/kv_event_publisher.h).
+std::string KvEventsConfigJson(const std::string& host, int port, int replay_port);
+
 class ReplicaSet {
  public:
   explicit ReplicaSet(ReplicaSetConfig config);

@@ -39,6 +39,7 @@ const char kServeUsage[] = R"(usage: specline serve [options]
                            --router, which then takes --host and --http-port
   --router POLICY          vllm-router in front of the replicas (default cache_aware
                            when --replicas > 1; none = no router): cache_aware,
+                           kv_aware (routes on the KV events each replica publishes),
                            round_robin, random, power_of_two, consistent_hash,
                            sticky_least_loaded (docs/routers.md)
   --router-binary PATH     vllm-router to run (default: $SPECLINE_VLLM_ROUTER, the
@@ -58,6 +59,8 @@ const char kServeUsage[] = R"(usage: specline serve [options]
   --kv-capacity-tokens N   KV positions per stage (default: each process's default)
   --max-waiting N          scheduler queue limit (RESOURCE_EXHAUSTED beyond)
   --prefix-cache on|off    reuse the KV of prompt prefixes requests share (default on)
+  --kv-events-config JSON  publish the prefix cache's KV events (vLLM's KVEventsConfig;
+                           set by --router kv_aware; docs/routers.md "KV events")
   --max-concurrent-streams N   gateway stream limit
   --default-max-tokens N   gateway default for max_tokens
   --drain-timeout-ms N     how long open streams may finish at shutdown (default 10000)
@@ -101,7 +104,7 @@ int ServeCommand(int argc, char** argv) {
                   "default-max-tokens", "drain-timeout-ms", "auth-token-file", "tls-cert",
                   "tls-key", "cors-origins", "port-file", "startup-timeout-s", "demo-prompt", "log-level",
                   "device", "dtype", "retry-window-ms", "max-attempts", "max-streams-per-principal",
-                  "prefix-cache", "served-model-name", "cache-share-group",
+                  "prefix-cache", "kv-events-config", "served-model-name", "cache-share-group",
                   "max-tokens-per-minute-per-principal", "metrics-per-principal", "admission",
                   "max-kv-blocks-per-tenant", "replicas", "router", "router-binary",
                   "router-health-interval-s"});
@@ -138,7 +141,8 @@ int ServeCommand(int argc, char** argv) {
   t.ptp_head = args.Str("ptp-head");
   t.pipo_head = args.Str("pipo-head");
   std::vector<std::string> forwarded = {"retry-window-ms", "max-attempts", "prefix-cache",
-                                        "admission", "max-kv-blocks-per-tenant"};
+                                        "admission", "max-kv-blocks-per-tenant",
+                                        "kv-events-config"};
   for (const scheduler::PolicyFlag& f : policy_flags) {
     if (!f.stages_too) forwarded.push_back(f.name);
   }

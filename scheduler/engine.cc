@@ -52,6 +52,8 @@ Engine::Engine(std::shared_ptr<const ModelSource> model,
                                                model_->config(), std::move(stages),
                                                HealthOptions(options_, inbox_->address()))) {
   if (options_.max_inflight <= 0) options_.max_inflight = std::max<int>(n_stages(), 1);
+  // Replaced in the stages' block size when the pipeline first comes up.
+  prefix_ = PrefixCache(options_.kv_block_size, options_.kv_events);
   // Heads are checked against the served model now, so a wrong head stops
   // the scheduler at start-up rather than failing requests later.
   PolicyResources resources{*this, model_, pool_, options_.spec};

@@ -84,6 +84,9 @@ struct EngineOptions {
   // Automatic prefix caching (docs/prefix_caching.md): requests whose
   // prompts start alike reuse the stages' KV of the common full blocks.
   bool prefix_caching = true;
+  // Where the prefix cache records its KV events for routers (not owned;
+  // null = none: --kv-events-config unset). scheduler/kv_events.h.
+  KvEventLog* kv_events = nullptr;
   int threads = 1;  // output head (LM head matmul) and drafters
   DeviceConfig device;  // where the output head runs (cpu, or a CUDA device)
   // How the engine connects to the stages' data addresses (the cluster

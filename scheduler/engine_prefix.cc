@@ -180,7 +180,8 @@ void Engine::WriteKvLogLocked(internal::MicroBatch& batch) {
 }
 
 void Engine::ClearPrefixCacheLocked(int block_size) {
-  prefix_ = PrefixCache(block_size);
+  prefix_.Clear();  // tells the routers (AllBlocksCleared)
+  prefix_ = PrefixCache(block_size, options_.kv_events);
   kv_log_.clear();
   // Waiting sequences (restarts) make their keys again when admitted, in
   // the new pipeline's block size.

@@ -19,6 +19,9 @@ std::string SchedulerUsage() {
          "  [--prefill-chunk N] [--max-inflight N] [--kv-capacity-tokens N] [--kv-block-size N]\n"
          "  [--batch-timeout-ms N] [--drain-timeout-ms N] [--log-level LEVEL]\n"
          "  [--prefix-cache on|off]  reuse the KV of prompt prefixes (default on)\n"
+         "  [--kv-events-config JSON]  publish the prefix cache's KV events for routers,\n"
+         "                     vLLM's KVEventsConfig: {\"enable_kv_cache_events\":true,\n"
+         "                     \"endpoint\":\"tcp://*:5557\",\"replay_endpoint\":\"tcp://*:5558\"}\n"
          "  [--admission fair|fifo]  waiting requests: round robin across tenants (default)\n"
          "                     or first come, first served\n"
          "  [--max-kv-blocks-per-tenant N]  KV blocks one tenant's running requests may\n"
@@ -83,6 +86,11 @@ absl::StatusOr<SchedulerFlags> ParseSchedulerFlags(int argc, char** argv) {
       f.cluster_secret = *std::move(secret);
     }
     else if (name == "prefix-cache") st = ParseOnOff(name, value, &e.prefix_caching);
+    else if (name == "kv-events-config") {
+      absl::StatusOr<KvEventsConfig> config = ParseKvEventsConfig(value);
+      if (!config.ok()) return config.status();
+      f.kv_events = *std::move(config);
+    }
     else if (name == "device") device = value;
     else if (name == "dtype") dtype = value;
     else if (const PolicyFlag* flag = FindPolicyFlag(name)) st = flag->parse(value, e.spec);

@@ -6,6 +6,7 @@
 
 #include "absl/status/statusor.h"
 #include "scheduler/engine.h"
+#include "scheduler/kv_event_publisher.h"
 
 namespace specline::scheduler {
 
@@ -26,6 +27,8 @@ struct SchedulerFlags {
   // gateway's calls, presented to the stages. "" = no internal auth.
   std::string cluster_secret;
   EngineOptions engine;
+  // --kv-events-config: vLLM's JSON (scheduler/kv_event_publisher.h).
+  KvEventsConfig kv_events;
 };
 
 // The core flags', then the policies' as they declare them (registry.h).

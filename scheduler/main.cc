@@ -50,6 +50,17 @@ int Run(const SchedulerFlags& flags, const sigset_t& stop_signals) {
   auto metrics = std::make_shared<SchedulerMetrics>();
   EngineOptions engine_options = flags.engine;
   engine_options.data_plane = data_plane;
+  // Declared before the engine, which records into its log, so it outlives it.
+  std::unique_ptr<KvEventPublisher> kv_events;
+  if (flags.kv_events.enable_kv_cache_events && flags.kv_events.publisher == "zmq") {
+    absl::StatusOr<std::unique_ptr<KvEventPublisher>> started = KvEventPublisher::Start(flags.kv_events);
+    if (!started.ok()) {
+      spdlog::critical("--kv-events-config: {}", started.status().ToString());
+      return kExitCannotListen;
+    }
+    kv_events = *std::move(started);
+    engine_options.kv_events = kv_events->log();
+  }
   Engine engine(model, std::move(stages), *std::move(inbox), engine_options, metrics);
   const std::string data_address = engine.inbox_address();
 
@@ -66,6 +77,15 @@ int Run(const SchedulerFlags& flags, const sigset_t& stop_signals) {
   }
   SchedulerService service(engine, flags.cluster_secret,
                            formats.ok() ? formats->get() : nullptr);
+  if (kv_events) {
+    internal::KvEventsSource source;
+    source.set_endpoint(kv_events->endpoint());
+    source.set_replay_endpoint(kv_events->replay_endpoint());
+    source.set_topic(kv_events->config().topic);
+    source.set_hwm(kv_events->config().hwm);
+    source.set_buffer_steps(kv_events->config().buffer_steps);
+    service.set_kv_events(std::move(source));
+  }
   grpc::ServerBuilder builder;
   // No SO_REUSEPORT: a second server on a taken port must fail to bind, not
   // share its connections (common/listen_error.h).
@@ -110,8 +130,9 @@ int Run(const SchedulerFlags& flags, const sigset_t& stop_signals) {
     }
   });
 
-  const nlohmann::json ports = {
+  nlohmann::json ports = {
       {"grpc", grpc_port}, {"data", data_address}, {"metrics", metrics_port}, {"pid", getpid()}};
+  if (kv_events) ports["kv_events"] = kv_events->endpoint();
   bool port_file_written = true;
   try {
     if (!flags.port_file.empty()) WritePortFile(flags.port_file, ports);

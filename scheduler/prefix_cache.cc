@@ -71,6 +71,7 @@ std::vector<PrefixCache::Evicted> PrefixCache::Forget(std::span<const uint64_t> 
     auto it = entries_.find(key);
     if (it == entries_.end() || it->second.forgotten) continue;
     Entry& e = it->second;
+    RecordRemoved(key);  // it matches nothing from now on
     if (e.refs > 0) {
       e.forgotten = true;
       continue;
@@ -91,6 +92,7 @@ void PrefixCache::Insert(std::span<const uint64_t> keys, int index,
   e.tokens.assign(block.begin(), block.end());
   e.refs = 1;
   e.weight_set = weight_set;
+  if (events_) events_->Stored(index == 0 ? std::nullopt : std::optional(e.parent), keys[index], block);
 }
 
 std::vector<PrefixCache::Evicted> PrefixCache::EvictLru(int64_t blocks) {
@@ -98,6 +100,7 @@ std::vector<PrefixCache::Evicted> PrefixCache::EvictLru(int64_t blocks) {
   while (blocks-- > 0 && !lru_.empty()) {
     auto it = entries_.find(lru_.front());
     evicted.push_back({it->first, it->second.weight_set});
+    RecordRemoved(it->first);
     entries_.erase(it);
     lru_.pop_front();
   }
@@ -105,6 +108,7 @@ std::vector<PrefixCache::Evicted> PrefixCache::EvictLru(int64_t blocks) {
 }
 
 void PrefixCache::Clear() {
+  if (events_ && !entries_.empty()) events_->Cleared();
   entries_.clear();
   lru_.clear();
 }

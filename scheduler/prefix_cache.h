@@ -15,6 +15,9 @@
 // that keeps every stage's cache equal to this view by construction. The
 // engine turns the decisions into MicroBatch kv_publish / kv_attach /
 // kv_evict lists and clears this view whenever it resets the stages.
+//
+// With an event log (--kv-events-config), every entry that starts or stops
+// matching is recorded as a KV event for the routers (scheduler/kv_events.h).
 #pragma once
 
 #include <cstdint>
@@ -24,11 +27,14 @@
 #include <unordered_map>
 #include <vector>
 
+#include "scheduler/kv_events.h"
+
 namespace specline::scheduler {
 
 class PrefixCache {
  public:
-  explicit PrefixCache(int block_size = 16) : block_size_(block_size) {}
+  explicit PrefixCache(int block_size = 16, KvEventLog* events = nullptr)
+      : block_size_(block_size), events_(events) {}
 
   int block_size() const { return block_size_; }
   // The salt of rows run with `weight_set` and `adapter` of `model` for a
@@ -89,7 +95,13 @@ class PrefixCache {
     return tokens.subspan(static_cast<size_t>(index) * block_size_, block_size_);
   }
 
+  // Records that `key` stopped matching (evicted, or forgotten while held).
+  void RecordRemoved(uint64_t key) {
+    if (events_) events_->Removed(key);
+  }
+
   int block_size_;
+  KvEventLog* events_;  // not owned; null = no events
   std::unordered_map<uint64_t, Entry> entries_;
   std::list<uint64_t> lru_;  // unreferenced keys, least recently used first
 };

@@ -110,6 +110,7 @@ grpc::Status SchedulerService::GetStats(grpc::ServerContext* ctx, const internal
   out->set_kv_cached_tokens(s.kv_cached_tokens);
   out->set_prefix_cache_queries(s.prefix_cache_queries);
   out->set_prefix_cache_hits(s.prefix_cache_hits);
+  if (kv_events_) *out->mutable_kv_events() = *kv_events_;
   return grpc::Status::OK;
 }
 

@@ -3,6 +3,8 @@
 // streamed tokens.
 #pragma once
 
+#include <optional>
+
 #include <grpcpp/grpcpp.h>
 
 #include "scheduler/engine.h"
@@ -23,6 +25,9 @@ class SchedulerService final : public internal::Scheduler::Service {
                             ResponseFormats* formats = nullptr)
       : engine_(engine), cluster_secret_(std::move(cluster_secret)), formats_(formats) {}
 
+  // GetStats reports where the KV events are published (set before serving).
+  void set_kv_events(internal::KvEventsSource source) { kv_events_ = std::move(source); }
+
   // Streams one event per produced token; the last carries finish_reason.
   // Checks for client cancellation every few milliseconds and aborts the
   // sequence (freeing its KV) as soon as it sees one.
@@ -37,6 +42,7 @@ class SchedulerService final : public internal::Scheduler::Service {
   Engine& engine_;
   const std::string cluster_secret_;
   ResponseFormats* formats_;
+  std::optional<internal::KvEventsSource> kv_events_;
 };
 
 }  // namespace specline::scheduler

@@ -17,6 +17,7 @@ PACKAGES=(build-essential cmake ninja-build pkg-config python3 python3-pip
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev prometheus-cpp-dev libgtest-dev libgmock-dev
   nlohmann-json3-dev libucx-dev libssl-dev
+  libzmq3-dev cppzmq-dev libmsgpack-cxx-dev  # KV events for routers (ZeroMQ + MessagePack)
   libboost-dev  # Boost.Beast + Asio: the gateway's OpenAI HTTP/SSE server (header-only)
   python3-grpcio python3-grpc-tools prometheus openssl
   python3-torch python3-venv  # the training recipes' CPU PyTorch (training/setup.sh)

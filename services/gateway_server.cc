@@ -216,6 +216,7 @@ void Gateway::StartHttpApi() {
   http.tls_cert = config_.tls_cert;
   http.tls_key = config_.tls_key;
   http.cors_origins = config_.cors_origins;
+  http.scheduler_address = config_.scheduler_addr;
   http_ = std::make_unique<openai::HttpServer>(*service_, http);
 }
 

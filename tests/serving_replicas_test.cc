@@ -3,7 +3,8 @@
 // installs it into ~/.cache/specline/router-venv), driven as users drive it:
 // the official openai package through the router, requests spread over the
 // replicas, a replica's gateway killed under load (its streams end once
-// each, new requests go to the other replica, it rejoins), and the demo.
+// each, new requests go to the other replica, it rejoins), kv_aware on the
+// KV events the replicas publish, and the demo.
 #include <signal.h>
 
 #include <atomic>
@@ -272,6 +273,67 @@ TEST(ServingReplicas, PrincipalsKeepTheirTokensAndCacheScopesBehindTheRouter) {
   // All three on one replica: bob's miss is the scope's, not the placement's.
   EXPECT_TRUE(Eventually([&] { return std::max(r->Served(0), r->Served(1)) == 3; }, 10s))
       << "served: " << r->Served(0) << " and " << r->Served(1);
+}
+
+// kv_aware: each replica's scheduler publishes its prefix cache's KV
+// events (vLLM's ZeroMQ + MessagePack format; the gateway says where on
+// GET /kv_event_sources) and vllm-router indexes them. Two prompts are
+// cached behind the router's back, one on each replica (sent to the
+// gateways directly); their follow-ups through the router then go to the
+// replica holding their blocks, which the router can only know from the
+// events: it counts index hits, and each follow-up finds its prefix cached.
+TEST(ServingReplicas, KvAwarePlacesRequestsOnTheBlocksEachReplicaPublished) {
+  const std::string model = Stories260K();
+  ASSERT_FALSE(model.empty());
+  auto r = StartReplicas(model, "kv_aware");
+  const HttpResult sources = HttpCall(r->gateway(0)["http"].get<int>(), "GET", "/kv_event_sources");
+  ASSERT_EQ(sources.status, 200) << sources.body;
+  EXPECT_EQ(sources.Json()["0"]["publisher"], "zmq") << sources.body;
+  EXPECT_TRUE(sources.Json()["0"]["endpoint"].get<std::string>().starts_with("tcp://127.0.0.1:"))
+      << sources.body;
+
+  const auto story = [](const std::string& opening) {
+    std::string prompt = opening;
+    for (int i = 0; i < 10; ++i) prompt += " and they walked to the big tree in the garden";
+    return prompt;
+  };
+  const std::string prompts[2] = {story("Once upon a time there was a cat"),
+                                  story("One day a little dog found a ball")};
+  const auto body = [](const std::string& prompt) {
+    return nlohmann::json{{"prompt", prompt}, {"max_tokens", 2}, {"temperature", 0}};
+  };
+  // Prompt i cached on replica i only.
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_EQ(PostJson(r->gateway(i)["http"].get<int>(), "/v1/completions", body(prompts[i])).status, 200);
+  }
+  const int router_metrics = r->ports["router"]["metrics"].get<int>();
+  const auto hits = [&] {
+    return MetricValueIfPresent(ScrapeMetrics(router_metrics), "vllm_router_kv_placement_lookups_total",
+                                "{result=\"hit\"}")
+        .value_or(0);
+  };
+  // The events reach the router's index a moment after the blocks are
+  // cached: follow-ups of prompt 0 until the router counts a hit.
+  int follow_ups = 0;
+  ASSERT_TRUE(Eventually([&] {
+    const HttpResult res = PostJson(r->router_port(), "/v1/completions",
+                                    body(prompts[0] + " again " + std::to_string(follow_ups++)));
+    EXPECT_EQ(res.status, 200) << res.body;
+    return hits() > 0;
+  }, 30s)) << "vllm-router never found a published block:\n" << ScrapeMetrics(router_metrics);
+  const double served[2] = {r->Served(0), r->Served(1)};
+  for (int n = 0; n < 3; ++n) {
+    for (int i = 0; i < 2; ++i) {
+      const HttpResult res = PostJson(r->router_port(), "/v1/completions",
+                                      body(prompts[i] + " then " + std::to_string(n)));
+      ASSERT_EQ(res.status, 200) << res.body;
+      EXPECT_GT(res.Json()["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 0)
+          << "follow-up " << n << " of prompt " << i << " went to the replica without its blocks";
+    }
+  }
+  // Three follow-ups each, all on the replica that holds their prompt.
+  EXPECT_TRUE(Eventually([&] { return r->Served(0) == served[0] + 3 && r->Served(1) == served[1] + 3; }, 10s))
+      << "served: " << r->Served(0) - served[0] << " and " << r->Served(1) - served[1];
 }
 
 // SIGTERM to `specline serve --replicas 2` with streams open: the router

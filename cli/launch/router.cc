@@ -18,10 +18,11 @@ std::string RouterLogLevel(const std::string& level) { return level == "warn" ? 
 }  // namespace
 
 const std::vector<std::string>& RouterPolicies() {
-  // Not kv_aware: it routes on KV-cache events the replicas publish, which
-  // specline's gateways do not yet (docs/routers.md).
+  // kv_aware routes on the KV events the replicas' schedulers publish
+  // (ReplicaSet turns them on for it; docs/routers.md "KV events").
   static const std::vector<std::string> policies = {
-      "cache_aware", "round_robin", "random", "power_of_two", "consistent_hash", "sticky_least_loaded"};
+      "cache_aware", "kv_aware", "round_robin", "random", "power_of_two", "consistent_hash",
+      "sticky_least_loaded"};
   return policies;
 }
 

@@ -29,6 +29,7 @@
 #include "services/openai/openai_response.h"
 #include "services/openai/render_response.h"
 #include "services/openai/tool_call_response.h"
+#include "services/openai/kv_event_sources.h"
 #include "services/openai/vllm_metrics.h"
 
 namespace specline::openai {
@@ -338,6 +339,22 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
         }
       }
       return SendJson(http::status::ok, info.dump());
+    }
+    // Where kv_aware routers subscribe to this pipeline's KV events; 404
+    // while the scheduler publishes none (vLLM's answer with events off).
+    if (path == "/kv_event_sources") {
+      if (verb != http::verb::get) return MethodNotAllowed("GET");
+      if (!Authenticate()) return;
+      const auto stats = server_.service.scheduler_load().Latest();
+      if (!stats || !stats->has_kv_events()) {
+        ApiError e;
+        e.http_status = 404;
+        e.type = "not_found_error";
+        e.message = "this pipeline publishes no KV events (the scheduler's --kv-events-config)";
+        return SendError(e);
+      }
+      return SendJson(http::status::ok,
+                      KvEventSourcesJson(stats->kv_events(), server_.options.scheduler_address).dump());
     }
     // vLLM's series, where routers and endpoint pickers scrape them (the
     // port they route to), open like /get_load (vllm_metrics.h).

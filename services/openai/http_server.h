@@ -35,6 +35,9 @@ class HttpServer {
     // Browser origins allowed to call the API (cors.h): "" none, "*" any,
     // or a comma-separated list.
     std::string cors_origins;
+    // The scheduler's host:port (--scheduler): its KV events' endpoints
+    // are resolved against it for GET /kv_event_sources.
+    std::string scheduler_address;
   };
 
   // Listens at once (ListenError when the port is taken).
