@@ -155,9 +155,13 @@ def run(args):
     if not 1 <= args.system_prompts <= len(TOWNS):
         sys.exit(f"--system-prompts must be 1..{len(TOWNS)}")
     if args.warmup:  # not measured: first-touch costs (pages, threads, allocators)
-        w = chat_request(args.url, [{"role": "user", "content": "Say hello."}], 8, args.timeout)
+        w = chat_request(args.url.split(",")[0], [{"role": "user", "content": "Say hello."}], 8, args.timeout)
         if w["error"]:
             sys.exit(f"{args.label}: warm-up failed: {w['error']}")
+    # Several URLs (comma-separated): requests take them in turn, as a
+    # Service spreads connections over several routers.
+    urls = args.url.split(",")
+    sent = [0]
     todo = queue.Queue()
     for c in range(args.conversations):
         todo.put(c)
@@ -173,7 +177,10 @@ def run(args):
             for turn in range(args.turns):
                 messages.append({"role": "user", "content": user_message(conv, turn)})
                 start = time.perf_counter() - t_start
-                rec = chat_request(args.url, messages, args.max_tokens, args.timeout)
+                with lock:
+                    url = urls[sent[0] % len(urls)]
+                    sent[0] += 1
+                rec = chat_request(url, messages, args.max_tokens, args.timeout)
                 rec.update(conversation=conv, turn=turn + 1, start_s=start,
                            history_messages=len(messages))
                 with lock:
@@ -319,7 +326,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="replay the workload against one server")
-    r.add_argument("--url", required=True, help="http://HOST:PORT of the OpenAI API")
+    r.add_argument("--url", required=True, help="http://HOST:PORT of the OpenAI API; several, comma-separated, are taken in turn")
     r.add_argument("--label", required=True)
     r.add_argument("--out", required=True)
     r.add_argument("--conversations", type=int, default=8)

@@ -6,8 +6,15 @@
 #   1x               specline serve --stages 1 --threads C          (one pipeline)
 #   2x-round_robin   specline serve --replicas 2 --router round_robin
 #   2x-cache_aware   specline serve --replicas 2 --router cache_aware
+#   2x-kv_aware      specline serve --replicas 2 --router kv_aware (routes on
+#                    the KV events each replica publishes; add it to --servers)
 #                    (each replica --threads C/2: the cores are shared out,
 #                    so two replicas are not twice the compute)
+#   2x-P-2routers    the two replicas (--router none) behind two vllm-routers
+#                    with policy P, requests alternating between them, as a
+#                    router Deployment with 2 replicas behind its Service
+#                    spreads them (P = kv_aware: the replicas publish their
+#                    KV events, which both routers index)
 #   llama-server     (--with-llama) llama-server -t C -np 4, the single-server
 #                    peer, and 2x-llama-cache_aware: two llama-servers
 #                    (-t C/2) behind the same vllm-router
@@ -69,6 +76,28 @@ start_server() {
     1x)
       "$build/specline" serve --model "$model" --stages 1 --threads "$threads" --port 0 \
         --http-port "$port" > "$log" 2>&1 & ;;
+    2x-*-2routers)
+      local policy=${which#2x-} pf=$work/runs/$which.ports.json kv=()
+      policy=${policy%-2routers}
+      [ "$policy" = kv_aware ] && kv=(--kv-events-config \
+        '{"enable_kv_cache_events":true,"endpoint":"tcp://127.0.0.1:*","replay_endpoint":"tcp://127.0.0.1:*"}')
+      rm -f "$pf"
+      "$build/specline" serve --model "$model" --stages 1 --replicas 2 --threads "$half" \
+        --router none --port 0 --port-file "$pf" "${kv[@]}" > "$log" 2>&1 &
+      server_pid=$!
+      for _ in $(seq 240); do [ -s "$pf" ] && break; sleep 0.5; done
+      local urls
+      urls=$(python3 -c 'import json,sys; print(" ".join("http://127.0.0.1:%d" % r["gateway"]["http"] for r in json.load(open(sys.argv[1]))["replicas"]))' "$pf")
+      second_port=$(free_port)
+      for p in "$port" "$second_port"; do
+        # shellcheck disable=SC2086
+        "$router" --host 127.0.0.1 --port "$p" --policy "$policy" --worker-urls $urls \
+          --prometheus-port "$(free_port)" --log-level warning >> "$work/runs/$which-routers.log" 2>&1 &
+        extra_pids+=($!)
+      done
+      wait_ready "$which" "$second_port" "$log"
+      wait_ready "$which" "$port" "$log"
+      return ;;
     2x-*)
       if [ "${which#2x-llama-}" != "$which" ]; then
         local urls=() p
@@ -98,9 +127,12 @@ runs=()
 IFS=, read -r -a server_list <<< "$servers"
 for server in "${server_list[@]}"; do
   port=$(free_port)
+  second_port=""
   echo "== $server on :$port" >&2
   start_server "$server" "$port"
-  python3 "$here/bench/multiturn_chat.py" run --url "http://127.0.0.1:$port" --label "$server" \
+  url=http://127.0.0.1:$port
+  [ -n "$second_port" ] && url=$url,http://127.0.0.1:$second_port
+  python3 "$here/bench/multiturn_chat.py" run --url "$url" --label "$server" \
     --out "$work/runs/$server.json" --conversations "$conversations" --turns "$turns" \
     --system-prompts "$system_prompts" --concurrency "$concurrency" --max-tokens "$max_tokens" \
     --note "threads $threads in all"

@@ -9,15 +9,20 @@ using Packer = msgpack::packer<msgpack::sbuffer>;
 
 void PackKey(Packer& pk, std::string_view key) { pk.pack_str(key.size()).pack_str_body(key.data(), key.size()); }
 
+// A map of `fields` entries (counting "type"), its "type" first.
+void BeginEvent(Packer& pk, uint32_t fields, std::string_view type) {
+  pk.pack_map(fields);
+  PackKey(pk, "type");
+  PackKey(pk, type);
+}
+
 void PackHashes(Packer& pk, std::span<const uint64_t> hashes) {
   pk.pack_array(hashes.size());
   for (uint64_t h : hashes) pk.pack_uint64(h);
 }
 
 void Pack(Packer& pk, const KvBlocksStored& e) {
-  pk.pack_map(8);
-  PackKey(pk, "type");
-  PackKey(pk, "BlockStored");
+  BeginEvent(pk, 8, "BlockStored");
   PackKey(pk, "block_hashes");
   PackHashes(pk, e.hashes);
   PackKey(pk, "parent_block_hash");
@@ -36,9 +41,7 @@ void Pack(Packer& pk, const KvBlocksStored& e) {
 }
 
 void Pack(Packer& pk, const KvBlocksRemoved& e) {
-  pk.pack_map(3);
-  PackKey(pk, "type");
-  PackKey(pk, "BlockRemoved");
+  BeginEvent(pk, 3, "BlockRemoved");
   PackKey(pk, "block_hashes");
   PackHashes(pk, e.hashes);
   PackKey(pk, "medium");
@@ -46,9 +49,7 @@ void Pack(Packer& pk, const KvBlocksRemoved& e) {
 }
 
 void Pack(Packer& pk, const KvAllBlocksCleared&) {
-  pk.pack_map(1);
-  PackKey(pk, "type");
-  PackKey(pk, "AllBlocksCleared");
+  BeginEvent(pk, 1, "AllBlocksCleared");
 }
 
 }  // namespace

@@ -376,7 +376,9 @@ TEST(LaunchRouter, VllmRouterIsStartedOverEveryReplicasApi) {
 
   o.log_level.clear();
   EXPECT_EQ(Count(RouterArgv(o, {1}), "--log-level"), 0);
-  o.policy = "kv_aware";  // needs KV events the gateways do not publish
+  o.policy = "kv_aware";  // on the KV events ReplicaSet turns on
+  EXPECT_EQ(Flag(RouterArgv(o, {1}), "--policy"), "kv_aware");
+  o.policy = "least_loaded_maybe";
   EXPECT_THROW(RouterArgv(o, {1}), std::invalid_argument);
   o.policy = "cache_aware";
   EXPECT_THROW(RouterArgv(o, {}), std::invalid_argument);

@@ -101,9 +101,11 @@ def setUpModule():
         # behind the router with service discovery, scraped, the API locked
         # to an ingress namespace.
         "plain2": render(sets=["pipelines.replicas=2", "router.enabled=true", "router.discovery=static",
+                               "router.policy=kv_aware",
                                "serviceMonitor.enabled=true", "inferencePool.enabled=true",
                                "inferencePool.endpointPicker.name=epp"], api=MONITORING + POOL_API),
         "lws2": render(sets=["pipelines.mode=leaderWorkerSet", "pipelines.replicas=2", "router.enabled=true",
+                             "router.policy=kv_aware",
                              "serviceMonitor.enabled=true",
                              "networkPolicy.gatewayFrom[0].namespaceSelector.matchLabels.role=ingress"],
                        api=MONITORING + LWS_API),
@@ -516,12 +518,41 @@ class PipelinesTest(Check):
         for w, name, want in [(leader, "sched-grpc", {"leader"}), (leader, "data", {"stage"}),
                               (worker, "grpc", {"leader"}), (worker, "data", {"leader", "stage"}),
                               (leader, "http", {"router", "ingress"}), (leader, "grpc", {"router", "ingress"}),
-                              (leader, "metrics", set(src)), (leader, "sched-metrics", set(src))]:
+                              (leader, "metrics", set(src)), (leader, "sched-metrics", set(src)),
+                              (leader, "kv-events", {"router"}), (leader, "kv-replay", {"router"})]:
             got = admitted(w, name)
             self.expect(got == want, f"lws2: {w['role']} port {name} admits {sorted(got)}, want {sorted(want)}")
         router = next(d for d in m.of_kind("Deployment") if d["metadata"]["name"].endswith("-router"))
         got = {k for k, v in src.items() if admits(m, router, port(router, "http"), v)}
         self.expect(got == {"ingress"}, f"lws2: the router's API admits {sorted(got)}")
+
+
+    def test_kv_aware_schedulers_publish_where_only_the_router_subscribes(self):
+        """router.policy kv_aware: every scheduler publishes its KV events
+        (--kv-events-config on every address), its Service (plain) carries
+        the two ports, and only the router may connect to them."""
+        m = CASES["plain2"]
+        router = next(d for d in m.of_kind("Deployment") if d["metadata"]["name"].endswith("-router"))
+        src = {"router": Source(pod_labels(router)), "outsider": NetworkPolicyTest.OUTSIDER,
+               "external": NetworkPolicyTest.EXTERNAL}
+        schedulers = [w for w in m.workloads() if w["metadata"]["name"].endswith(("-scheduler", "-scheduler-0", "-scheduler-1"))]
+        self.expect(len(schedulers) == 2, f"plain2: {len(schedulers)} schedulers")
+        for w in schedulers:
+            c = w["spec"]["template"]["spec"]["containers"][0]
+            config = json.loads(flag(c, "kv-events-config"))
+            self.expect(config.get("enable_kv_cache_events") is True and config["endpoint"] == "tcp://*:5557",
+                        f"plain2 {w['metadata']['name']}: --kv-events-config {config}")
+            for name in ("kv-events", "kv-replay"):
+                got = {k for k, v in src.items() if admits(m, w, port(w, name), v)}
+                self.expect(got == {"router"}, f"plain2 {w['metadata']['name']} {name} admits {sorted(got)}")
+        services = [s for s in m.of_kind("Service") if s["metadata"]["name"].endswith(("-scheduler", "-scheduler-0", "-scheduler-1"))]
+        for svc in services:
+            names = {p["name"] for p in svc["spec"]["ports"]}
+            self.expect({"kv-events", "kv-replay"} <= names, f"plain2 {svc['metadata']['name']}: ports {sorted(names)}")
+        self.expect(not any("--kv-events-config" in " ".join(chart_checks.command_and_flags(c)[1])
+                            for w in CASES["defaults"].workloads()
+                            for c in w["spec"]["template"]["spec"]["containers"]),
+                    "defaults: no KV events without a kv_aware router")
 
 
 def main(argv):

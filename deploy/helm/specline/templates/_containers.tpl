@@ -126,6 +126,11 @@ Call with (dict "ctx" $ "stageGrpc" "HOST:PORT,..." "portPrefix" ""), and
     - --device={{ .Values.scheduler.device }}
     - --log-level={{ .Values.logLevel }}
     {{- include "specline.clusterSecretArgs" . | trim | nindent 4 }}
+    {{- if include "specline.kvEvents" . }}
+    # KV events on every address; the gateway names a reachable host on
+    # GET /kv_event_sources (the router substitutes the gateway's for "*").
+    - '--kv-events-config={"enable_kv_cache_events":true,"endpoint":"tcp://*:{{ .Values.scheduler.kvEventsPort }}","replay_endpoint":"tcp://*:{{ .Values.scheduler.kvEventsReplayPort }}"}'
+    {{- end }}
     {{- with .Values.scheduler.extraArgs }}{{ toYaml . | nindent 4 }}{{ end }}
   env:
     {{- include "specline.configEnv" (dict "ctx" . "keys" (list "model" "default-policy" "spec-policy")) | nindent 4 }}
@@ -134,6 +139,10 @@ Call with (dict "ctx" $ "stageGrpc" "HOST:PORT,..." "portPrefix" ""), and
     - {name: {{ $prefix }}grpc, containerPort: {{ .Values.scheduler.grpcPort }}, protocol: TCP}
     - {name: data, containerPort: {{ .Values.scheduler.dataPort }}, protocol: TCP}
     - {name: {{ $prefix }}metrics, containerPort: {{ .Values.scheduler.metricsPort }}, protocol: TCP}
+    {{- if include "specline.kvEvents" . }}
+    - {name: kv-events, containerPort: {{ .Values.scheduler.kvEventsPort }}, protocol: TCP}
+    - {name: kv-replay, containerPort: {{ .Values.scheduler.kvEventsReplayPort }}, protocol: TCP}
+    {{- end }}
   # Ready once every stage answers; started as soon as it listens.
   {{- include "specline.probes" (dict "ctx" . "port" .Values.scheduler.grpcPort "startup" "tcp") | nindent 2 }}
   securityContext:

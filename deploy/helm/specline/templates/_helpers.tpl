@@ -28,6 +28,11 @@ name the release-wide objects.
 {{- $m -}}
 {{- end -}}
 
+{{/* "true" when the schedulers publish their KV events: the router routes on them (router.policy kv_aware; docs/routers.md "KV events"). */}}
+{{- define "specline.kvEvents" -}}
+{{- if and .Values.router.enabled (eq .Values.router.policy "kv_aware") -}}true{{- end -}}
+{{- end -}}
+
 {{/* "true" when plain mode runs more than one pipeline: names and selectors then carry the pipeline's index. */}}
 {{- define "specline.multiPlain" -}}
 {{- if and (eq (include "specline.mode" .) "plain") (gt (int .Values.pipelines.replicas) 1) -}}true{{- end -}}
