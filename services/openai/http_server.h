@@ -6,7 +6,11 @@
 //   endpoints (POST /v1/chat/completions/render, /v1/completions/render,
 //   /v1/responses/render), SGLang's probes (GET /get_load,
 //   /get_server_info, /get_model_info) and vLLM's metrics (GET /metrics,
-//   vllm_metrics.h).
+//   vllm_metrics.h) and the KV events' sources (GET /kv_event_sources).
+// The server only listens and runs the I/O threads: the transport is
+// http_connection.h, which paths go where api_routes.h, and each endpoint
+// family its own files (openai_endpoints.h, router_endpoints.h) over one
+// request pipeline (request_pipeline.h) (docs/openai_api.md, "Layout").
 // Boost.Beast over Asio (docs/dependencies.md): a few I/O threads serve
 // every connection, and a streaming request waits for tokens in gRPC's
 // callback API (async_generation.h), so an open stream holds no thread.
