@@ -111,7 +111,8 @@ void Engine::PublishFinalBlocksLocked(Sequence& s, int32_t computed_end) {
       a.set_key(key);
       run = p.held + 1;
     } else {
-      prefix_.Insert(p.keys, p.held, s.tokens, p.salt, p.weight_set);
+      // Only the shared scope's blocks are announced to routers.
+      prefix_.Insert(p.keys, p.held, s.tokens, p.salt, p.weight_set, s.cache_scope.empty());
     }
     --s.kv_reserved;  // the block now counts as cached, not as this sequence's own
     ++p.held;

@@ -113,6 +113,16 @@ TEST(PrefixCacheEvents, InsertEvictForgetAndClearAreRecorded) {
   EXPECT_TRUE(std::holds_alternative<KvAllBlocksCleared>(events[0]));
   c.Clear();  // nothing held: nothing to tell
   EXPECT_TRUE(TakeNow(log).empty());
+
+  // A block of a principal's own cache scope is never announced, nor its
+  // removal: routers would place other principals' requests by it.
+  const uint64_t scoped = PrefixCache::Salt("m.gguf", 0, 0, "alice");
+  const std::vector<uint64_t> own = c.BlockKeys(tokens, 1, scoped);
+  c.Insert(own, 0, tokens, scoped, 0, /*announce=*/false);
+  c.Unref(own);
+  c.EvictLru(1);
+  EXPECT_FALSE(c.Contains(own[0]));
+  EXPECT_TRUE(TakeNow(log).empty());
 }
 
 // Decodes `payload` with msgpack-cxx's parser and returns the map of event

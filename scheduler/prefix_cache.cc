@@ -71,7 +71,7 @@ std::vector<PrefixCache::Evicted> PrefixCache::Forget(std::span<const uint64_t> 
     auto it = entries_.find(key);
     if (it == entries_.end() || it->second.forgotten) continue;
     Entry& e = it->second;
-    RecordRemoved(key);  // it matches nothing from now on
+    RecordRemoved(key, e);  // it matches nothing from now on
     if (e.refs > 0) {
       e.forgotten = true;
       continue;
@@ -85,14 +85,15 @@ std::vector<PrefixCache::Evicted> PrefixCache::Forget(std::span<const uint64_t> 
 
 void PrefixCache::Insert(std::span<const uint64_t> keys, int index,
                          std::span<const int32_t> tokens, uint64_t salt,
-                         uint32_t weight_set) {
+                         uint32_t weight_set, bool announce) {
   const std::span<const int32_t> block = BlockTokens(tokens, index);
   Entry& e = entries_[keys[index]];
   e.parent = Parent(keys, index, salt);
   e.tokens.assign(block.begin(), block.end());
   e.refs = 1;
   e.weight_set = weight_set;
-  if (events_) events_->Stored(index == 0 ? std::nullopt : std::optional(e.parent), keys[index], block);
+  e.announced = events_ && announce;
+  if (e.announced) events_->Stored(index == 0 ? std::nullopt : std::optional(e.parent), keys[index], block);
 }
 
 std::vector<PrefixCache::Evicted> PrefixCache::EvictLru(int64_t blocks) {
@@ -100,7 +101,7 @@ std::vector<PrefixCache::Evicted> PrefixCache::EvictLru(int64_t blocks) {
   while (blocks-- > 0 && !lru_.empty()) {
     auto it = entries_.find(lru_.front());
     evicted.push_back({it->first, it->second.weight_set});
-    RecordRemoved(it->first);
+    RecordRemoved(it->first, it->second);
     entries_.erase(it);
     lru_.pop_front();
   }

@@ -65,9 +65,11 @@ class PrefixCache {
   std::vector<Evicted> Unref(std::span<const uint64_t> keys);
   // Records block `index` of `tokens` as cached under keys[index] in the
   // cache of `weight_set`, held by the sequence that computed it (one
-  // reference).
+  // reference). `announce`: its KV events are published (only blocks of
+  // the shared cache scope are: a router that learnt one principal's
+  // blocks would place another's requests by them).
   void Insert(std::span<const uint64_t> keys, int index, std::span<const int32_t> tokens,
-              uint64_t salt, uint32_t weight_set);
+              uint64_t salt, uint32_t weight_set, bool announce = true);
   // Forgets up to `blocks` unreferenced entries, least recently used first.
   std::vector<Evicted> EvictLru(int64_t blocks);
   // Takes `keys` out of use after a stage disagreed on them: unreferenced
@@ -86,6 +88,7 @@ class PrefixCache {
     int refs = 0;
     uint32_t weight_set = 0;
     bool forgotten = false;  // matches nothing; evicted when refs reach 0
+    bool announced = false;  // its BlockStored was published
     std::list<uint64_t>::iterator lru;  // valid while refs == 0
   };
   uint64_t Parent(std::span<const uint64_t> keys, int index, uint64_t salt) const {
@@ -96,8 +99,8 @@ class PrefixCache {
   }
 
   // Records that `key` stopped matching (evicted, or forgotten while held).
-  void RecordRemoved(uint64_t key) {
-    if (events_) events_->Removed(key);
+  void RecordRemoved(uint64_t key, const Entry& e) {
+    if (events_ && e.announced) events_->Removed(key);
   }
 
   int block_size_;
