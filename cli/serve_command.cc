@@ -74,6 +74,8 @@ const char kServeUsage[] = R"(usage: specline serve [options]
                            Retry-After beyond; default 0: no quota)
   --metrics-per-principal true   label the gateway's request, token and rejection
                            counts by principal on /metrics (default false)
+  --accept-any-model true  answer requests naming any model with the served one, as
+                           llama-server does (default false: a 404 for another name)
   --admission fair|fifo    the scheduler's waiting queue: round robin across
                            principals (default) or first come, first served
   --max-kv-blocks-per-tenant N   KV blocks one principal's running requests may hold
@@ -105,7 +107,7 @@ int ServeCommand(int argc, char** argv) {
                   "tls-key", "cors-origins", "port-file", "startup-timeout-s", "demo-prompt", "log-level",
                   "device", "dtype", "retry-window-ms", "max-attempts", "max-streams-per-principal",
                   "prefix-cache", "kv-events-config", "served-model-name", "cache-share-group",
-                  "max-tokens-per-minute-per-principal", "metrics-per-principal", "admission",
+                  "max-tokens-per-minute-per-principal", "metrics-per-principal", "accept-any-model", "admission",
                   "max-kv-blocks-per-tenant", "replicas", "router", "router-binary",
                   "router-health-interval-s"});
   // The policies' flags, as they declare them (scheduler/policies/registry.h).
@@ -178,6 +180,8 @@ int ServeCommand(int argc, char** argv) {
   g.max_tokens_per_minute_per_principal = args.Int("max-tokens-per-minute-per-principal", 0);
   const std::string per_principal = args.Str("metrics-per-principal", "false");
   g.metrics_per_principal = per_principal == "true" || per_principal == "1";
+  const std::string any_model = args.Str("accept-any-model", "false");
+  g.accept_any_model = any_model == "true" || any_model == "1";
   g.tls_cert = args.Str("tls-cert");
   g.tls_key = args.Str("tls-key");
   g.cors_origins = args.Str("cors-origins");

@@ -54,6 +54,9 @@ const char kUsage[] = R"(usage: specline-gateway --model PATH --scheduler HOST:P
                                retry-after, HTTP 429 with Retry-After (default 0: none)
   --metrics-per-principal true|false  count requests, tokens and rejections on /metrics
                                with a principal label (default false)
+  --accept-any-model true|false  answer a request naming any model with the served one,
+                               as llama-server does (default false: 404 model_not_found,
+                               as vLLM; docs/openai_api.md says why)
   --cluster-secret-file PATH   the internal plane's shared secret, sent to the scheduler
   --tls-cert PATH --tls-key PATH   serve TLS with this PEM certificate and key
   --drain-timeout-ms N         on SIGTERM, how long open streams may finish (default 30000)
@@ -96,6 +99,7 @@ bool ParseArgs(int argc, char** argv, specline::GatewayConfig* c) {
         st = absl::InvalidArgumentError("--max-tokens-per-minute-per-principal must be >= 0");
     }
     else if (name == "metrics-per-principal") st = specline::ParseBool(name, v, &c->metrics_per_principal);
+    else if (name == "accept-any-model") st = specline::ParseBool(name, v, &c->accept_any_model);
     else if (name == "cluster-secret-file") c->cluster_secret_file = v;
     else if (name == "tls-cert") c->tls_cert = v;
     else if (name == "tls-key") c->tls_key = v;

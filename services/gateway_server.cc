@@ -120,6 +120,7 @@ GenerationService::Options ServiceOptions(const GatewayConfig& config) {
   GenerationService::Options options;
   options.model_name = ServedModelName(config);
   options.max_concurrent_streams = config.max_concurrent_streams;
+  options.accept_any_model = config.accept_any_model;
   options.max_streams_per_principal = config.max_streams_per_principal;
   options.max_tokens_per_minute_per_principal = config.max_tokens_per_minute_per_principal;
   if (!config.auth_token_file.empty()) {

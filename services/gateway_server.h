@@ -47,6 +47,9 @@ struct GatewayConfig {
   // (services/token_quota.h); 0 = no quota.
   int64_t max_tokens_per_minute_per_principal = 0;
   bool metrics_per_principal = false;  // /metrics series labelled by principal
+  // --accept-any-model: requests naming another model are answered by the
+  // served one (llama-server's way); off, they are 404s (vLLM's).
+  bool accept_any_model = false;
   std::string cluster_secret_file;    // the internal plane's secret (docs/security.md)
   std::string tls_cert, tls_key;  // PEM files; both or neither
   std::string cors_origins;       // the HTTP API's allowed browser origins ("" none, "*" any)

@@ -46,6 +46,8 @@ class GenerationService final : public v1::Generation::Service {
     // namespace, for a deployment without authentication.
     CacheScopes cache_scopes;
     int64_t max_tokens_per_minute_per_principal = 0;  // 0: no token quota
+    // The HTTP APIs answer a request naming any model (--accept-any-model).
+    bool accept_any_model = false;
   };
 
   GenerationService(ServedModel model, std::shared_ptr<grpc::ChannelInterface> scheduler,
@@ -98,6 +100,7 @@ class GenerationService final : public v1::Generation::Service {
   // and /get_server_info report).
   SchedulerLoad& scheduler_load() { return scheduler_load_; }
   const std::string& model_name() const { return options_.model_name; }
+  bool accept_any_model() const { return options_.accept_any_model; }
   const ServedModel& served_model() const { return model_; }
   // For failures counted outside the shared path (the HTTP API's own 4xx).
   GatewayMetrics::Series& metrics(Api api) { return metrics_.For(api); }

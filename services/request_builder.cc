@@ -149,6 +149,27 @@ absl::StatusOr<nlohmann::ordered_json> TemplateMessage(const v1::ChatMessage& ms
 
 }  // namespace
 
+absl::Status CheckContinuation(const v1::ChatMessages& chat) {
+  if (!chat.continue_final_message()) return absl::OkStatus();
+  // The last message is continued, so nothing may follow it.
+  if (!chat.no_generation_prompt())
+    return Invalid("prompt.chat.continue_final_message",
+                   "cannot be combined with a generation prompt (set no_generation_prompt / "
+                   "add_generation_prompt: false)");
+  if (chat.messages().empty()) return Invalid("prompt.chat.messages", "is empty");
+  const v1::ChatMessage& last = chat.messages(chat.messages_size() - 1);
+  if (last.role() != "assistant")
+    return Invalid("prompt.chat.continue_final_message",
+                   absl::StrCat("needs the last message to be the assistant's, got '", last.role(), "'"));
+  if (last.content_null())
+    return Invalid("prompt.chat.continue_final_message", "the last message has no content to continue");
+  // As llama-server: a turn of calls is whole; the model cannot go on with it.
+  if (!last.tool_calls_json().empty())
+    return Invalid("prompt.chat.continue_final_message",
+                   "the last message carries tool calls; an assistant turn of calls cannot be continued");
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::string> RenderChat(const v1::ChatMessages& chat, const ServedModel& m) {
   const auto& msgs = chat.messages();
   if (msgs.empty()) return Invalid("prompt.chat.messages", "is empty");
@@ -181,21 +202,7 @@ absl::StatusOr<std::string> RenderChat(const v1::ChatMessages& chat, const Serve
                                   "--chat-template that does"));
   }
   options.add_generation_prompt = !chat.no_generation_prompt();
-  if (chat.continue_final_message()) {
-    // The last message is continued, so nothing may follow it.
-    if (!chat.no_generation_prompt())
-      return Invalid("prompt.chat.continue_final_message",
-                     "cannot be combined with a generation prompt (set no_generation_prompt / "
-                     "add_generation_prompt: false)");
-    const v1::ChatMessage& last = msgs[msgs.size() - 1];
-    if (last.role() != "assistant")
-      return Invalid("prompt.chat.continue_final_message",
-                     absl::StrCat("needs the last message to be the assistant's, got '", last.role(),
-                                  "'"));
-    if (last.content_null())
-      return Invalid("prompt.chat.continue_final_message",
-                     "the last message has no content to continue");
-  }
+  if (absl::Status s = CheckContinuation(chat); !s.ok()) return s;
   if (!chat.template_kwargs_json().empty()) {
     options.extra = nlohmann::ordered_json::parse(chat.template_kwargs_json(), nullptr,
                                                   /*allow_exceptions=*/false);

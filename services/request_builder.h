@@ -63,6 +63,12 @@ struct PreparedRequest {
 absl::StatusOr<std::string> CutAfterFinalMessage(const std::string& rendered,
                                                  const std::string& final_content);
 
+// Whether `chat` may continue its final message (continue_final_message):
+// no generation prompt after it, and an assistant's turn of text to go on
+// with. OK when it does not ask to. The one check of it, for every API
+// (the OpenAI API runs it while parsing, RenderChat again).
+absl::Status CheckContinuation(const v1::ChatMessages& chat);
+
 // The prompt text the model's chat template makes of `chat` (what
 // /apply-template answers). INVALID_ARGUMENT naming the template's error.
 absl::StatusOr<std::string> RenderChat(const v1::ChatMessages& chat, const ServedModel& model);

@@ -14,6 +14,7 @@
 #include "services/openai/openai_request.h"
 #include "services/openai/tool_call_response.h"
 #include "services/request_builder.h"
+#include "services/tool_calls/generic_prompt.h"
 #include "services/tool_calls/tool_call_parser.h"
 #include "services/tool_calls/tool_call_schema.h"
 #include "tests/test_util.h"
@@ -158,13 +159,14 @@ TEST(ToolCallParsers, RandomTextsParseTheSameWholeAndStreamed) {
   const std::vector<std::string> pieces = {
       "<tool_call>", "</tool_call>", "[TOOL_CALLS]", "[ARGS]", "<|python_tag|>", "<tool",
       "[TOOL", "{", "}", "[", "]", "\"", "\\", ":", ",", ";", " ", "\n", "\"name\"",
-      "\"arguments\"", "\"parameters\"", "\"f\"", "1", "x", "é"};
+      "\"arguments\"", "\"parameters\"", "\"f\"", "1", "x", "é", "{\"tool_calls\": [",
+      "{\"tool_call\": "};
   std::mt19937 rng(7);
   for (int round = 0; round < 3000; ++round) {
     std::string text;
     const int n = 1 + rng() % 30;
     for (int i = 0; i < n; ++i) text += pieces[rng() % pieces.size()];
-    for (Syntax syntax : {Syntax::kHermes, Syntax::kLlama3, Syntax::kMistral}) {
+    for (Syntax syntax : {Syntax::kHermes, Syntax::kLlama3, Syntax::kMistral, Syntax::kGeneric}) {
       const ParsedText whole = ParseAll(syntax, text);
       const ParsedText streamed = ParseInPieces(syntax, text, round);
       ASSERT_EQ(whole.content, streamed.content) << SyntaxName(syntax) << ": " << text;
@@ -179,6 +181,39 @@ TEST(ToolCallParsers, RandomTextsParseTheSameWholeAndStreamed) {
       }
     }
   }
+}
+
+// The generic form (generic_prompt.h): the whole answer is the reply of
+// calls, or it is text.
+TEST(ToolCallParsers, Generic) {
+  const json paris = {{"city", "Paris"}};
+  ExpectBothWays(Syntax::kGeneric,
+                 "{\"tool_calls\": [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]}",
+                 {"", {{"get_weather", paris}}});
+  ExpectBothWays(Syntax::kGeneric,
+                 " \n{\"tool_calls\": [{\"name\": \"a\", \"arguments\": {\"city\": \"Paris\"}},"
+                 " {\"name\": \"b\", \"arguments\": {}}]}\n",
+                 {"", {{"a", paris}, {"b", json::object()}}});
+  // llama.cpp's older single-call object.
+  ExpectBothWays(Syntax::kGeneric, "{\"tool_call\": {\"name\": \"b\", \"arguments\": {}}}",
+                 {"", {{"b", json::object()}}});
+  // Text, JSON that is not a reply of calls, a broken entry, and a cut-off
+  // object: all content, as written.
+  ExpectBothWays(Syntax::kGeneric, "It is {sunny} in Paris.", {"It is {sunny} in Paris.", {}});
+  ExpectBothWays(Syntax::kGeneric, "{\"answer\": 42}", {"{\"answer\": 42}", {}});
+  ExpectBothWays(Syntax::kGeneric, "{\"tool_calls\": [{\"name\": \"a\", \"arguments\": {}}, {\"arguments\": {}}]}",
+                 {"{\"tool_calls\": [{\"name\": \"a\", \"arguments\": {}}, {\"arguments\": {}}]}", {}});
+  ExpectBothWays(Syntax::kGeneric, "{\"tool_calls\": [{\"name\": \"a\", \"argu",
+                 {"{\"tool_calls\": [{\"name\": \"a\", \"argu", {}});
+  ExpectBothWays(Syntax::kGeneric, "{\"tool_calls\": [], \"x\": 1}", {"{\"tool_calls\": [], \"x\": 1}", {}});
+  // Text after the calls is content; the whitespace around them is not.
+  ExpectBothWays(Syntax::kGeneric, "{\"tool_calls\": [{\"name\": \"a\", \"arguments\": {}}]}\n\nDone.",
+                 {"\n\nDone.", {{"a", json::object()}}});
+  // Streamed text goes out as it comes, not at the end.
+  auto parser = MakeParser(Syntax::kGeneric);
+  EXPECT_EQ(parser->Push("  ").content, "");
+  EXPECT_EQ(parser->Push("Hel").content, "  Hel");
+  EXPECT_EQ(parser->Push("lo").content, "lo");
 }
 
 TEST(ToolCallParsers, NoneIsText) {
@@ -230,6 +265,15 @@ TEST(ToolCallSyntax, ReadFromTheRealTemplates) {
   EXPECT_FALSE(SyntaxFromFlag("qwen", &is_auto, &error));
   EXPECT_NE(error.find("qwen"), std::string::npos);
   EXPECT_THROW(ResolveToolCallSupport("qwen", nullptr, nullptr), std::invalid_argument);
+  // Whether a template without tools takes a system turn (where the
+  // generic tool form writes its instructions): Gemma 2's raises on one.
+  for (const auto& [name, takes] : {std::pair{"google-gemma-2-2b-it", false}, {"specline-chatml", true},
+                                    {"microsoft-Phi-3.5-mini-instruct", true}}) {
+    absl::StatusOr<ChatTemplate> t =
+        ChatTemplate::FromFile(SourcePath(std::string("tests/data/jinja/templates/") + name + ".jinja"), "", "");
+    ASSERT_TRUE(t.ok()) << t.status();
+    EXPECT_EQ(ResolveToolCallSupport("auto", &*t, nullptr).template_takes_system, takes) << name;
+  }
 }
 
 // A control token prints as nothing; MarkedText puts the marker back
@@ -296,6 +340,94 @@ TEST(ToolCallSchema, EnforcesOneCallInTheFamilysSyntax) {
   EXPECT_FALSE(ForcedCallFormat({Syntax::kMistral, true, true, "", {}}, kTools, "").ok());
   EXPECT_FALSE(ForcedCallFormat(hermes, kTools, "missing").ok());
   EXPECT_FALSE(ForcedCallFormat({Syntax::kNone, true, false, "", {}}, kTools, "now").ok());
+}
+
+TEST(ToolCallSchema, GenericFormIsOneObjectOfCalls) {
+  absl::StatusOr<v1::ResponseFormat> f = ForcedCallFormat({Syntax::kGeneric, false, false, "", {}}, kTools, "");
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_TRUE(f->prefix().empty());
+  const json schema = json::parse(f->json_schema());
+  EXPECT_EQ(schema["required"], json({"tool_calls"}));
+  EXPECT_EQ(schema["additionalProperties"], false);
+  const json& list = schema["properties"]["tool_calls"];
+  EXPECT_EQ(list["minItems"], 1);
+  ASSERT_EQ(list["items"]["anyOf"].size(), 2u);
+  EXPECT_EQ(list["items"]["anyOf"][0]["properties"]["arguments"], kTools[0]["function"]["parameters"]);
+  f = ForcedCallFormat({Syntax::kGeneric, false, false, "", {}}, kTools, "now");
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(json::parse(f->json_schema())["properties"]["tool_calls"]["items"]["properties"]["name"]["const"], "now");
+
+  EXPECT_FALSE(list.contains("maxItems"));
+  f = ForcedCallFormat({Syntax::kGeneric, false, false, "", {}}, kTools, "", /*one_call=*/true);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(json::parse(f->json_schema())["properties"]["tool_calls"]["maxItems"], 1);
+  // The name before the arguments: the grammar writes them in this order.
+  EXPECT_LT(f->json_schema().find("\"name\""), f->json_schema().find("\"arguments\""));
+
+  // "auto": one EBNF grammar, text or the object (grammar_test walks it).
+  f = GenericAutoFormat(kTools, /*one_call=*/true);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_TRUE(f->has_ebnf());
+  EXPECT_NE(f->ebnf().find("tool_calls"), std::string::npos);
+  json bad = kTools;
+  bad[0]["function"]["parameters"]["properties"]["city"]["type"] = "no-such-type";
+  EXPECT_FALSE(GenericAutoFormat(bad, true).ok());
+}
+
+TEST(GenericPrompt, ToolsGoIntoTheSystemMessageAndPastCallsBecomeText) {
+  v1::ChatMessages chat;
+  auto add = [&](const char* role, const std::string& content) {
+    v1::ChatMessage* m = chat.add_messages();
+    m->set_role(role);
+    m->set_content(content);
+    return m;
+  };
+  add("user", "Weather in Paris?");
+  v1::ChatMessage* call = add("assistant", "");
+  call->set_content_null(true);
+  call->set_tool_calls_json(R"([{"id": "call_1", "type": "function",
+      "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}])");
+  add("tool", "22 C")->set_tool_call_id("call_1");
+  chat.set_tools_json(kTools.dump());
+  v1::ChatMessages no_tools = chat;
+
+  v1::ChatMessages no_system = chat;
+  RewriteForGenericTools(&kTools, true, &chat);
+  ASSERT_EQ(chat.messages_size(), 4);
+  EXPECT_TRUE(chat.tools_json().empty());
+  EXPECT_EQ(chat.messages(0).role(), "system");
+  EXPECT_EQ(chat.messages(0).content(), GenericToolInstructions(kTools));
+  for (const char* want : {"\"name\":\"get_weather\"", "\"description\":\"Weather in a city\"",
+                           "\"name\":\"now\",\"parameters\":{\"properties\":{},\"type\":\"object\"}",
+                           "{\"tool_calls\": [{\"name\": \"<function name>\""}) {
+    EXPECT_NE(chat.messages(0).content().find(want), std::string::npos) << want << "\n" << chat.messages(0).content();
+  }
+  EXPECT_EQ(chat.messages(1).content(), "Weather in Paris?");
+  EXPECT_FALSE(chat.messages(2).content_null());
+  EXPECT_TRUE(chat.messages(2).tool_calls_json().empty());
+  EXPECT_EQ(json::parse(chat.messages(2).content()),
+            json::parse(R"({"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]})"));
+  EXPECT_EQ(chat.messages(3).role(), "user");
+  EXPECT_EQ(json::parse(chat.messages(3).content()),
+            json::parse(R"({"tool_response": {"tool_call_id": "call_1", "content": "22 C"}})"));
+
+  // A client's system message keeps its text first; tool_choice "none"
+  // (no tools given) rewrites the history alone.
+  v1::ChatMessages with_system;
+  with_system.add_messages()->set_role("system");
+  with_system.mutable_messages(0)->set_content("Be brief.");
+  RewriteForGenericTools(&kTools, true, &with_system);
+  ASSERT_EQ(with_system.messages_size(), 1);
+  EXPECT_EQ(with_system.messages(0).content(), "Be brief.\n\n" + GenericToolInstructions(kTools));
+  RewriteForGenericTools(nullptr, true, &no_tools);
+  ASSERT_EQ(no_tools.messages_size(), 3);
+  EXPECT_EQ(no_tools.messages(0).role(), "user");
+  EXPECT_EQ(no_tools.messages(2).role(), "user");
+  // A template that refuses system turns: before the first user's text.
+  RewriteForGenericTools(&kTools, false, &no_system);
+  ASSERT_EQ(no_system.messages_size(), 3);
+  EXPECT_EQ(no_system.messages(0).role(), "user");
+  EXPECT_EQ(no_system.messages(0).content(), GenericToolInstructions(kTools) + "\n\nWeather in Paris?");
 }
 
 }  // namespace
@@ -411,11 +543,29 @@ TEST(ToolRequests, ToolChoiceAgainstTheServedModel) {
   EXPECT_EQ(with, Syntax::kHermes);
   EXPECT_FALSE(p.request.has_response_format());
 
+  // A template without tools: the generic form, "auto" held to text or
+  // the reply of calls by grammar.
   p = {};
-  std::optional<ApiError> e = apply({{"tools", tool_calls::kTools}}, plain, &p, &with);
-  ASSERT_TRUE(e);
-  EXPECT_EQ(e->param, "tools");
-  EXPECT_NE(e->message.find("smol.jinja"), std::string::npos) << e->message;
+  EXPECT_FALSE(apply({{"tools", tool_calls::kTools}}, plain, &p, &with));
+  EXPECT_EQ(with, Syntax::kGeneric);
+  EXPECT_TRUE(p.request.chat().tools_json().empty());
+  EXPECT_EQ(p.request.chat().messages(0).role(), "system");
+  EXPECT_TRUE(p.request.response_format().has_ebnf());
+  p = {};
+  EXPECT_FALSE(apply({{"tools", tool_calls::kTools}, {"tool_choice", "required"}}, plain, &p, &with));
+  EXPECT_EQ(with, Syntax::kGeneric);
+  const json calls = json::parse(p.request.response_format().json_schema())["properties"]["tool_calls"];
+  EXPECT_EQ(calls["maxItems"], 1);  // one call, unless parallel_tool_calls is asked for
+  p = {};
+  EXPECT_FALSE(apply({{"tools", tool_calls::kTools}, {"tool_choice", "required"}, {"parallel_tool_calls", true}},
+                     plain, &p, &with));
+  EXPECT_FALSE(json::parse(p.request.response_format().json_schema())["properties"]["tool_calls"].contains("maxItems"));
+  // The client's response_format, or a policy without grammars: parsed, not held.
+  p = {};
+  EXPECT_FALSE(apply({{"tools", tool_calls::kTools}, {"policy", "ptp"}}, plain, &p, &with));
+  EXPECT_EQ(with, Syntax::kGeneric);
+  EXPECT_FALSE(p.request.has_response_format());
+  std::optional<ApiError> e;
   p = {};
   EXPECT_TRUE(apply({{"tools", tool_calls::kTools}}, unknown, &p, &with));
 

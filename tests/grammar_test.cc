@@ -21,6 +21,8 @@
 #include "model/grammar/grammar_matcher.h"
 #include "model/grammar/grammar_random_walk.h"
 #include "model/grammar/grammar_vocabulary.h"
+#include "model/grammar/json_schema_drafts.h"
+#include "model/grammar/response_format_grammar.h"
 #include "model/tokenizer/tokenizer.h"
 #include "tests/test_util.h"
 
@@ -317,6 +319,64 @@ TEST_P(GrammarTest, JsonStringsRefuseControlCharactersAndSurrogates) {
     ASSERT_EQ(ok.size(), 1u);
     EXPECT_TRUE(m.Accept(ok[0])) << schema;
   }
+}
+
+// Draft 4-7 tuples ("items": [...], "additionalItems") compile as the
+// 2020-12 prefixItems / items they mean: each position its own schema, the
+// rest additionalItems' (none when it is absent: strict, as for prefixItems).
+TEST_P(GrammarTest, Draft7TupleItemsWalksValidate) {
+  auto check = [](const std::string& text, bool with_rest) {
+    json v = json::parse(text, nullptr, false);
+    ASSERT_TRUE(v.is_object()) << text;
+    const json& t = v["t"];
+    ASSERT_TRUE(t.is_array()) << text;
+    if (!with_rest) {
+      EXPECT_LE(t.size(), 2u) << text;
+    }
+    for (size_t i = 0; i < t.size(); ++i) {
+      const bool typed = i == 0 ? t[i].is_string() : i == 1 ? t[i].is_number_integer() : t[i].is_boolean();
+      EXPECT_TRUE(typed) << i << ": " << text;
+    }
+  };
+  const json tuple = json::parse(R"({"type": "array", "items": [{"type": "string", "maxLength": 8},
+                                    {"type": "integer"}], "minItems": 2})");
+  json schema = {{"type", "object"}, {"properties", {{"t", tuple}}}, {"required", {"t"}}};
+  Walks(Schema(schema.dump()), 6, [&](const std::string& text) { check(text, false); });
+  schema["properties"]["t"]["additionalItems"] = {{"type", "boolean"}};
+  Walks(Schema(schema.dump()), 6, [&](const std::string& text) { check(text, true); });
+}
+
+TEST(JsonSchemaDrafts, TupleItemsBecomePrefixItemsAndDataStaysAsItIs) {
+  EXPECT_EQ(json::parse(TupleItemsAsPrefixItems(
+                R"({"items": [{"type": "string"}], "additionalItems": false})")),
+            json::parse(R"({"prefixItems": [{"type": "string"}], "items": false})"));
+  const std::string data =
+      R"({"type": "object", "properties": {"items": {"type": "array", "items": {"type": "string"}}},)"
+      R"( "enum": [{"items": [1]}], "default": {"items": [2]}})";
+  EXPECT_EQ(json::parse(TupleItemsAsPrefixItems(data)), json::parse(data));
+  EXPECT_EQ(TupleItemsAsPrefixItems("{\"items\": ["), "{\"items\": [");  // not JSON: as it was
+}
+
+// tool_choice "auto" in the generic tool form: free text that does not
+// open with "{", or the schema's object; nothing else.
+TEST_P(GrammarTest, TextOrJsonSchemaTakesTextOrTheObject) {
+  absl::StatusOr<std::string> ebnf = TextOrJsonSchemaEbnf(
+      R"({"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]})");
+  ASSERT_TRUE(ebnf.ok()) << ebnf.status();
+  auto grammar = Compile(Ebnf(*ebnf));
+  ASSERT_TRUE(grammar);
+  auto takes = [&](const std::string& text) {
+    GrammarMatcher m(grammar);
+    for (int32_t id : v_->vocab->Spell(text)) {
+      if (!m.Accept(id)) return false;
+    }
+    return m.CanEnd();
+  };
+  for (const char* ok : {"", "Hello {there}.\nBye", "  It is 22 C", "{\"a\": 12}", "{\"a\":1}"})
+    EXPECT_TRUE(takes(ok)) << ok;
+  for (const char* bad : {"{\"b\": 1}", "{\"a\": 1} and more", " {\"a\": 1}", "{\"a\": \"x\"}"})
+    EXPECT_FALSE(takes(bad)) << bad;
+  EXPECT_FALSE(TextOrJsonSchemaEbnf(R"({"type": "no-such-type"})").ok());
 }
 
 TEST_P(GrammarTest, ControlAndPaddingTokensAreNeverAllowed) {

@@ -118,18 +118,21 @@ TEST_F(ChatTemplateServing, ATurnTheTemplateRefusesIsA400WithItsMessage) {
   EXPECT_EQ(ok.status, 200) << ok.body;
 }
 
-// This template renders no `tools`: a request with tools is a 400 naming
-// the template, unless tool_choice is "none" (the tools are then left out).
-TEST_F(ChatTemplateServing, ToolsOnATemplateWithoutThemAre400UnlessNone) {
+// This template renders no `tools`: a request with tools gets them in the
+// generic tool form (services/tool_calls/generic_prompt.h), written into
+// the first user turn since the template refuses system turns; with
+// tool_choice "none" the tools are left out.
+TEST_F(ChatTemplateServing, ToolsOnATemplateWithoutThemTakeTheGenericForm) {
   const json tools = json::parse(
       R"([{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}])");
-  for (const char* target : {"/v1/chat/completions", "/apply-template"}) {
-    SCOPED_TRACE(target);
-    HttpResult r = PostJson(Http(), target, {{"messages", kConversation}, {"tools", tools}});
-    EXPECT_EQ(r.status, 400) << r.body;
-    EXPECT_EQ(r.Json()["error"]["param"], "tools") << r.body;
-    EXPECT_NE(r.body.find("story.jinja"), std::string::npos) << r.body;
-  }
+  HttpResult generic = PostJson(Http(), "/apply-template", {{"messages", kConversation}, {"tools", tools}});
+  ASSERT_EQ(generic.status, 200) << generic.body;
+  const std::string prompt = generic.Json()["prompt"];
+  EXPECT_EQ(prompt.find("<s>user: You can call functions"), 0u) << prompt;
+  EXPECT_NE(prompt.find("[{\"name\":\"f\",\"parameters\":{\"type\":\"object\"}}]"), std::string::npos) << prompt;
+  generic = PostJson(Http(), "/v1/chat/completions",
+                     {{"messages", kConversation}, {"tools", tools}, {"max_tokens", 8}});
+  EXPECT_EQ(generic.status, 200) << generic.body;
   HttpResult r = PostJson(Http(), "/apply-template",
                           {{"messages", kConversation}, {"tools", tools}, {"tool_choice", "none"}});
   ASSERT_EQ(r.status, 200) << r.body;

@@ -127,5 +127,252 @@ TEST_F(ToolCallServing, BadToolRequestsAre400sNamingTheField) {
   EXPECT_EQ(r.Json()["error"]["param"], "tools[0].type") << r.body;
 }
 
+// SmolLM2 with its own chat template, which does not render tools: the
+// generic tool form (services/tool_calls/generic_prompt.h), enforced by
+// grammar. The same deployment serves the request items of issue 40 part 6
+// that need a model of its own template: assistant prefill, the prompt-token
+// count, and --accept-any-model.
+class OwnTemplateServing : public ::testing::Test {
+ public:
+  static int Http() { return stack_->ports["gateway"]["http"].get<int>(); }
+
+ protected:
+  static void SetUpTestSuite() {
+    ASSERT_FALSE(SmolLm2Path().empty()) << "SmolLM2 is fetched by scripts/setup.sh";
+    stack_ = StartStack(SmolLm2Path(), 1, {"--accept-any-model", "true"}).release();
+  }
+  static void TearDownTestSuite() {
+    delete stack_;
+    stack_ = nullptr;
+  }
+  static ServingStack* stack_;
+};
+ServingStack* OwnTemplateServing::stack_ = nullptr;
+
+const json kTwoTools = json::parse(R"([
+  {"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
+   "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 24}},
+                  "required": ["city"]}}},
+  {"type": "function", "function": {"name": "get_time", "description": "The time in a time zone",
+   "parameters": {"type": "object", "properties": {"zone": {"enum": ["UTC", "CET", "PST"]}},
+                  "required": ["zone"]}}}])");
+
+// A call's arguments against the tool's schema (the two schemas above:
+// every required property present, no other, each of its type or enum).
+void ExpectValidCall(const std::string& name, const std::string& arguments, const json& tools) {
+  const json args = json::parse(arguments, nullptr, false);
+  ASSERT_TRUE(args.is_object()) << arguments;
+  const json* params = nullptr;
+  for (const json& t : tools) {
+    if (t["function"]["name"] == name) params = &t["function"]["parameters"];
+  }
+  ASSERT_NE(params, nullptr) << "'" << name << "' is not among the tools";
+  for (const json& r : (*params)["required"]) EXPECT_TRUE(args.contains(r.get<std::string>())) << arguments;
+  for (const auto& [key, value] : args.items()) {
+    ASSERT_TRUE((*params)["properties"].contains(key)) << key << " in " << arguments;
+    const json& p = (*params)["properties"][key];
+    if (p.contains("enum")) {
+      EXPECT_NE(std::find(p["enum"].begin(), p["enum"].end(), value), p["enum"].end()) << arguments;
+    } else {
+      EXPECT_TRUE(value.is_string()) << arguments;
+    }
+  }
+}
+
+struct StreamedAnswer {
+  std::string content, finish;
+  std::vector<std::pair<std::string, std::string>> calls;  // name, arguments
+};
+
+StreamedAnswer ReadStream(const HttpResult& s) {
+  StreamedAnswer out;
+  SseEvents events = ParseSse(s.body);
+  EXPECT_TRUE(events.error.empty()) << events.error;
+  if (events.data.empty() || events.data.back() != "[DONE]") {
+    ADD_FAILURE() << "no [DONE]: " << s.body;
+    return out;
+  }
+  for (size_t i = 0; i + 1 < events.data.size(); ++i) {
+    const json c = json::parse(events.data[i]);
+    if (c["choices"].empty()) continue;
+    const json& choice = c["choices"][0];
+    const json& delta = choice["delta"];
+    if (delta.contains("content") && delta["content"].is_string()) out.content += delta["content"].get<std::string>();
+    for (const json& call : delta.value("tool_calls", json::array())) {
+      const size_t index = call["index"].get<size_t>();
+      if (out.calls.size() <= index) out.calls.resize(index + 1);
+      const json& fn = call.value("function", json::object());
+      if (fn.contains("name")) out.calls[index].first = fn["name"].get<std::string>();
+      if (fn.contains("arguments")) out.calls[index].second += fn["arguments"].get<std::string>();
+    }
+    if (!choice["finish_reason"].is_null()) out.finish = choice["finish_reason"].get<std::string>();
+  }
+  return out;
+}
+
+// The call(s) of one answer, streamed and not: the same calls, each a
+// function among the tools with arguments its schema allows.
+void ExpectCallsBothWays(json body, const std::string& want_name = "") {
+  body["temperature"] = 0;
+  body["max_tokens"] = 96;
+  HttpResult r = PostJson(OwnTemplateServing::Http(), "/v1/chat/completions", body);
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json reply = r.Json();
+  const json& choice = reply["choices"][0];
+  ASSERT_TRUE(choice["message"].contains("tool_calls")) << r.body;
+  EXPECT_EQ(choice["finish_reason"], "tool_calls") << r.body;
+  EXPECT_TRUE(choice["message"]["content"].is_null()) << r.body;
+  const json& calls = choice["message"]["tool_calls"];
+  ASSERT_GE(calls.size(), 1u);
+  for (const json& call : calls) {
+    EXPECT_EQ(call["type"], "function");
+    EXPECT_EQ(call["id"].get<std::string>().rfind("call_", 0), 0u);
+    ExpectValidCall(call["function"]["name"], call["function"]["arguments"], body["tools"]);
+    if (!want_name.empty()) {
+      EXPECT_EQ(call["function"]["name"], want_name);
+    }
+  }
+  body["stream"] = true;
+  const StreamedAnswer s = ReadStream(PostJson(OwnTemplateServing::Http(), "/v1/chat/completions", body));
+  EXPECT_EQ(s.finish, "tool_calls");
+  EXPECT_TRUE(s.content.empty()) << s.content;
+  ASSERT_EQ(s.calls.size(), calls.size());
+  for (size_t i = 0; i < calls.size(); ++i) {
+    EXPECT_EQ(s.calls[i].first, calls[i]["function"]["name"]);
+    EXPECT_EQ(json::parse(s.calls[i].second), json::parse(calls[i]["function"]["arguments"].get<std::string>()));
+  }
+}
+
+json WeatherQuestion() {
+  return json::array({{{"role", "user"}, {"content", "What is the weather in Paris?"}}});
+}
+
+TEST_F(OwnTemplateServing, RequiredToolChoiceReturnsAValidCall) {
+  ExpectCallsBothWays({{"messages", WeatherQuestion()}, {"tools", kTwoTools}, {"tool_choice", "required"}});
+}
+
+TEST_F(OwnTemplateServing, NamedFunctionIsTheOneCalled) {
+  ExpectCallsBothWays({{"messages", WeatherQuestion()},
+                       {"tools", kTwoTools},
+                       {"tool_choice", {{"type", "function"}, {"function", {{"name", "get_time"}}}}}},
+                      "get_time");
+}
+
+// "auto": text, or a valid call; streamed as not. A tool round trip's
+// history (a past call, its result) renders as text the template takes.
+TEST_F(OwnTemplateServing, AutoAnswersTextOrAValidCall) {
+  json messages = WeatherQuestion();
+  messages.push_back({{"role", "assistant"}, {"content", nullptr},
+                      {"tool_calls", {{{"id", "call_1"}, {"type", "function"},
+                                       {"function", {{"name", "get_weather"}, {"arguments", "{\"city\": \"Paris\"}"}}}}}}});
+  messages.push_back({{"role", "tool"}, {"tool_call_id", "call_1"}, {"content", "22 C and sunny"}});
+  for (const json& conversation : {WeatherQuestion(), messages}) {
+    json body = {{"messages", conversation}, {"tools", kTwoTools}, {"temperature", 0}, {"max_tokens", 48}};
+    HttpResult r = PostJson(Http(), "/v1/chat/completions", body);
+    ASSERT_EQ(r.status, 200) << r.body;
+    const json reply = r.Json();
+    const json& choice = reply["choices"][0];
+    body["stream"] = true;
+    const StreamedAnswer s = ReadStream(PostJson(Http(), "/v1/chat/completions", body));
+    EXPECT_EQ(s.finish, choice["finish_reason"]);
+    SCOPED_TRACE(reply.dump());
+    if (choice["message"].contains("tool_calls")) {
+      for (const json& call : choice["message"]["tool_calls"])
+        ExpectValidCall(call["function"]["name"], call["function"]["arguments"], kTwoTools);
+      EXPECT_EQ(s.calls.size(), choice["message"]["tool_calls"].size());
+    } else {
+      ASSERT_TRUE(choice["message"]["content"].is_string()) << r.body;
+      EXPECT_NE(choice["message"]["content"].get<std::string>().substr(0, 1), "{") << r.body;
+      EXPECT_EQ(s.content, choice["message"]["content"]);
+      EXPECT_TRUE(s.calls.empty());
+    }
+  }
+  // The prompt: the tools and the reply shape in the system message, the
+  // past call and its result as text.
+  HttpResult t = PostJson(Http(), "/apply-template", {{"messages", messages}, {"tools", kTwoTools}});
+  ASSERT_EQ(t.status, 200) << t.body;
+  const std::string prompt = t.Json()["prompt"];
+  for (const char* want : {"<|im_start|>system\nYou can call functions", "\"name\":\"get_time\"",
+                           "{\"tool_calls\": [{\"name\": \"<function name>\"",
+                           "<|im_start|>assistant\n{\"tool_calls\":[{\"arguments\":{\"city\":\"Paris\"},\"name\":\"get_weather\"}]}",
+                           "<|im_start|>user\n{\"tool_response\":"}) {
+    EXPECT_NE(prompt.find(want), std::string::npos) << want << "\n---\n" << prompt;
+  }
+}
+
+// A conversation that ends with the assistant's turn continues it
+// (llama-server's assistant prefill): the prompt stops inside that turn, and
+// the greedy answer is what /v1/completions gives on the same prompt tokens.
+TEST_F(OwnTemplateServing, AFinalAssistantTurnIsContinued) {
+  const json messages = {{{"role", "user"}, {"content", "Tell me a story about a cat."}},
+                         {{"role", "assistant"}, {"content", "Once upon a time, a cat named"}}};
+  const json body = {{"messages", messages}, {"temperature", 0}, {"max_tokens", 12}};
+  HttpResult t = PostJson(Http(), "/apply-template", body);
+  ASSERT_EQ(t.status, 200) << t.body;
+  const std::string prompt = t.Json()["prompt"];
+  EXPECT_TRUE(prompt.ends_with("<|im_start|>assistant\nOnce upon a time, a cat named")) << prompt;
+  HttpResult rendered = PostJson(Http(), "/v1/chat/completions/render", body);
+  ASSERT_EQ(rendered.status, 200) << rendered.body;
+  HttpResult chat = PostJson(Http(), "/v1/chat/completions", body);
+  ASSERT_EQ(chat.status, 200) << chat.body;
+  HttpResult completion = PostJson(Http(), "/v1/completions", {{"prompt", rendered.Json()["token_ids"]},
+                                                              {"temperature", 0}, {"max_tokens", 12}});
+  ASSERT_EQ(completion.status, 200) << completion.body;
+  const std::string text = chat.Json()["choices"][0]["message"]["content"];
+  EXPECT_FALSE(text.empty());
+  EXPECT_EQ(text, completion.Json()["choices"][0]["text"]);
+  // add_generation_prompt: true opens a new turn after it instead (vLLM's
+  // default); continue_final_message: false too.
+  for (const char* field : {"add_generation_prompt", "continue_final_message"}) {
+    json fresh = body;
+    fresh[field] = std::string(field) == "add_generation_prompt";
+    t = PostJson(Http(), "/apply-template", fresh);
+    ASSERT_EQ(t.status, 200) << t.body;
+    EXPECT_TRUE(t.Json()["prompt"].get<std::string>().ends_with("named<|im_end|>\n<|im_start|>assistant\n"))
+        << field << ": " << t.body;
+  }
+  json both = body;
+  both["add_generation_prompt"] = true;
+  both["continue_final_message"] = true;
+  HttpResult refused = PostJson(Http(), "/v1/chat/completions", both);
+  EXPECT_EQ(refused.status, 400);
+  EXPECT_EQ(refused.Json()["error"]["param"], "continue_final_message") << refused.body;
+}
+
+// llama-server's POST /chat/completions/input_tokens: the prompt tokens after
+// the template, the same count /v1/chat/completions/render gives.
+TEST_F(OwnTemplateServing, InputTokensCountTheRenderedPrompt) {
+  const json body = {{"messages", WeatherQuestion()}, {"tools", kTwoTools}};
+  HttpResult rendered = PostJson(Http(), "/v1/chat/completions/render", body);
+  ASSERT_EQ(rendered.status, 200) << rendered.body;
+  const size_t n = rendered.Json()["token_ids"].size();
+  EXPECT_GT(n, 100u);  // the tools are in the prompt
+  for (const char* path : {"/v1/chat/completions/input_tokens", "/chat/completions/input_tokens"}) {
+    HttpResult r = PostJson(Http(), path, body);
+    ASSERT_EQ(r.status, 200) << path << ": " << r.body;
+    EXPECT_EQ(r.Json(), json({{"input_tokens", n}})) << path;
+  }
+  HttpResult responses = PostJson(Http(), "/v1/responses/input_tokens", {{"input", "Hi"}});
+  ASSERT_EQ(responses.status, 200) << responses.body;
+  EXPECT_EQ(responses.Json()["object"], "response.input_tokens");
+  EXPECT_GT(responses.Json()["input_tokens"].get<int>(), 1);
+  HttpResult bad = PostJson(Http(), "/v1/chat/completions/input_tokens", {{"messages", "Hi"}});
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_EQ(bad.Json()["error"]["param"], "messages") << bad.body;
+}
+
+// --accept-any-model: a request naming another model is served by this one
+// (off by default: serving_openai_conformance_test's 404); the model list
+// and /v1/models/{id} still name the served model only.
+TEST_F(OwnTemplateServing, AcceptAnyModelAnswersAnyName) {
+  HttpResult r = PostJson(Http(), "/v1/chat/completions",
+                          {{"model", "gpt-3.5-turbo"}, {"messages", WeatherQuestion()}, {"max_tokens", 2}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_NE(r.Json()["model"], "gpt-3.5-turbo");
+  HttpResult m = HttpCall(Http(), "GET", "/v1/models/gpt-3.5-turbo");
+  EXPECT_EQ(m.status, 404);
+  EXPECT_EQ(m.Json()["error"]["code"], "model_not_found") << m.body;
+}
+
 }  // namespace
 }  // namespace specline::testing

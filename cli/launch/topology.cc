@@ -206,6 +206,7 @@ Plan BuildPlan(const Topology& t, const Binaries& binaries, int n_layers,
     AddPositive(g.argv, "--max-tokens-per-minute-per-principal",
                 o.max_tokens_per_minute_per_principal);
     if (o.metrics_per_principal) Append(g.argv, {"--metrics-per-principal", "true"});
+    if (o.accept_any_model) Append(g.argv, {"--accept-any-model", "true"});
     Add(g.argv, "--tls-cert", o.tls_cert);
     Add(g.argv, "--tls-key", o.tls_key);
     Add(g.argv, "--cors-origins", o.cors_origins);

@@ -28,6 +28,7 @@ struct GatewayOptions {
   std::vector<std::string> cache_share_groups;  // --cache-share-group values, in order
   long max_tokens_per_minute_per_principal = 0;  // 0 = no token quota
   bool metrics_per_principal = false;  // /metrics series labelled by principal
+  bool accept_any_model = false;   // --accept-any-model: any model name is the served one
   std::string tls_cert, tls_key;   // TLS at the gateway ("" = plaintext)
   std::string cors_origins;        // the HTTP API's CORS origins ("" = none)
   int max_concurrent_streams = 0;  // 0 = its default

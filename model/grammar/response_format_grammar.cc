@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "model/grammar/json_schema_drafts.h"
 
 namespace specline::grammar {
 namespace {
@@ -38,7 +39,8 @@ xgrammar::Grammar StrictJsonStrings(const xgrammar::Grammar& grammar) {
 xgrammar::Grammar JsonSchemaGrammar(const std::string& schema, bool strict,
                                     const JsonOptions& json) {
   return StrictJsonStrings(xgrammar::Grammar::FromJSONSchema(
-      schema, json.any_whitespace, /*indent=*/std::nullopt, /*separators=*/std::nullopt,
+      TupleItemsAsPrefixItems(schema), json.any_whitespace, /*indent=*/std::nullopt,
+      /*separators=*/std::nullopt,
       /*strict_mode=*/strict,
       json.any_whitespace ? std::optional<int>(json.max_whitespace) : std::nullopt));
 }
@@ -120,6 +122,18 @@ std::string EbnfLiteral(const std::string& text) {
     }
   }
   return out + "\"";
+}
+
+absl::StatusOr<std::string> TextOrJsonSchemaEbnf(const std::string& json_schema,
+                                                 const JsonOptions& json) {
+  try {
+    const xgrammar::Grammar object = JsonSchemaGrammar(json_schema, /*strict=*/true, json);
+    const xgrammar::Grammar text =
+        xgrammar::Grammar::FromEBNF(R"(root ::= [ \t\r\n]* ([^{ \t\r\n] [^]*)?)");
+    return xgrammar::Grammar::Union({object, text}).ToString();
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError("json_schema: " + XgrammarMessage(e));
+  }
 }
 
 absl::StatusOr<xgrammar::Grammar> GrammarOf(const v1::ResponseFormat& format,

@@ -31,6 +31,14 @@ struct JsonOptions {
 absl::StatusOr<xgrammar::Grammar> GrammarOf(const v1::ResponseFormat& format,
                                             const JsonOptions& json = {});
 
+// A grammar, as EBNF text (ResponseFormat.ebnf), of either free text whose
+// first character after any whitespace is not "{" (or no text at all), or
+// one JSON value of `json_schema` (strict, as a json_schema format is):
+// the model chooses between a plain answer and the object. InvalidArgument
+// when the schema does not compile.
+absl::StatusOr<std::string> TextOrJsonSchemaEbnf(const std::string& json_schema,
+                                                 const JsonOptions& json = {});
+
 // What an exception of xgrammar's says, without the time stamp and source
 // position its logging puts first ("[18:56:17] .../regex_converter.cc:83: ")
 // and without the condition of a failed check.

@@ -8,6 +8,9 @@ ApiRoutes::ApiRoutes(GenerationService& service, std::string scheduler_address)
     : pipeline_(service), openai_(pipeline_), router_(pipeline_, std::move(scheduler_address)) {
   const auto generate = [this](Endpoint e) { return [this, e](HttpExchange& x) { openai_.Generate(x, e); }; };
   const auto render = [this](Endpoint e) { return [this, e](HttpExchange& x) { openai_.Render(x, e); }; };
+  const auto input_tokens = [this](Endpoint e) {
+    return [this, e](HttpExchange& x) { openai_.InputTokens(x, e); };
+  };
   exact_ = {
       // OpenAI's API (and vLLM's render endpoints beside it).
       {"/v1/models", [this](HttpExchange& x) { openai_.ListModels(x); }},
@@ -19,6 +22,10 @@ ApiRoutes::ApiRoutes(GenerationService& service, std::string scheduler_address)
       {"/v1/responses/render", render(Endpoint::kResponses)},
       // llama-server's.
       {"/apply-template", [this](HttpExchange& x) { openai_.ApplyTemplate(x); }},
+      {"/v1/chat/completions/input_tokens", input_tokens(Endpoint::kChatCompletions)},
+      {"/chat/completions/input_tokens", input_tokens(Endpoint::kChatCompletions)},
+      {"/v1/responses/input_tokens", input_tokens(Endpoint::kResponses)},
+      {"/responses/input_tokens", input_tokens(Endpoint::kResponses)},
       // What routers and orchestrators read (docs/routers.md).
       {"/health", [this](HttpExchange& x) { router_.Health(x); }},
       {"/get_load", [this](HttpExchange& x) { router_.GetLoad(x); }},

@@ -44,15 +44,8 @@ void OpenAiEndpoints::ListModels(HttpExchange& x) const {
 void OpenAiEndpoints::GetModel(HttpExchange& x, const std::string& id) const {
   if (x.verb() != http::verb::get) return pipeline_.MethodNotAllowed(x, "GET");
   if (!pipeline_.Authenticate(x)) return;
-  if (id != service_.model_name()) {
-    ApiError e;
-    e.http_status = 404;
-    e.param = "model";
-    e.code = "model_not_found";
-    e.message = absl::StrCat("The model '", id, "' does not exist; this server serves '",
-                             service_.model_name(), "'");
-    return pipeline_.SendError(x, e);
-  }
+  // The listing names the served model only, --accept-any-model or not.
+  if (id != service_.model_name()) return pipeline_.SendError(x, pipeline_.ModelNotFound(id));
   x.SendJson(http::status::ok, ModelJson().dump());
 }
 
@@ -74,6 +67,24 @@ void OpenAiEndpoints::ApplyTemplate(HttpExchange& x) const {
                             "INVALID_ARGUMENT");
   }
   x.SendJson(http::status::ok, nlohmann::json{{"prompt", *prompt}}.dump());
+}
+
+// llama-server's POST /v1/chat/completions/input_tokens (and the Responses
+// API's): a request's body in, {"input_tokens": N} out, N the prompt tokens
+// the generation would take (template, tools and tokenizer as it would get
+// them, and validated as it would be); nothing is generated. The Responses
+// API's reply adds "object": "response.input_tokens", as llama-server's.
+void OpenAiEndpoints::InputTokens(HttpExchange& x, Endpoint endpoint) const {
+  ParsedRequest parsed;
+  std::string principal;
+  tool_calls::Syntax parse_with;
+  if (!pipeline_.ReadGenerationRequest(x, endpoint, &parsed, &principal, &parse_with)) return;
+  int tokens = 0;
+  if (grpc::Status s = service_.PromptTokens(parsed.request, &tokens); !s.ok())
+    return pipeline_.SendError(x, ErrorFromStatus(endpoint, s.error_code(), s.error_message(), s.error_details()));
+  nlohmann::json reply = {{"input_tokens", tokens}};
+  if (endpoint == Endpoint::kResponses) reply["object"] = "response.input_tokens";
+  x.SendJson(http::status::ok, reply.dump());
 }
 
 // vLLM's POST /v1/chat/completions/render and /v1/completions/render: the

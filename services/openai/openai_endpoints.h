@@ -26,6 +26,9 @@ class OpenAiEndpoints {
   void Render(HttpExchange& x, Endpoint endpoint) const;
   // POST /apply-template (llama-server's).
   void ApplyTemplate(HttpExchange& x) const;
+  // POST /v1/chat/completions/input_tokens, /v1/responses/input_tokens
+  // (llama-server's, with and without /v1).
+  void InputTokens(HttpExchange& x, Endpoint endpoint) const;
 
  private:
   nlohmann::json ModelJson() const;

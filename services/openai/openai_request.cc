@@ -10,6 +10,7 @@
 #include "proto/policy_names.h"
 #include "services/openai/response_format_request.h"
 #include "services/openai/sampling_fields.h"
+#include "services/request_builder.h"
 
 namespace specline::openai {
 
@@ -155,6 +156,38 @@ std::optional<ApiError> ReadPrompts(const json& body, v1::GenerateRequest* r,
   return ReadPrompt(body, r);
 }
 
+// How the prompt ends. A conversation whose last turn is the assistant's
+// continues that turn (assistant prefill, as llama-server does), unless
+// the client asks otherwise: continue_final_message: false, or
+// add_generation_prompt: true (a new assistant turn after it, vLLM's
+// default). vLLM's explicit continue_final_message: true needs
+// add_generation_prompt false or absent. Whether the final message can be
+// continued is CheckContinuation's to say (request_builder.h), the one
+// check for this API and the gRPC API alike.
+std::optional<ApiError> ReadContinuation(const json& body, v1::ChatMessages* chat) {
+  std::optional<bool> add_generation_prompt, continue_final;
+  for (auto [name, out] : {std::pair{"add_generation_prompt", &add_generation_prompt},
+                           std::pair{"continue_final_message", &continue_final}}) {
+    bool value = false;
+    if (auto it = body.find(name); it != body.end() && !it->is_null()) {
+      if (auto e = ReadBool(body, name, &value)) return e;
+      *out = value;
+    }
+  }
+  const v1::ChatMessage& last = chat->messages(chat->messages_size() - 1);
+  const bool prefill = last.role() == "assistant" && !last.content_null() &&
+                       last.tool_calls_json().empty() &&
+                       last.content().find_first_not_of(" \t\n\r") != std::string::npos;
+  const bool continues = continue_final.value_or(prefill && !add_generation_prompt.value_or(false));
+  chat->set_continue_final_message(continues);
+  chat->set_no_generation_prompt(!add_generation_prompt.value_or(!continues));
+  if (absl::Status s = CheckContinuation(*chat); !s.ok()) {
+    const std::string message(s.message());
+    return BadField("continue_final_message", message.substr(message.find(": ") + 2));
+  }
+  return std::nullopt;
+}
+
 std::optional<ApiError> ReadMessages(const json& body, v1::GenerateRequest* r) {
   auto it = body.find("messages");
   if (it == body.end() || it->is_null()) return BadField("messages", "is required");
@@ -212,33 +245,7 @@ std::optional<ApiError> ReadMessages(const json& body, v1::GenerateRequest* r) {
     if (!kw->is_object()) return BadField("chat_template_kwargs", "must be an object");
     chat->set_template_kwargs_json(kw->dump());
   }
-  if (auto gen = body.find("add_generation_prompt"); gen != body.end() && !gen->is_null()) {
-    if (!gen->is_boolean()) return BadField("add_generation_prompt", "must be true or false");
-    chat->set_no_generation_prompt(!gen->get<bool>());
-  }
-  // vLLM's continue_final_message: the model goes on with the last
-  // (assistant's) message instead of starting a new one. The prompt is
-  // rendered without the generation prompt and cut after that message
-  // (request_builder.cc); vLLM refuses it together with an explicit
-  // add_generation_prompt: true, and so does this server.
-  bool continue_final = false;
-  if (auto e = ReadBool(body, "continue_final_message", &continue_final)) return e;
-  if (continue_final) {
-    if (auto gen = body.find("add_generation_prompt");
-        gen != body.end() && gen->is_boolean() && gen->get<bool>())
-      return BadField("continue_final_message",
-                      "cannot be combined with add_generation_prompt: true (the final message is "
-                      "continued, so no new turn is opened)");
-    const v1::ChatMessage& last = chat->messages(chat->messages_size() - 1);
-    if (last.role() != "assistant")
-      return BadField("continue_final_message",
-                      absl::StrCat("needs the last message to be the assistant's, got '", last.role(), "'"));
-    if (last.content_null())
-      return BadField("continue_final_message", "the last message has no content to continue");
-    chat->set_continue_final_message(true);
-    chat->set_no_generation_prompt(true);
-  }
-  return std::nullopt;
+  return ReadContinuation(body, chat);
 }
 
 // vLLM's and SGLang's generation extensions that their routers send with

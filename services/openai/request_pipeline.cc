@@ -73,16 +73,22 @@ bool RequestPipeline::ReadJsonPost(HttpExchange& x, Endpoint endpoint, ParsedReq
   return true;
 }
 
-bool RequestPipeline::CheckModel(HttpExchange& x, const ParsedRequest& parsed) const {
-  const std::string& served = service_.model_name();
-  if (parsed.model.empty() || parsed.model == served) return true;
+ApiError RequestPipeline::ModelNotFound(const std::string& requested) const {
   ApiError e;
   e.http_status = 404;
   e.param = "model";
   e.code = "model_not_found";
-  e.message = absl::StrCat("the model '", parsed.model, "' does not exist; this server serves '",
-                           served, "'");
-  Refuse(x, e, "NOT_FOUND");
+  e.message = absl::StrCat("the model '", requested, "' does not exist; this server serves '",
+                           service_.model_name(), "'");
+  return e;
+}
+
+bool RequestPipeline::CheckModel(HttpExchange& x, const ParsedRequest& parsed) const {
+  // --accept-any-model: llama-server's way, for clients that hard-code a
+  // name (docs/openai_api.md says why it is off by default).
+  if (parsed.model.empty() || parsed.model == service_.model_name() || service_.accept_any_model())
+    return true;
+  Refuse(x, ModelNotFound(parsed.model), "NOT_FOUND");
   return false;
 }
 

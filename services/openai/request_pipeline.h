@@ -29,8 +29,11 @@ class RequestPipeline {
   // and parsed as `endpoint`'s.
   bool ReadJsonPost(HttpExchange& x, Endpoint endpoint, ParsedRequest* parsed,
                     std::string* principal) const;
-  // The request's model against the served one (404 otherwise).
+  // The request's model against the served one (404 otherwise, unless
+  // --accept-any-model).
   bool CheckModel(HttpExchange& x, const ParsedRequest& parsed) const;
+  // The 404 of a model name this server does not serve.
+  ApiError ModelNotFound(const std::string& requested) const;
   // The request's tools against the served model (tool_request.h).
   bool ApplyTools(HttpExchange& x, ParsedRequest* parsed, tool_calls::Syntax* parse_with) const;
   // A generation request's body through all three: read, model, tools.

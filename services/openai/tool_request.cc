@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "services/openai/openai_request.h"
+#include "services/tool_calls/generic_prompt.h"
 #include "services/tool_calls/tool_call_schema.h"
 
 namespace specline::openai {
@@ -92,6 +93,7 @@ std::optional<ApiError> ReadTools(const json& body, ToolRequest* out, v1::ChatMe
   if (auto it = body.find("parallel_tool_calls"); it != body.end() && !it->is_null()) {
     if (!it->is_boolean()) return BadField("parallel_tool_calls", "must be true or false");
     out->parallel_tool_calls = it->get<bool>();
+    out->parallel_tool_calls_given = true;
   }
   if (has_tools) chat->set_tools_json(out->tools.dump());
   return std::nullopt;
@@ -146,23 +148,63 @@ std::optional<ApiError> ReadMessageToolFields(const json& m, const std::string& 
   return std::nullopt;
 }
 
+namespace {
+
+// "required" or a named function: the response format under which the
+// answer can only be a call in `syntax`.
+std::optional<ApiError> EnforceCall(const ToolRequest& tools, const tool_calls::ToolCallSupport& support,
+                                    v1::GenerateRequest* request, bool one_call = false) {
+  if (request->has_response_format())
+    return BadField("response_format", "cannot be combined with tool_choice \"required\" or a named function");
+  absl::StatusOr<v1::ResponseFormat> format = tool_calls::ForcedCallFormat(
+      support, tools.tools, tools.choice == ToolRequest::Choice::kFunction ? tools.function : "",
+      one_call);
+  if (!format.ok()) return BadField("tool_choice", std::string(format.status().message()));
+  *request->mutable_response_format() = *std::move(format);
+  return std::nullopt;
+}
+
+// A template that does not render tools: the generic form (generic_prompt.h).
+std::optional<ApiError> ApplyGenericTools(const ToolRequest& tools, const tool_calls::ToolCallSupport& support,
+                                          v1::GenerateRequest* request, tool_calls::Syntax* parse_with) {
+  const bool calls = tools.choice != ToolRequest::Choice::kNone;
+  tool_calls::RewriteForGenericTools(calls ? &tools.tools : nullptr, support.template_takes_system,
+                                     request->mutable_chat());
+  if (!calls) return std::nullopt;
+  *parse_with = tool_calls::Syntax::kGeneric;
+  // One call per answer unless the client asks for parallel calls: as
+  // llama-server takes a template without tools to support no parallel
+  // calls, and a named function is one call (vLLM's). A small model let
+  // free to list calls tends to repeat its call until max_tokens.
+  const bool one_call = !tools.parallel_tool_calls_given || !tools.parallel_tool_calls ||
+                        tools.choice == ToolRequest::Choice::kFunction;
+  if (tools.choice != ToolRequest::Choice::kAuto) {
+    tool_calls::ToolCallSupport generic = support;
+    generic.syntax = tool_calls::Syntax::kGeneric;
+    return EnforceCall(tools, generic, request, one_call);
+  }
+  // "auto": text or the reply of calls, by grammar, unless the client's own
+  // response_format holds the answer, or the policy cannot take a grammar
+  // (then the answer is parsed as the model writes it).
+  const bool no_grammar = request->policy() == v1::DECODING_POLICY_PTP ||
+                          request->policy() == v1::DECODING_POLICY_PIPO;
+  if (request->has_response_format() || no_grammar) return std::nullopt;
+  absl::StatusOr<v1::ResponseFormat> format = tool_calls::GenericAutoFormat(tools.tools, one_call);
+  if (!format.ok()) return BadField("tools", std::string(format.status().message()));
+  *request->mutable_response_format() = *std::move(format);
+  return std::nullopt;
+}
+
+}  // namespace
+
 std::optional<ApiError> ApplyToolChoice(const ToolRequest& tools,
                                         const tool_calls::ToolCallSupport& support,
                                         v1::GenerateRequest* request,
                                         tool_calls::Syntax* parse_with) {
   *parse_with = tool_calls::Syntax::kNone;
   if (tools.tools.empty() || !request->has_chat()) return std::nullopt;
-  if (tools.choice == ToolRequest::Choice::kNone) {
-    if (!support.template_reads_tools) request->mutable_chat()->clear_tools_json();
-    return std::nullopt;
-  }
-  if (!support.template_reads_tools) {
-    return BadField("tools",
-               absl::StrCat("the served model's chat template (",
-                            support.template_origin.empty() ? "none" : support.template_origin,
-                            ") does not render tools; start the gateway with a --chat-template "
-                            "that does, or send tool_choice \"none\""));
-  }
+  if (!support.template_reads_tools) return ApplyGenericTools(tools, support, request, parse_with);
+  if (tools.choice == ToolRequest::Choice::kNone) return std::nullopt;
   if (support.syntax == tool_calls::Syntax::kNone) {
     return BadField("tools",
                "the served model's tool-call syntax is not known (its chat template shows none "
@@ -171,13 +213,7 @@ std::optional<ApiError> ApplyToolChoice(const ToolRequest& tools,
   }
   *parse_with = support.syntax;
   if (tools.choice == ToolRequest::Choice::kAuto) return std::nullopt;
-  if (request->has_response_format())
-    return BadField("response_format", "cannot be combined with tool_choice \"required\" or a named function");
-  absl::StatusOr<v1::ResponseFormat> format = tool_calls::ForcedCallFormat(
-      support, tools.tools, tools.choice == ToolRequest::Choice::kFunction ? tools.function : "");
-  if (!format.ok()) return BadField("tool_choice", std::string(format.status().message()));
-  *request->mutable_response_format() = *std::move(format);
-  return std::nullopt;
+  return EnforceCall(tools, support, request);
 }
 
 }  // namespace specline::openai

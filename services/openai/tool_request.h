@@ -26,6 +26,7 @@ struct ToolRequest {
   Choice choice = Choice::kNone;
   std::string function;  // kFunction: its name
   bool parallel_tool_calls = true;  // false: only the model's first call is returned
+  bool parallel_tool_calls_given = false;  // the client sent parallel_tool_calls
 };
 
 // Reads tools, tool_choice and parallel_tool_calls; tools go to
@@ -48,10 +49,16 @@ std::optional<ApiError> ReadMessageToolFields(const nlohmann::json& message,
 // 400 when the model cannot take tools, and for "required" or a named
 // function the response format that enforces the call.
 //
+// A template that does not render tools gets them in the generic form
+// (tool_calls/generic_prompt.h): written into the system message, parsed
+// back as Syntax::kGeneric, "required" / a named function enforced by
+// grammar and "auto" held by grammar to text or a reply of calls.
+//
 // tool_choice "none": as vLLM does by default, the tools are still
 // rendered when the template can (the model sees them, and is told by
 // nothing but the template not to call); calls are not parsed, so the
-// answer is text. A template without tools then gets none, not a 400.
+// answer is text. A template without tools then gets none (its past calls
+// and tool results still become text), not a 400.
 std::optional<ApiError> ApplyToolChoice(const ToolRequest& tools,
                                         const tool_calls::ToolCallSupport& support,
                                         v1::GenerateRequest* request,

@@ -2,6 +2,7 @@
 
 #include <random>
 
+#include "services/tool_calls/generic_parser.h"
 #include "services/tool_calls/hermes_parser.h"
 #include "services/tool_calls/llama3_parser.h"
 #include "services/tool_calls/mistral_parser.h"
@@ -31,6 +32,7 @@ std::unique_ptr<ToolCallParser> MakeParser(Syntax syntax) {
     case Syntax::kHermes: return std::make_unique<HermesParser>();
     case Syntax::kLlama3: return std::make_unique<Llama3Parser>();
     case Syntax::kMistral: return std::make_unique<MistralParser>();
+    case Syntax::kGeneric: return std::make_unique<GenericParser>();
     case Syntax::kNone: break;
   }
   return std::make_unique<PlainTextParser>();

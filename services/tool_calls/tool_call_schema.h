@@ -19,8 +19,17 @@ namespace specline::tool_calls {
 // them ("required"). InvalidArgument when the function is not among the
 // tools or the syntax cannot be enforced (kNone; Mistral's name[ARGS] form
 // with a choice between several functions, which is not one JSON value).
+// `one_call`: the generic form (Syntax::kGeneric) allows one call only,
+// not a list of them (the other syntaxes' grammars allow one call always).
 absl::StatusOr<v1::ResponseFormat> ForcedCallFormat(const ToolCallSupport& support,
                                                     const nlohmann::json& tools,
-                                                    std::string_view function);
+                                                    std::string_view function,
+                                                    bool one_call = false);
+
+// tool_choice "auto" in the generic form (generic_prompt.h): the answer is
+// plain text (not opening with "{") or the reply of calls, as one EBNF
+// grammar; the model chooses. InvalidArgument when a tool's parameters
+// schema cannot be compiled. `one_call` as for ForcedCallFormat.
+absl::StatusOr<v1::ResponseFormat> GenericAutoFormat(const nlohmann::json& tools, bool one_call);
 
 }  // namespace specline::tool_calls

@@ -15,6 +15,7 @@ const char* SyntaxName(Syntax syntax) {
     case Syntax::kHermes: return "hermes";
     case Syntax::kLlama3: return "llama3";
     case Syntax::kMistral: return "mistral";
+    case Syntax::kGeneric: return "generic";
     case Syntax::kNone: break;
   }
   return "none";
@@ -62,6 +63,20 @@ bool TemplateReadsTools(std::string_view source) {
   return false;
 }
 
+namespace {
+
+// Renders a system turn and a user turn: whether the system text comes out.
+bool TakesSystem(const ChatTemplate& chat_template) {
+  constexpr char kProbe[] = "system-probe-7f3a";
+  const nlohmann::ordered_json messages = {{{"role", "system"}, {"content", kProbe}},
+                                           {{"role", "user"}, {"content", "Hi"}}};
+  ChatRenderOptions options;
+  absl::StatusOr<std::string> text = chat_template.Apply(messages, options);
+  return text.ok() && text->find(kProbe) != std::string::npos;
+}
+
+}  // namespace
+
 ToolCallSupport ResolveToolCallSupport(std::string_view flag, const ChatTemplate* chat_template,
                                        const Tokenizer* tokenizer) {
   ToolCallSupport out;
@@ -74,6 +89,7 @@ ToolCallSupport ResolveToolCallSupport(std::string_view flag, const ChatTemplate
   std::optional<Syntax> named = SyntaxFromFlag(flag, &is_auto, &error);
   if (!is_auto && !named) throw std::invalid_argument(error);
   out.syntax = is_auto ? SyntaxFromTemplate(source) : *named;
+  if (chat_template && !out.template_reads_tools) out.template_takes_system = TakesSystem(*chat_template);
   if (!tokenizer) return out;
   // Markers that are single control tokens print as nothing; the parser
   // needs to see them.

@@ -22,6 +22,10 @@ enum class Syntax {
   kHermes,   // Hermes 2/3, Qwen2.5, Qwen3: <tool_call>\n{"name", "arguments"}\n</tool_call>
   kLlama3,   // Llama 3.1-3.3: [<|python_tag|>]{"name", "parameters"}
   kMistral,  // [TOOL_CALLS][{"name", "arguments"}], or [TOOL_CALLS]name[ARGS]{...}
+  // A template that does not render tools: the gateway writes them into
+  // the prompt itself and the answer is {"tool_calls": [...]} or text
+  // (generic_prompt.h). Chosen per request, never by the flag.
+  kGeneric,
 };
 
 const char* SyntaxName(Syntax syntax);
@@ -49,6 +53,9 @@ struct ToolCallSupport {
   bool mistral_args_form = false;
   std::string template_origin;  // for the 400 of a template without tools
   std::vector<MarkerToken> markers;
+  // Whether the template renders a system message (Gemma's and Mistral's
+  // raise on one): where the generic tool form writes its instructions.
+  bool template_takes_system = true;
 };
 
 // Resolves the syntax (`flag`: "auto" or a name) and looks up the marker

@@ -46,6 +46,9 @@ leader pod (dialling its scheduler on the pod's loopback). Call with
     {{- if .Values.gateway.metricsPerPrincipal }}
     - --metrics-per-principal=true
     {{- end }}
+    {{- if .Values.gateway.acceptAnyModel }}
+    - --accept-any-model=true
+    {{- end }}
     {{- if .Values.gateway.tlsSecret }}
     - --tls-cert=/var/run/secrets/specline/tls/tls.crt
     - --tls-key=/var/run/secrets/specline/tls/tls.key
