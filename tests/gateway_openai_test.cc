@@ -8,6 +8,7 @@
 #include "services/openai/cors.h"
 #include "services/openai/openai_response.h"
 #include "services/openai/responses_api.h"
+#include "services/openai/tool_call_response.h"
 
 namespace specline::openai {
 namespace {
@@ -391,6 +392,180 @@ TEST(OpenAiResponses, StreamedEventsInOrder) {
   EXPECT_EQ(whole["output_text"], "Hello");
   EXPECT_EQ(whole["status"], "incomplete");
   EXPECT_EQ(whole["incomplete_details"]["reason"], "max_output_tokens");
+}
+
+// The Responses API's function tools and tool round trip, as the chat
+// request the gateway serves: flat tools to chat's (in the client's key
+// order), tool_choice's named form, function_call items to an assistant's
+// tool_calls, function_call_output items to tool messages.
+TEST(OpenAiResponses, FunctionToolsMapOntoChat) {
+  ParsedRequest p;
+  ASSERT_FALSE(ParseResponsesRequest(
+      R"({"input": [{"role": "user", "content": "Weather in Paris?"},
+                    {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "get_weather",
+                     "arguments": "{\"city\": \"Paris\"}", "status": "completed"},
+                    {"type": "function_call", "call_id": "call_2", "name": "now", "arguments": "{}"},
+                    {"type": "function_call_output", "call_id": "call_1", "output": "22 C"},
+                    {"type": "function_call_output", "call_id": "call_2",
+                     "output": [{"type": "input_text", "text": "noon"}]}],
+          "tools": [{"type": "function", "name": "get_weather", "description": "Weather",
+                     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+                     "strict": true},
+                    {"type": "function", "name": "now", "parameters": {"type": "object"}}],
+          "tool_choice": {"type": "function", "name": "get_weather"}, "parallel_tool_calls": false,
+          "store": false})",
+      &p));
+  EXPECT_EQ(p.request.chat().tools_json(),
+            R"([{"type":"function","function":{"name":"get_weather","description":"Weather",)"
+            R"("parameters":{"type":"object","properties":{"city":{"type":"string"}}},"strict":true}},)"
+            R"({"type":"function","function":{"name":"now","parameters":{"type":"object"}}}])");
+  EXPECT_EQ(p.tools.choice, ToolRequest::Choice::kFunction);
+  EXPECT_EQ(p.tools.function, "get_weather");
+  EXPECT_FALSE(p.tools.parallel_tool_calls);
+  const auto& m = p.request.chat().messages();
+  ASSERT_EQ(m.size(), 4);
+  EXPECT_EQ(m[1].role(), "assistant");
+  EXPECT_TRUE(m[1].content_null());
+  const json calls = json::parse(m[1].tool_calls_json());
+  ASSERT_EQ(calls.size(), 2u);  // the two calls of one turn
+  EXPECT_EQ(calls[0], json::parse(R"({"id": "call_1", "type": "function", "function":
+                                      {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}})"));
+  EXPECT_EQ(calls[1]["id"], "call_2");
+  EXPECT_EQ(m[2].role(), "tool");
+  EXPECT_EQ(m[2].tool_call_id(), "call_1");
+  EXPECT_EQ(m[2].content(), "22 C");
+  EXPECT_EQ(m[3].content(), "noon");
+  ParsedRequest text;
+  ASSERT_FALSE(ParseResponsesRequest(R"({"input": "x", "tools": [{"type": "function", "name": "f"}], "tool_choice": "required"})", &text));
+  EXPECT_EQ(text.tools.choice, ToolRequest::Choice::kRequired);
+
+  // Each refusal names the Responses API's field.
+  const std::pair<const char*, const char*> bad[] = {
+      {R"({"input": "x", "tools": [{"type": "web_search"}]})", "tools[0].type"},
+      {R"({"input": "x", "tools": [{"type": "function", "function": {"name": "f"}}]})", "tools[0].function"},
+      {R"({"input": "x", "tools": [{"type": "function", "name": "has space"}]})", "tools[0].name"},
+      {R"({"input": "x", "tools": [{"type": "function", "name": "f", "parameters": 3}]})", "tools[0].parameters"},
+      {R"({"input": "x", "tools": [{"type": "function", "name": "f"}], "tool_choice": {"type": "file_search"}})",
+       "tool_choice"},
+      {R"({"input": "x", "tools": [{"type": "function", "name": "f"}], "tool_choice": {"type": "function", "name": "g"}})",
+       "tool_choice"},
+      {R"({"input": [{"type": "function_call", "name": "f", "arguments": "{}"}]})", "input[0].call_id"},
+      {R"({"input": [{"type": "function_call", "call_id": "c", "name": "f", "arguments": {}}]})",
+       "input[0].arguments"},
+      {R"({"input": [{"type": "function_call_output", "call_id": "c", "output": 3}]})", "input[0].output"},
+      {R"({"input": [{"type": "item_reference", "id": "fc_1"}]})", "input[0].type"},
+      {R"({"input": "x", "previous_response_id": "resp_1"})", "previous_response_id"},
+  };
+  for (const auto& [body, param] : bad) {
+    ParsedRequest q;
+    const std::optional<ApiError> e = ParseResponsesRequest(body, &q);
+    ASSERT_TRUE(e) << body;
+    EXPECT_EQ(e->param, param) << e->message;
+    EXPECT_EQ(e->message.rfind(param, 0), 0u) << e->message;
+  }
+  ParsedRequest q;
+  EXPECT_NE(ParseResponsesRequest(R"({"input": "x", "previous_response_id": "resp_1"})", &q)
+                ->message.find("stored"),
+            std::string::npos);
+}
+
+// Events as "type" + data, checking the framing on the way.
+std::vector<std::pair<std::string, json>> SplitEvents(const std::string& all) {
+  std::vector<std::pair<std::string, json>> out;
+  for (size_t pos = 0; pos < all.size();) {
+    const size_t end = all.find("\n\n", pos);
+    EXPECT_NE(end, std::string::npos);
+    if (end == std::string::npos) break;
+    const std::string ev = all.substr(pos, end - pos);
+    const size_t nl = ev.find('\n');
+    out.emplace_back(ev.substr(7, nl - 7), json::parse(ev.substr(nl + 7)));
+    EXPECT_EQ(out.back().second["type"], out.back().first);
+    EXPECT_EQ(out.back().second["sequence_number"], static_cast<int>(out.size()) - 1);
+    pos = end + 2;
+  }
+  return out;
+}
+
+// A call's answer as function_call items: whole, and streamed in token-sized
+// pieces with the arguments as OpenAI streams them (item added with
+// arguments "", several argument deltas, .done with the whole arguments,
+// item done), the text before it a message item of its own.
+TEST(OpenAiResponses, CallsAreFunctionCallItems) {
+  ParsedRequest p;
+  ASSERT_FALSE(ParseResponsesRequest(
+      R"({"input": "Weather?", "stream": true, "tools": [{"type": "function", "name": "get_weather"}]})", &p));
+  const ResponseIdentity who{Endpoint::kResponses, "resp_abc", 1700000000, "m", "fp"};
+  const std::string answer =
+      "Checking.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", "
+      "\"unit\": \"celsius\"}}\n</tool_call>";
+  const tool_calls::ParsedText whole = tool_calls::ParseAll(tool_calls::Syntax::kHermes, answer);
+  v1::Usage usage;
+  usage.set_completion_tokens(30);
+  ResponsesRender r(who, p);
+  json o = json::parse(r.Whole(whole, v1::FINISH_REASON_STOP, usage));
+  EXPECT_EQ(o["status"], "completed");
+  EXPECT_EQ(o["store"], false);
+  EXPECT_EQ(o["tools"][0]["name"], "get_weather");
+  EXPECT_EQ(o["tool_choice"], "auto");
+  ASSERT_EQ(o["output"].size(), 2u);
+  EXPECT_EQ(o["output"][0]["type"], "message");
+  EXPECT_EQ(o["output_text"], "Checking.\n");
+  const json& item = o["output"][1];
+  EXPECT_EQ(item["type"], "function_call");
+  EXPECT_EQ(item["id"].get<std::string>().rfind("fc_", 0), 0u);
+  EXPECT_EQ(item["call_id"], whole.calls[0].id);
+  EXPECT_EQ(item["name"], "get_weather");
+  EXPECT_EQ(item["arguments"], R"({"city": "Paris", "unit": "celsius"})");
+  EXPECT_EQ(item["status"], "completed");
+  tool_calls::ParsedText only_call = whole;
+  only_call.content = "\n";
+  o = json::parse(r.Whole(only_call, v1::FINISH_REASON_STOP, usage));
+  ASSERT_EQ(o["output"].size(), 1u);  // no message for the syntax's whitespace
+  EXPECT_EQ(o["output"][0]["type"], "function_call");
+
+  const tool_calls::ToolCallSupport support{tool_calls::Syntax::kHermes, true, false, "", {}};
+  ToolCallResponder responder(tool_calls::Syntax::kHermes, support, nullptr);
+  std::string all = r.Opening();
+  for (size_t at = 0; at < answer.size(); at += 2) {
+    v1::GenerateResponse message;
+    message.set_text(answer.substr(at, 2));
+    if (at + 2 >= answer.size()) message.set_finish_reason(v1::FINISH_REASON_STOP);
+    all += r.Parsed(responder.Next(message));
+  }
+  all += r.Closing(v1::FINISH_REASON_STOP, usage);
+  std::vector<std::string> order;
+  std::string text, arguments;
+  int argument_deltas = 0;
+  for (const auto& [type, data] : SplitEvents(all)) {
+    if (type == "response.output_text.delta") text += data["delta"].get<std::string>();
+    if (type == "response.function_call_arguments.delta") {
+      EXPECT_EQ(data["output_index"], 1);
+      arguments += data["delta"].get<std::string>();
+      ++argument_deltas;
+    }
+    if (type == "response.output_item.added" && data["item"]["type"] == "function_call") {
+      EXPECT_EQ(data["item"]["arguments"], "");
+    }
+    if (type == "response.function_call_arguments.done") {
+      EXPECT_EQ(data["arguments"], arguments);
+    }
+    if (type == "response.completed") {
+      EXPECT_EQ(data["response"]["output"][1]["arguments"], whole.calls[0].arguments);
+      EXPECT_EQ(data["response"]["output"][1]["status"], "completed");
+      EXPECT_EQ(data["response"]["output"][0]["content"][0]["text"], "Checking.\n");
+    }
+    if (order.empty() || order.back() != type) order.push_back(type);
+  }
+  EXPECT_EQ(order, (std::vector<std::string>{
+                       "response.created", "response.output_item.added", "response.content_part.added",
+                       "response.output_text.delta", "response.output_text.done",
+                       "response.content_part.done", "response.output_item.done",
+                       "response.output_item.added", "response.function_call_arguments.delta",
+                       "response.function_call_arguments.done", "response.output_item.done",
+                       "response.completed"}));
+  EXPECT_EQ(text, "Checking.\n");
+  EXPECT_EQ(arguments, whole.calls[0].arguments);
+  EXPECT_GT(argument_deltas, 1);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 // the real chat templates, the schema that enforces a call, the request's
 // validation, the prompt the Qwen2.5 template renders of tools and tool
 // messages, and the response shapes.
+#include <map>
 #include <random>
 
 #include <gtest/gtest.h>
@@ -214,6 +215,148 @@ TEST(ToolCallParsers, Generic) {
   EXPECT_EQ(parser->Push("  ").content, "");
   EXPECT_EQ(parser->Push("Hel").content, "  Hel");
   EXPECT_EQ(parser->Push("lo").content, "lo");
+}
+
+// A parser asked to stream arguments, fed token-sized pieces (1 to 3
+// bytes) of `text`: everything it gave, the argument pieces of each call,
+// and what content (in how many pieces) went out before the first call did.
+struct StreamedArguments {
+  ParsedText all;
+  std::map<int, std::vector<std::string>> pieces;  // call index -> argument deltas
+  std::string content_before_calls;
+  int content_pushes_before_calls = 0;
+};
+
+StreamedArguments StreamInTokens(Syntax syntax, std::string_view text, uint32_t seed) {
+  std::mt19937 rng(seed);
+  auto parser = MakeParser(syntax);
+  EXPECT_TRUE(parser->StreamArguments()) << SyntaxName(syntax);
+  StreamedArguments s;
+  auto take = [&](ParsedText p) {
+    if (s.all.deltas.empty() && !p.content.empty()) {
+      s.content_before_calls += p.content;  // a push's content comes before its calls
+      ++s.content_pushes_before_calls;
+    }
+    for (const CallDelta& d : p.deltas)
+      if (!d.arguments.empty()) s.pieces[d.index].push_back(d.arguments);
+    s.all.Append(std::move(p));
+  };
+  for (size_t at = 0; at < text.size();) {
+    const size_t n = std::min<size_t>(1 + rng() % 3, text.size() - at);
+    take(parser->Push(text.substr(at, n)));
+    at += n;
+  }
+  take(parser->Finish());
+  return s;
+}
+
+// Each call's deltas: named first (id and name, arguments ""), done last,
+// and the pieces between concatenate to exactly the call's arguments.
+void ExpectDeltasMakeTheCalls(const ParsedText& p, const std::string& what) {
+  std::map<int, std::string> args, ids, names;
+  std::map<int, bool> done;
+  for (const CallDelta& d : p.deltas) {
+    ASSERT_FALSE(done[d.index]) << what << ": a delta after the call was done";
+    if (!d.id.empty()) {
+      EXPECT_FALSE(ids.count(d.index)) << what;
+      EXPECT_TRUE(d.arguments.empty()) << what;
+      ids[d.index] = d.id;
+      names[d.index] = d.name;
+    } else {
+      ASSERT_TRUE(ids.count(d.index)) << what << ": arguments before the call was named";
+    }
+    args[d.index] += d.arguments;
+    done[d.index] = d.done;
+  }
+  ASSERT_EQ(ids.size(), p.calls.size()) << what;
+  for (size_t i = 0; i < p.calls.size(); ++i) {
+    const int index = static_cast<int>(i);
+    EXPECT_TRUE(done[index]) << what;
+    EXPECT_EQ(ids[index], p.calls[i].id) << what;
+    EXPECT_EQ(names[index], p.calls[i].name) << what;
+    EXPECT_EQ(args[index], p.calls[i].arguments) << what;
+  }
+}
+
+// Real answers of each family, streamed in token-sized pieces: the
+// arguments go out in several deltas per call while they are generated,
+// concatenating to the non-streamed arguments; the text before a call
+// streams before it.
+TEST(ToolCallParsers, ArgumentsStreamAsTheyAreGenerated) {
+  struct Case {
+    Syntax syntax;
+    std::string text;
+    std::string content;
+  };
+  const Case cases[] = {
+      {Syntax::kHermes,
+       "I'll check the weather for you.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
+       "{\"city\": \"Paris\", \"unit\": \"celsius\"}}\n</tool_call>\n<tool_call>\n{\"name\": "
+       "\"get_time\", \"arguments\": {\"timezone\": \"Europe/Paris\"}}\n</tool_call>",
+       "I'll check the weather for you.\n"},
+      {Syntax::kLlama3,
+       "<|python_tag|>{\"name\": \"get_weather\", \"parameters\": {\"city\": \"San Francisco, CA\", "
+       "\"unit\": \"fahrenheit\"}}; {\"name\": \"get_time\", \"parameters\": {\"tz\": \"PST\"}}",
+       ""},
+      {Syntax::kMistral,
+       "Let me look that up. [TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+       "\"Paris\", \"days\": [1, 2, {\"note\": \"}]\"}]}}, {\"name\": \"get_time\", \"arguments\": "
+       "{\"tz\": \"CET\"}}]",
+       "Let me look that up. "},
+      {Syntax::kMistral,
+       "Checking now. [TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\", \"unit\": \"celsius\"}"
+       "[TOOL_CALLS]get_time[ARGS]{\"tz\": \"CET\"}",
+       "Checking now. "},
+  };
+  for (const Case& c : cases) {
+    const ParsedText whole = ParseAll(c.syntax, c.text);
+    ASSERT_EQ(whole.calls.size(), 2u) << c.text;
+    EXPECT_EQ(whole.content, c.content);
+    for (uint32_t seed = 0; seed < 20; ++seed) {
+      const std::string what = std::string(SyntaxName(c.syntax)) + " seed " + std::to_string(seed);
+      const StreamedArguments s = StreamInTokens(c.syntax, c.text, seed);
+      ExpectDeltasMakeTheCalls(s.all, what);
+      EXPECT_EQ(s.all.content, c.content) << what;
+      ASSERT_EQ(s.all.calls.size(), 2u) << what;
+      for (int i = 0; i < 2; ++i) {
+        EXPECT_EQ(s.all.calls[i].name, whole.calls[i].name) << what;
+        EXPECT_EQ(s.all.calls[i].arguments, whole.calls[i].arguments) << what;
+        EXPECT_GT(s.pieces.at(i).size(), 1u) << what << ": call " << i << " in one delta";
+      }
+      // The text before the calls went out before them, as it came.
+      EXPECT_EQ(s.content_before_calls, c.content) << what;
+      if (!c.content.empty()) {
+        EXPECT_GT(s.content_pushes_before_calls, 1) << what;
+      }
+    }
+  }
+  // The arguments are the model's own text, as written.
+  EXPECT_EQ(ParseAll(Syntax::kHermes, cases[0].text).calls[0].arguments,
+            "{\"city\": \"Paris\", \"unit\": \"celsius\"}");
+}
+
+// Streamed arguments on random texts: every call that was named ends as a
+// call whose arguments are its deltas' concatenation, and the content is
+// the non-streamed parse's (a streamed call whose JSON broke is given back
+// as content too).
+TEST(ToolCallParsers, StreamedArgumentsOnRandomTexts) {
+  const std::vector<std::string> pieces = {
+      "<tool_call>", "</tool_call>", "[TOOL_CALLS]", "[ARGS]", "<|python_tag|>", "{", "}", "[", "]",
+      "\"", "\\", ":", ",", " ", "\"name\"", "\"arguments\"", "\"parameters\"", "\"f\"", "1", "x"};
+  std::mt19937 rng(11);
+  for (int round = 0; round < 2000; ++round) {
+    std::string text;
+    const int n = 1 + rng() % 30;
+    for (int i = 0; i < n; ++i) text += pieces[rng() % pieces.size()];
+    for (Syntax syntax : {Syntax::kHermes, Syntax::kLlama3, Syntax::kMistral}) {
+      const std::string what = std::string(SyntaxName(syntax)) + ": " + text;
+      const StreamedArguments s = StreamInTokens(syntax, text, round);
+      ExpectDeltasMakeTheCalls(s.all, what);
+      const ParsedText whole = ParseAll(syntax, text);
+      EXPECT_EQ(s.all.content, whole.content) << what;
+      EXPECT_GE(s.all.calls.size(), whole.calls.size()) << what;
+    }
+  }
 }
 
 TEST(ToolCallParsers, NoneIsText) {

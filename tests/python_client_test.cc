@@ -84,12 +84,13 @@ void RunAgents(const std::string& model, std::vector<std::string> serve_flags,
 }
 
 // SmolLM2's own template renders no tools: served with Qwen2.5's, whose
-// calls are Hermes <tool_call> JSON.
+// calls are Hermes <tool_call> JSON; the same tool loop on the Responses
+// API (function_call items, arguments streamed in deltas).
 TEST(PythonClient, OpenAiPackageAgentsOnTheDefaultModel) {
   const std::string model = SmolLm2Path();
   if (model.empty()) GTEST_SKIP() << "the default model is absent (scripts/setup.sh fetches it)";
   RunAgents(model, {"--chat-template", SourcePath("tests/data/jinja/templates/Qwen-Qwen2.5-7B-Instruct.jinja")},
-            "--parse --tools");
+            "--parse --tools --responses-tools");
 }
 
 // A second family: Gemma 3 (the 270M base model, so served with Gemma 2's

@@ -63,6 +63,12 @@ void OpenAiGeneration::HandleMessage(const v1::GenerateResponse& message) {
     return;
   }
   if (!tools.empty()) {
+    if (responses) {
+      // An empty chunk would end the chunked body: only events are sent.
+      const std::string events = responses->Parsed(tools[i]->Next(message));
+      if (!events.empty()) exchange_->SendChunk(events);
+      return;
+    }
     for (const std::string& chunk : tools[i]->StreamChunks(who, i, message)) Chunk(chunk);
     return;
   }
@@ -113,8 +119,10 @@ void OpenAiGeneration::HandleEnd(const grpc::Status& status, int64_t retry_after
 }
 
 void OpenAiGeneration::SendWhole() {
-  if (responses)
-    return exchange_->SendJson(http::status::ok, responses->Whole(choices[0].text, choices[0].finish, usage_));
+  if (responses) {
+    return exchange_->SendJson(http::status::ok, tools.empty() ? responses->Whole(choices[0].text, choices[0].finish, usage_)
+                                                               : responses->Whole(tools[0]->Parsed(), choices[0].finish, usage_));
+  }
   for (size_t i = 0; i < choices.size(); ++i) {
     if (!echo.empty()) choices[i].text = echo[i / n] + choices[i].text;
     if (!logprobs.empty()) choices[i].logprobs = logprobs[i].Whole();

@@ -45,7 +45,8 @@ ToolCallResponder::ToolCallResponder(tool_calls::Syntax syntax,
                                      const tool_calls::ToolCallSupport& support,
                                      const Tokenizer* tokenizer, bool parallel_tool_calls)
     : syntax_(syntax), support_(support), tokenizer_(tokenizer),
-      parser_(tool_calls::MakeParser(syntax)), parallel_(parallel_tool_calls) {}
+      parser_(tool_calls::MakeParser(syntax)), streams_arguments_(parser_->StreamArguments()),
+      parallel_(parallel_tool_calls) {}
 
 std::string ToolCallResponder::ParserText(const v1::GenerateResponse& message) const {
   return tool_calls::MarkedText(support_.markers, tokenizer_, message.token_ids().data(),
@@ -67,33 +68,59 @@ std::string ToolCallResponder::FullResponse(const ResponseIdentity& who, v1::Fin
   return ToolCallFullResponse(who, Parsed(), finish, usage);
 }
 
+tool_calls::ParsedText ToolCallResponder::Next(const v1::GenerateResponse& message) {
+  tool_calls::ParsedText parsed = parser_->Push(ParserText(message));
+  if (message.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) parsed.Append(parser_->Finish());
+  if (!streams_arguments_) {
+    // Whole calls, each as the deltas a streaming parser would send.
+    for (tool_calls::ToolCall& c : parsed.calls) {
+      const int index = whole_calls_++;
+      parsed.deltas.push_back({index, c.id, c.name, "", false});
+      parsed.deltas.push_back({index, "", "", c.arguments, false});
+      parsed.deltas.push_back({index, "", "", "", true});
+    }
+  }
+  // parallel_tool_calls false: the first call only.
+  std::vector<tool_calls::CallDelta> kept;
+  for (tool_calls::CallDelta& d : parsed.deltas) {
+    if (!parallel_ && d.index > 0) continue;
+    if (!d.id.empty()) ++calls_sent_;
+    if (!d.id.empty() && d.index == 0) first_call_id_ = d.id;
+    kept.push_back(std::move(d));
+  }
+  parsed.deltas = std::move(kept);
+  if (!parallel_) {
+    std::erase_if(parsed.calls, [&](const tool_calls::ToolCall& c) { return c.id != first_call_id_; });
+  }
+  return parsed;
+}
+
 std::vector<std::string> ToolCallResponder::StreamChunks(const ResponseIdentity& who, int index,
                                                          const v1::GenerateResponse& message) {
-  const bool finished = message.finish_reason() != v1::FINISH_REASON_UNSPECIFIED;
-  tool_calls::ParsedText parsed = parser_->Push(ParserText(message));
-  if (finished) parsed.Append(parser_->Finish());
+  const tool_calls::ParsedText parsed = Next(message);
   std::vector<std::string> chunks;
   if (!parsed.content.empty()) chunks.push_back(TextChunk(who, index, parsed.content));
   // Each call as OpenAI streams one: a delta naming it (arguments ""), then
-  // its arguments, in the frame of a plain chunk of this choice.
-  auto call_chunk = [&](json delta) {
+  // the pieces of its arguments, in the frame of a plain chunk of this
+  // choice.
+  auto call_chunk = [&](json call) {
     json j = json::parse(TextChunk(who, index, ""));
-    j["choices"][0]["delta"] = std::move(delta);
+    j["choices"][0]["delta"] = {{"tool_calls", json::array({std::move(call)})}};
     return Dump(j);
   };
-  for (const tool_calls::ToolCall& c : parsed.calls) {
-    if (!parallel_ && calls_sent_ > 0) break;
-    chunks.push_back(call_chunk({{"tool_calls", json::array({{{"index", calls_sent_},
-                                                               {"id", c.id},
-                                                               {"type", "function"},
-                                                               {"function", {{"name", c.name}, {"arguments", ""}}}}})}}));
-    chunks.push_back(call_chunk({{"tool_calls", json::array({{{"index", calls_sent_},
-                                                               {"function", {{"arguments", c.arguments}}}}})}}));
-    ++calls_sent_;
+  for (const tool_calls::CallDelta& d : parsed.deltas) {
+    if (!d.id.empty()) {
+      chunks.push_back(call_chunk({{"index", d.index},
+                                   {"id", d.id},
+                                   {"type", "function"},
+                                   {"function", {{"name", d.name}, {"arguments", ""}}}}));
+    } else if (!d.arguments.empty()) {
+      chunks.push_back(call_chunk({{"index", d.index}, {"function", {{"arguments", d.arguments}}}}));
+    }
   }
-  if (finished) {
+  if (message.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
     json last = json::parse(FinishChunk(who, index, message.finish_reason()));
-    last["choices"][0]["finish_reason"] = FinishName(message.finish_reason(), calls_sent_ > 0);
+    last["choices"][0]["finish_reason"] = FinishName(message.finish_reason(), made_calls());
     chunks.push_back(Dump(last));
   }
   return chunks;

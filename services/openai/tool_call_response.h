@@ -4,8 +4,9 @@
 // [{id, type: "function", function: {name, arguments}}], content null when
 // there is nothing else, finish_reason "tool_calls". Streamed: content
 // deltas for the text, then per call a delta {index, id, type, function:
-// {name, arguments: ""}} and one with its arguments; text that may be the
-// start of a call is held back until the parser has decided.
+// {name, arguments: ""}} and the pieces of its arguments as they are
+// generated; text that may be the start of a call is held back until the
+// parser has decided.
 #pragma once
 
 #include <memory>
@@ -34,6 +35,14 @@ class ToolCallResponder {
   std::vector<std::string> StreamChunks(const ResponseIdentity& who, int index,
                                         const v1::GenerateResponse& message);
 
+  // Streamed, for any API's events: the content and calls one message
+  // resolved into, every call as `deltas` (a parser that gives only whole
+  // calls has each turned into its first delta, one with its arguments and
+  // the last), parallel_tool_calls applied.
+  tool_calls::ParsedText Next(const v1::GenerateResponse& message);
+  // Streamed: whether a call went out.
+  bool made_calls() const { return calls_sent_ > 0; }
+
   // Not streamed: collects each message, then the whole response.
   void Collect(const v1::GenerateResponse& message);
   std::string FullResponse(const ResponseIdentity& who, v1::FinishReason finish,
@@ -49,7 +58,10 @@ class ToolCallResponder {
   const Tokenizer* tokenizer_;
   std::unique_ptr<tool_calls::ToolCallParser> parser_;
   std::string text_;     // not streamed: the marked text so far
-  int calls_sent_ = 0;   // streamed: the next call's index
+  int calls_sent_ = 0;   // streamed: the calls announced so far
+  int whole_calls_ = 0;  // streamed, a parser of whole calls: the calls it gave
+  std::string first_call_id_;
+  bool streams_arguments_;
   bool parallel_;
 };
 

@@ -21,7 +21,12 @@ ParsedText HermesParser::Push(std::string_view text) {
       in_call_ = true;
     }
     const size_t close = buffer_.find(kClose);
-    if (close == std::string::npos) return out;  // the call is not finished yet
+    if (close == std::string::npos) {
+      // The call is not finished yet: its arguments so far, short of what
+      // may be the start of "</tool_call>".
+      ReadCall(&out, std::string_view(buffer_).substr(0, PartialMarkerStart(buffer_, kClose)));
+      return out;
+    }
     EmitBody(&out, std::string_view(buffer_).substr(0, close), /*closed=*/true);
     buffer_.erase(0, close + kClose.size());
     in_call_ = false;
@@ -41,8 +46,7 @@ ParsedText HermesParser::Finish() {
 }
 
 void HermesParser::EmitBody(ParsedText* out, std::string_view body, bool closed) {
-  nlohmann::json call = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (std::optional<ToolCall> c = CallFromJson(call, syntax_)) return EmitCall(out, *std::move(c));
+  if (EndCall(out, body)) return;
   std::string text(kOpen);
   text.append(body);
   if (closed) text.append(kClose);

@@ -12,6 +12,7 @@ class HermesParser final : public ParserBase {
   HermesParser() : ParserBase(Syntax::kHermes) {}
   ParsedText Push(std::string_view text) override;
   ParsedText Finish() override;
+  bool StreamArguments() override { return stream_ = true; }
 
   static constexpr std::string_view kOpen = "<tool_call>";
   static constexpr std::string_view kClose = "</tool_call>";

@@ -41,15 +41,15 @@ ParsedText Llama3Parser::Push(std::string_view text) {
     const size_t start = SkipSeparators(buffer_, 0);
     if (start == buffer_.size()) return out;
     if (buffer_[start] != '{') break;
-    const std::optional<size_t> end = JsonValueEnd(buffer_, start);
-    if (!end) return out;  // the object is not closed yet
-    nlohmann::json call = nlohmann::json::parse(
-        std::string_view(buffer_).substr(start, *end - start), nullptr, false);
-    std::optional<ToolCall> c = CallFromJson(call, syntax_);
-    if (!c) break;
-    EmitCall(&out, *std::move(c));
+    const std::string_view call = std::string_view(buffer_).substr(start);
+    const std::optional<size_t> end = JsonValueEnd(call, 0);
+    if (!end) {
+      ReadCall(&out, call);  // the object is not closed yet
+      return out;
+    }
+    if (!EndCall(&out, call.substr(0, *end))) break;
     made_call_ = true;
-    buffer_.erase(0, *end);
+    buffer_.erase(0, start + *end);
   }
   // Not a call: the rest of the answer is text.
   state_ = State::kText;
@@ -66,6 +66,14 @@ void Llama3Parser::GiveBack(ParsedText* out) {
 
 ParsedText Llama3Parser::Finish() {
   ParsedText out;
+  // A call cut off after its name and arguments counts (EndCall).
+  const size_t start = SkipSeparators(buffer_, 0);
+  if (state_ == State::kCalls && start < buffer_.size() && buffer_[start] == '{' &&
+      EndCall(&out, std::string_view(buffer_).substr(start))) {
+    made_call_ = true;
+    buffer_.clear();
+  }
+  DropCall();
   // Separators after the last call are the syntax's; an unfinished call is text.
   if (state_ == State::kCalls && made_call_ && SkipSeparators(buffer_, 0) == buffer_.size())
     buffer_.clear();

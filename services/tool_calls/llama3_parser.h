@@ -13,6 +13,7 @@ class Llama3Parser final : public ParserBase {
   Llama3Parser() : ParserBase(Syntax::kLlama3) {}
   ParsedText Push(std::string_view text) override;
   ParsedText Finish() override;
+  bool StreamArguments() override { return stream_ = true; }
 
   static constexpr std::string_view kPythonTag = "<|python_tag|>";
 

@@ -13,6 +13,7 @@ class MistralParser final : public ParserBase {
   MistralParser() : ParserBase(Syntax::kMistral) {}
   ParsedText Push(std::string_view text) override;
   ParsedText Finish() override;
+  bool StreamArguments() override { return stream_ = true; }
 
   static constexpr std::string_view kToolCalls = "[TOOL_CALLS]";
   static constexpr std::string_view kArgs = "[ARGS]";
@@ -20,7 +21,13 @@ class MistralParser final : public ParserBase {
  private:
   // After [TOOL_CALLS]: false while the calls are not complete.
   bool TakeCalls(ParsedText* out);
+  bool TakeList(ParsedText* out, size_t start);
+  void StreamList(ParsedText* out, size_t start);
+  bool TakeArgsForm(ParsedText* out, size_t start);
   bool after_marker_ = false;
+  // Streamed lists: where the next element is looked for (0: the list has
+  // not begun), and where the open one starts.
+  size_t list_next_ = 0, list_element_ = 0;
 };
 
 }  // namespace specline::tool_calls

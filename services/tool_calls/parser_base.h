@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "services/tool_calls/call_reader.h"
 #include "services/tool_calls/tool_call_parser.h"
 
 namespace specline::tool_calls {
@@ -43,12 +44,47 @@ class ParserBase : public ToolCallParser {
   // The end of the generation: held whitespace after calls is dropped.
   void FinishContent(ParsedText* out, std::string_view rest);
 
+  // Calls read with a CallReader (call_stream.cc), so a call's arguments
+  // are the model's own text. Streamed (stream_), a call goes out as
+  // deltas while its text arrives: named once its name is known and its
+  // arguments' object has opened, then each new piece of the arguments.
+  //
+  // Begins the next call with `reader` (EndCall begins one if none is).
+  void StartCall(CallReader reader = CallReader());
+  // The open call's text so far (streamed only; otherwise nothing to do).
+  void ReadCall(ParsedText* out, std::string_view text);
+  // The call's whole text: true when it is a call (emitted); false when it
+  // is not one, for the caller to give back as content. A streamed call
+  // that went out and then broke (or was cut off) ends as a call with the
+  // arguments sent so far, and is given back too: the content is the
+  // non-streamed answer's either way.
+  bool EndCall(ParsedText* out, std::string_view text, CallReader reader = CallReader());
+  // The call a whole text holds, without emitting it.
+  std::optional<ToolCall> WholeCall(std::string_view text, CallReader reader = CallReader()) const;
+  bool CallOpen() const { return call_.has_value(); }
+  // The open call went out (its first delta): it ends as a call.
+  bool CallAnnounced() const { return call_ && call_->announced; }
+  void DropCall() { call_.reset(); }
+
   Syntax syntax_;
   std::string buffer_;  // text received and not yet decided
+  bool stream_ = false;  // StreamArguments() was asked
 
  private:
+  struct OpenCall {
+    CallReader reader;
+    bool announced = false;
+    int index = 0;
+    std::string id;
+    std::string sent;  // the arguments sent so far
+  };
+  void Announce(ParsedText* out, OpenCall& call);
+  void SendArguments(ParsedText* out, OpenCall& call, std::string_view piece);
+
   bool calls_seen_ = false;
   std::string held_space_;
+  std::optional<OpenCall> call_;
+  int calls_announced_ = 0;
 };
 
 }  // namespace specline::tool_calls

@@ -14,7 +14,7 @@ namespace {
 // kNone: the text is the answer.
 class PlainTextParser final : public ToolCallParser {
  public:
-  ParsedText Push(std::string_view text) override { return {std::string(text), {}}; }
+  ParsedText Push(std::string_view text) override { return {std::string(text), {}, {}}; }
   ParsedText Finish() override { return {}; }
 };
 
@@ -25,6 +25,7 @@ bool IsSpace(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
 void ParsedText::Append(ParsedText more) {
   content += more.content;
   for (ToolCall& c : more.calls) calls.push_back(std::move(c));
+  for (CallDelta& d : more.deltas) deltas.push_back(std::move(d));
 }
 
 std::unique_ptr<ToolCallParser> MakeParser(Syntax syntax) {

@@ -22,11 +22,23 @@ struct ToolCall {
   std::string arguments;  // a JSON object, as text (OpenAI's `arguments` string)
 };
 
+// A call as it is generated, from a parser asked to StreamArguments(): the
+// first delta of a call names it (id, name; arguments ""), the next ones
+// carry the following pieces of its arguments' JSON text, whose
+// concatenation is exactly the call's `arguments`; the last has `done`.
+struct CallDelta {
+  int index = 0;          // the call's place among the answer's calls
+  std::string id, name;   // the call's first delta only
+  std::string arguments;  // the next piece of the arguments
+  bool done = false;      // the call is whole (and in ParsedText::calls)
+};
+
 // What one piece of text resolved into: content to show (in order, before
 // the calls) and calls that completed with it.
 struct ParsedText {
   std::string content;
   std::vector<ToolCall> calls;
+  std::vector<CallDelta> deltas;  // streamed arguments, in order (StreamArguments)
   void Append(ParsedText more);
 };
 
@@ -37,6 +49,12 @@ class ToolCallParser {
   virtual ParsedText Push(std::string_view text) = 0;
   // The generation ended: whatever was held back is decided now.
   virtual ParsedText Finish() = 0;
+  // Asks for each call's arguments as they are generated (ParsedText::
+  // deltas), before the call is whole; false from a parser that gives only
+  // whole calls. A streamed call is a call from its first delta on: if its
+  // JSON then breaks or is cut off, it ends with the arguments sent so far
+  // (not streamed, such text is given back as content).
+  virtual bool StreamArguments() { return false; }
 };
 
 // A parser for `syntax` (kNone: everything is content).
