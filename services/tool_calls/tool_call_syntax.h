@@ -51,7 +51,7 @@ struct ToolCallSupport {
   bool template_reads_tools = false;
   // Mistral's newer syntax (name[ARGS]{...}) rather than the JSON list.
   bool mistral_args_form = false;
-  std::string template_origin;  // for the 400 of a template without tools
+  std::string template_origin;  // where the chat template came from (ChatTemplate::origin)
   std::vector<MarkerToken> markers;
   // Whether the template renders a system message (Gemma's and Mistral's
   // raise on one): where the generic tool form writes its instructions.
