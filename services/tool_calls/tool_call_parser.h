@@ -52,8 +52,9 @@ class ToolCallParser {
   // Asks for each call's arguments as they are generated (ParsedText::
   // deltas), before the call is whole; false from a parser that gives only
   // whole calls. A streamed call is a call from its first delta on: if its
-  // JSON then breaks or is cut off, it ends with the arguments sent so far
-  // (not streamed, such text is given back as content).
+  // JSON then breaks or is cut off, it ends with the arguments sent so far,
+  // and its text is given back as content too (as the non-streamed answer
+  // gives it), so the content is the same streamed or not.
   virtual bool StreamArguments() { return false; }
 };
 
