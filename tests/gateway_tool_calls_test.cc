@@ -198,12 +198,18 @@ TEST(ToolCallParsers, Generic) {
   // llama.cpp's older single-call object.
   ExpectBothWays(Syntax::kGeneric, "{\"tool_call\": {\"name\": \"b\", \"arguments\": {}}}",
                  {"", {{"b", json::object()}}});
-  // Text, JSON that is not a reply of calls, a broken entry, and a cut-off
-  // object: all content, as written.
+  // Text, JSON that is not a reply of calls, a first entry that is not a
+  // call, and a cut-off call: all content, as written.
   ExpectBothWays(Syntax::kGeneric, "It is {sunny} in Paris.", {"It is {sunny} in Paris.", {}});
   ExpectBothWays(Syntax::kGeneric, "{\"answer\": 42}", {"{\"answer\": 42}", {}});
+  ExpectBothWays(Syntax::kGeneric, "{\"tool_calls\": [{\"arguments\": {}}, {\"name\": \"a\", \"arguments\": {}}]}",
+                 {"{\"tool_calls\": [{\"arguments\": {}}, {\"name\": \"a\", \"arguments\": {}}]}", {}});
+  // An entry that is not a call ends the calls; the text from it on is content.
   ExpectBothWays(Syntax::kGeneric, "{\"tool_calls\": [{\"name\": \"a\", \"arguments\": {}}, {\"arguments\": {}}]}",
-                 {"{\"tool_calls\": [{\"name\": \"a\", \"arguments\": {}}, {\"arguments\": {}}]}", {}});
+                 {" {\"arguments\": {}}]}", {{"a", json::object()}}});
+  // An object cut off after its calls: the calls count, the brackets are the syntax's.
+  ExpectBothWays(Syntax::kGeneric, "{\"tool_calls\": [{\"name\": \"a\", \"arguments\": {\"x\": 1}}",
+                 {"", {{"a", {{"x", 1}}}}});
   ExpectBothWays(Syntax::kGeneric, "{\"tool_calls\": [{\"name\": \"a\", \"argu",
                  {"{\"tool_calls\": [{\"name\": \"a\", \"argu", {}});
   ExpectBothWays(Syntax::kGeneric, "{\"tool_calls\": [], \"x\": 1}", {"{\"tool_calls\": [], \"x\": 1}", {}});
@@ -307,6 +313,10 @@ TEST(ToolCallParsers, ArgumentsStreamAsTheyAreGenerated) {
        "Checking now. [TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\", \"unit\": \"celsius\"}"
        "[TOOL_CALLS]get_time[ARGS]{\"tz\": \"CET\"}",
        "Checking now. "},
+      {Syntax::kGeneric,
+       "{\"tool_calls\": [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", "
+       "\"unit\": \"celsius\"}}, {\"name\": \"get_time\", \"arguments\": {\"tz\": \"CET\"}}]}",
+       ""},
   };
   for (const Case& c : cases) {
     const ParsedText whole = ParseAll(c.syntax, c.text);
@@ -342,13 +352,14 @@ TEST(ToolCallParsers, ArgumentsStreamAsTheyAreGenerated) {
 TEST(ToolCallParsers, StreamedArgumentsOnRandomTexts) {
   const std::vector<std::string> pieces = {
       "<tool_call>", "</tool_call>", "[TOOL_CALLS]", "[ARGS]", "<|python_tag|>", "{", "}", "[", "]",
-      "\"", "\\", ":", ",", " ", "\"name\"", "\"arguments\"", "\"parameters\"", "\"f\"", "1", "x"};
+      "\"", "\\", ":", ",", " ", "\"name\"", "\"arguments\"", "\"parameters\"", "\"f\"", "1", "x",
+      "{\"tool_calls\": ["};
   std::mt19937 rng(11);
   for (int round = 0; round < 2000; ++round) {
     std::string text;
     const int n = 1 + rng() % 30;
     for (int i = 0; i < n; ++i) text += pieces[rng() % pieces.size()];
-    for (Syntax syntax : {Syntax::kHermes, Syntax::kLlama3, Syntax::kMistral}) {
+    for (Syntax syntax : {Syntax::kHermes, Syntax::kLlama3, Syntax::kMistral, Syntax::kGeneric}) {
       const std::string what = std::string(SyntaxName(syntax)) + ": " + text;
       const StreamedArguments s = StreamInTokens(syntax, text, round);
       ExpectDeltasMakeTheCalls(s.all, what);
@@ -408,6 +419,7 @@ TEST(ToolCallSyntax, ReadFromTheRealTemplates) {
   EXPECT_FALSE(SyntaxFromFlag("qwen", &is_auto, &error));
   EXPECT_NE(error.find("qwen"), std::string::npos);
   EXPECT_THROW(ResolveToolCallSupport("qwen", nullptr, nullptr), std::invalid_argument);
+
   // Whether a template without tools takes a system turn (where the
   // generic tool form writes its instructions): Gemma 2's raises on one.
   for (const auto& [name, takes] : {std::pair{"google-gemma-2-2b-it", false}, {"specline-chatml", true},

@@ -182,6 +182,7 @@ void ExpectValidCall(const std::string& name, const std::string& arguments, cons
 struct StreamedAnswer {
   std::string content, finish;
   std::vector<std::pair<std::string, std::string>> calls;  // name, arguments
+  std::vector<int> argument_deltas;  // per call: the deltas that carried arguments
 };
 
 StreamedAnswer ReadStream(const HttpResult& s) {
@@ -200,10 +201,16 @@ StreamedAnswer ReadStream(const HttpResult& s) {
     if (delta.contains("content") && delta["content"].is_string()) out.content += delta["content"].get<std::string>();
     for (const json& call : delta.value("tool_calls", json::array())) {
       const size_t index = call["index"].get<size_t>();
-      if (out.calls.size() <= index) out.calls.resize(index + 1);
+      if (out.calls.size() <= index) {
+        out.calls.resize(index + 1);
+        out.argument_deltas.resize(index + 1);
+      }
       const json& fn = call.value("function", json::object());
       if (fn.contains("name")) out.calls[index].first = fn["name"].get<std::string>();
-      if (fn.contains("arguments")) out.calls[index].second += fn["arguments"].get<std::string>();
+      if (fn.contains("arguments") && !fn["arguments"].get<std::string>().empty()) {
+        out.calls[index].second += fn["arguments"].get<std::string>();
+        ++out.argument_deltas[index];
+      }
     }
     if (!choice["finish_reason"].is_null()) out.finish = choice["finish_reason"].get<std::string>();
   }
@@ -240,6 +247,8 @@ void ExpectCallsBothWays(json body, const std::string& want_name = "") {
   for (size_t i = 0; i < calls.size(); ++i) {
     EXPECT_EQ(s.calls[i].first, calls[i]["function"]["name"]);
     EXPECT_EQ(json::parse(s.calls[i].second), json::parse(calls[i]["function"]["arguments"].get<std::string>()));
+    // The arguments stream as they are generated (one token a message).
+    EXPECT_GT(s.argument_deltas[i], 1) << s.calls[i].second;
   }
 }
 

@@ -2,7 +2,10 @@
 // chat template does not render tools: the whole answer is either plain
 // text or one JSON object {"tool_calls": [{"name": ..., "arguments":
 // {...}}, ...]} (llama.cpp's older single {"tool_call": {...}} is read
-// too). An answer that opens with "{" but is not that object is text.
+// too). An answer that opens with "{" but not with that object's opening
+// is text; an entry of the list that is not a call ends the calls, and
+// the text from it on is content. Calls stream as the other syntaxes'
+// do (ParserBase's StartCall / ReadCall / EndCall).
 #pragma once
 
 #include "services/tool_calls/parser_base.h"
@@ -14,17 +17,27 @@ class GenericParser final : public ParserBase {
   GenericParser() : ParserBase(Syntax::kGeneric) {}
   ParsedText Push(std::string_view text) override;
   ParsedText Finish() override;
+  bool StreamArguments() override { return stream_ = true; }
 
  private:
-  // The calls `object` holds; empty when it is not a reply of calls.
-  std::vector<ToolCall> CallsOf(const nlohmann::json& object) const;
-  // The held text goes out as content; the rest of the answer is text.
+  // Reads the opening {"tool_calls": [ (or {"tool_call": ) off the buffer;
+  // false while it may still come (the buffer is a prefix of one).
+  bool ReadOpening();
+  // Reads calls and the syntax between and after them off the buffer.
+  void ReadCalls(ParsedText* out);
+  // The undecided text goes out as content (with the opening when no call
+  // was made).
   void GiveBack(ParsedText* out);
 
-  // kUndecided: only whitespace so far. kObject: the answer opened with
-  // "{", held until the object closes. kText: everything is content.
-  // kAfterCalls: the calls went out; what follows is content.
-  enum class State { kUndecided, kObject, kText, kAfterCalls } state_ = State::kUndecided;
+  // kUndecided: only whitespace so far. kOpening: the answer opened with
+  // "{". kCalls: inside the object, between calls. kText: everything is
+  // content. kAfterCalls: the calls are over; what follows is content.
+  enum class State { kUndecided, kOpening, kCalls, kText, kAfterCalls } state_ = State::kUndecided;
+  bool single_ = false;      // {"tool_call": {...}}: one call, no list
+  bool expect_call_ = true;  // kCalls: a call comes next (else a separator)
+  std::string closing_;      // kCalls, after the last call: the brackets still to come
+  std::string opening_;      // the object's opening, given back if no call is made
+  bool made_call_ = false;
 };
 
 }  // namespace specline::tool_calls
