@@ -111,6 +111,8 @@ ServedModel DescribeServedModel(const GatewayConfig& config, const ModelSource& 
   served.context_length = model.config().max_seq_len;
   served.default_max_tokens = config.default_max_tokens;
   served.max_prompt_tokens = config.max_prompt_tokens;
+  served.fim = FindFimTokens(tokenizer, model.gguf());
+  served.model_file = std::filesystem::path(config.model_path).filename().string();
   return served;
 }
 

@@ -100,6 +100,8 @@ class GenerationService final : public v1::Generation::Service {
   // and /get_server_info report).
   SchedulerLoad& scheduler_load() { return scheduler_load_; }
   const std::string& model_name() const { return options_.model_name; }
+  // Streams served at once (--max-concurrent-streams).
+  int max_concurrent_streams() const { return options_.max_concurrent_streams; }
   bool accept_any_model() const { return options_.accept_any_model; }
   const ServedModel& served_model() const { return model_; }
   // For failures counted outside the shared path (the HTTP API's own 4xx).

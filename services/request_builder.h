@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "model/tokenizer/chat_template.h"
 #include "model/tokenizer/tokenizer.h"
+#include "services/llama_server/fim_tokens.h"
 #include "services/tool_calls/tool_call_syntax.h"
 #include "specline/internal/scheduler.pb.h"
 #include "specline/v1/generation.pb.h"
@@ -31,6 +32,11 @@ struct ServedModel {
   int32_t max_prompt_tokens = 0;  // 0: the context length minus one
   // Whether the template renders tools, and the syntax its calls come in.
   tool_calls::ToolCallSupport tool_calls;
+  // Fill-in-the-middle tokens (llama-server's /infill); none: not usable.
+  FimTokens fim;
+  // The served file's name without its folder (llama-server's /props
+  // model_path; folders are not told to clients).
+  std::string model_file;
 };
 
 // Limits on stop strings: matching cost grows with both.

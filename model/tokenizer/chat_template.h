@@ -80,6 +80,8 @@ class ChatTemplate {
   }
 
   const std::string& origin() const { return origin_; }
+  // The main template's Jinja source (llama-server's /props chat_template).
+  const std::string& source() const { return main_source_; }
   // The Jinja source a request with tools renders through (the tool_use
   // variant when there is one): the gateway reads its tool-call syntax and
   // whether it renders `tools` at all (services/tool_calls).

@@ -5,7 +5,7 @@
 namespace specline::openai {
 
 ApiRoutes::ApiRoutes(GenerationService& service, std::string scheduler_address)
-    : pipeline_(service), openai_(pipeline_), router_(pipeline_, std::move(scheduler_address)) {
+    : pipeline_(service), openai_(pipeline_), llama_(pipeline_), router_(pipeline_, std::move(scheduler_address)) {
   const auto generate = [this](Endpoint e) { return [this, e](HttpExchange& x) { openai_.Generate(x, e); }; };
   const auto render = [this](Endpoint e) { return [this, e](HttpExchange& x) { openai_.Render(x, e); }; };
   const auto input_tokens = [this](Endpoint e) {
@@ -22,6 +22,13 @@ ApiRoutes::ApiRoutes(GenerationService& service, std::string scheduler_address)
       {"/v1/responses/render", render(Endpoint::kResponses)},
       // llama-server's.
       {"/apply-template", [this](HttpExchange& x) { openai_.ApplyTemplate(x); }},
+      {"/tokenize", [this](HttpExchange& x) { llama_.Tokenize(x); }},
+      {"/detokenize", [this](HttpExchange& x) { llama_.Detokenize(x); }},
+      {"/props", [this](HttpExchange& x) { llama_.Props(x); }},
+      {"/slots", [this](HttpExchange& x) { llama_.Slots(x); }},
+      {"/completion", [this](HttpExchange& x) { llama_.Completion(x); }},
+      {"/completions", [this](HttpExchange& x) { llama_.Completion(x); }},
+      {"/infill", [this](HttpExchange& x) { llama_.Infill(x); }},
       {"/v1/chat/completions/input_tokens", input_tokens(Endpoint::kChatCompletions)},
       {"/chat/completions/input_tokens", input_tokens(Endpoint::kChatCompletions)},
       {"/v1/responses/input_tokens", input_tokens(Endpoint::kResponses)},

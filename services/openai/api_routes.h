@@ -8,6 +8,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "services/llama_server/llama_server_endpoints.h"
 #include "services/openai/http_exchange.h"
 #include "services/openai/openai_endpoints.h"
 #include "services/openai/request_pipeline.h"
@@ -26,6 +27,7 @@ class ApiRoutes {
 
   RequestPipeline pipeline_;
   OpenAiEndpoints openai_;
+  llama_server::LlamaServerEndpoints llama_;
   RouterEndpoints router_;
   std::unordered_map<std::string, Handler> exact_;  // path -> handler
 };
