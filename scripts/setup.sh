@@ -124,16 +124,16 @@ z.extractall(sys.argv[2], [n for n in z.namelist() if n.startswith('kubernetes/c
   rm -rf "$tmp"
 fi
 
-# 4. The clients the tests drive the OpenAI API with (the official `openai`
-#    package, scripts/client-requirements.txt), in a venv over Debian's
-#    Python.
+# 4. The clients the tests drive the HTTP APIs with (the official `openai`
+#    and `anthropic` packages, scripts/client-requirements.txt), in a venv
+#    over Debian's Python.
 CLIENT_VENV=${SPECLINE_CLIENT_VENV:-$HOME/.cache/specline/client-venv}
-if ! "$CLIENT_VENV/bin/python" -c "import openai" 2>/dev/null; then
+if ! "$CLIENT_VENV/bin/python" -c "import openai, anthropic" 2>/dev/null; then
   if /usr/bin/python3 -m venv --system-site-packages "$CLIENT_VENV" &&
      "$CLIENT_VENV/bin/python" -m pip install -q -r scripts/client-requirements.txt; then
     echo "setup: client venv at $CLIENT_VENV"
   else
-    fail_download "could not install the openai package (scripts/client-requirements.txt) into $CLIENT_VENV"
+    fail_download "could not install the client packages (scripts/client-requirements.txt) into $CLIENT_VENV"
   fi
 fi
 

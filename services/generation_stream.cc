@@ -118,6 +118,11 @@ GenerationStream::Step GenerationStream::OnEvent(const internal::SubmitEvent& ev
   const int k = event.tokens_size();
   if (k > 0) {
     if (completion_ == 0) {
+      // The first tokens carry the prompt's usage, so a stream can say it
+      // before the output (Anthropic's message_start); the last message
+      // carries it all.
+      resp.mutable_usage()->set_prompt_tokens(prompt_tokens_);
+      resp.mutable_usage()->set_cached_tokens(cached_tokens_);
       first_token_time_ = now;
       metrics_.ttft().Observe(Seconds(t0_, now));
     } else {
@@ -131,6 +136,7 @@ GenerationStream::Step GenerationStream::OnEvent(const internal::SubmitEvent& ev
   }
   if (stopped || finished_here) {
     finish_ = stopped ? v1::FINISH_REASON_STOP : event.finish_reason();
+    if (stopped) resp.set_stop_string(stops_.matched());
     if (finished_here) {
       resp.set_policy(event.policy());
       *resp.mutable_spec_decode() = event.spec_decode();

@@ -11,17 +11,18 @@ std::string StopMatcher::Push(const std::string& text, bool* stopped) {
   // Earliest stop string wins (two may overlap in the same chunk); of two
   // starting at the same place, the first listed.
   size_t first = std::string::npos;
-  size_t matched = 0;
+  const std::string* matched = nullptr;
   for (const std::string& s : stops_) {
     const size_t at = pending_.find(s);
     if (at < first) {
       first = at;
-      matched = s.size();
+      matched = &s;
     }
   }
   if (first != std::string::npos) {
     *stopped = true;
-    std::string out = pending_.substr(0, include_stop_ ? first + matched : first);
+    matched_ = *matched;
+    std::string out = pending_.substr(0, include_stop_ ? first + matched->size() : first);
     pending_.clear();
     return out;
   }

@@ -20,11 +20,14 @@ class StopMatcher {
   std::string Push(const std::string& text, bool* stopped);
   // The held-back tail, at the end of the stream.
   std::string Flush();
+  // After Push set *stopped: the stop string it found.
+  const std::string& matched() const { return matched_; }
 
  private:
   std::vector<std::string> stops_;
   bool include_stop_ = false;
   std::string pending_;
+  std::string matched_;
 };
 
 }  // namespace specline

@@ -355,12 +355,14 @@ TEST(StopMatcher, IncludeStopEndsWithTheEarliestStopString) {
   EXPECT_FALSE(stopped);
   EXPECT_EQ(keep.Push("cdef", &stopped), "bcd");
   EXPECT_TRUE(stopped);
+  EXPECT_EQ(keep.matched(), "bcd");  // Anthropic's stop_sequence, vLLM's stop_reason
   StopMatcher trim({"cd", "bcd"});
   EXPECT_EQ(trim.Push("abcdef", &stopped), "a");
   EXPECT_TRUE(stopped);
   // Two at the same place: the first listed.
   StopMatcher first({"b", "bc"}, true);
   EXPECT_EQ(first.Push("abc", &stopped), "ab");
+  EXPECT_EQ(first.matched(), "b");
 }
 
 // The render endpoints' body: vLLM's GenerateRequest, token_ids those the

@@ -102,5 +102,25 @@ TEST(PythonClient, OpenAiPackageParseOnGemma3) {
             "--parse");
 }
 
+// Anthropic's `anthropic` package on the Messages API
+// (tests/python/anthropic_client.py), with x-api-key auth, on the default
+// model with its own template, which renders no tools: they go through the
+// generic form (docs/openai_api.md "Tool calls").
+TEST(PythonClient, AnthropicPackageOnTheDefaultModel) {
+  const std::string model = SmolLm2Path();
+  if (model.empty()) GTEST_SKIP() << "the default model is absent (scripts/setup.sh fetches it)";
+  const std::string python = FindOpenAiPython();
+  ASSERT_FALSE(python.empty()) << "no client venv (scripts/setup.sh makes ~/.cache/specline/client-venv)";
+  const std::string dir = TempDir();
+  std::ofstream(dir + "/tokens") << "claude tok-claude\n";
+  auto stack = StartStack(model, 1, {"--auth-token-file", dir + "/tokens"});
+  const std::string cmd = python + " " + SourcePath("tests/python/anthropic_client.py") +
+                          " --base-url http://127.0.0.1:" +
+                          std::to_string(stack->ports["gateway"]["http"].get<int>()) +
+                          " --model " + std::filesystem::path(model).stem().string() + " --api-key tok-claude";
+  const int rc = std::system((cmd + " > " + dir + "/anthropic.log 2>&1").c_str());
+  EXPECT_EQ(rc, 0) << ReadFile(dir + "/anthropic.log");
+}
+
 }  // namespace
 }  // namespace specline::testing

@@ -7,14 +7,10 @@ namespace {
 
 using json = nlohmann::json;
 
-MessagesError Bad(const std::string& field, const std::string& why) {
-  MessagesError e;
-  e.message = field + ": " + why;
-  return e;
-}
+openai::ApiError Bad(const std::string& field, const std::string& why) { return openai::BadField(field, why); }
 
 // Text blocks' text joined; anything else names its block.
-std::optional<MessagesError> TextOf(const json& content, const std::string& at, std::string* text) {
+std::optional<openai::ApiError> TextOf(const json& content, const std::string& at, std::string* text) {
   if (content.is_string()) {
     *text = content.get<std::string>();
     return std::nullopt;
@@ -31,7 +27,7 @@ std::optional<MessagesError> TextOf(const json& content, const std::string& at, 
   return std::nullopt;
 }
 
-std::optional<MessagesError> ReadUserTurn(const json& content, const std::string& at, json* messages) {
+std::optional<openai::ApiError> ReadUserTurn(const json& content, const std::string& at, json* messages) {
   if (content.is_string()) {
     messages->push_back({{"role", "user"}, {"content", content}});
     return std::nullopt;
@@ -62,7 +58,7 @@ std::optional<MessagesError> ReadUserTurn(const json& content, const std::string
   return std::nullopt;
 }
 
-std::optional<MessagesError> ReadAssistantTurn(const json& content, const std::string& at, json* messages) {
+std::optional<openai::ApiError> ReadAssistantTurn(const json& content, const std::string& at, json* messages) {
   json m = {{"role", "assistant"}};
   if (content.is_string()) {
     m["content"] = content;
@@ -95,7 +91,7 @@ std::optional<MessagesError> ReadAssistantTurn(const json& content, const std::s
   return std::nullopt;
 }
 
-std::optional<MessagesError> ReadTools(const json& body, json* chat) {
+std::optional<openai::ApiError> ReadTools(const json& body, json* chat) {
   if (auto it = body.find("tools"); it != body.end() && !it->is_null()) {
     if (!it->is_array()) return Bad("tools", "must be a list");
     json tools = json::array();
@@ -130,21 +126,13 @@ std::optional<MessagesError> ReadTools(const json& body, json* chat) {
   return std::nullopt;
 }
 
-}  // namespace
 
-std::string ErrorBody(const MessagesError& e) {
-  return json{{"type", "error"}, {"error", {{"type", e.type}, {"message", e.message}}}}.dump(
-      -1, ' ', false, json::error_handler_t::replace);
-}
-
-std::optional<MessagesError> ParseMessagesRequest(std::string_view body_text, MessagesRequest* out) {
-  const json body = json::parse(body_text, nullptr, /*allow_exceptions=*/false);
-  if (!body.is_object()) return Bad("body", "must be a JSON object");
+std::optional<openai::ApiError> ParseBody(const json& body, MessagesRequest* out, bool count_only) {
   // Anthropic's fields; ones that change nothing here (metadata beyond
   // user_id, service_tier) are accepted, the rest named.
   static const std::set<std::string> kKnown = {
       "model", "max_tokens", "messages", "system", "stop_sequences", "temperature", "top_p",
-      "top_k", "stream", "metadata", "tools", "tool_choice", "service_tier"};
+      "top_k", "stream", "metadata", "tools", "tool_choice", "service_tier", "thinking"};
   for (auto& [key, value] : body.items()) {
     if (!kKnown.count(key)) return Bad(key, "is not supported by this server");
   }
@@ -153,9 +141,17 @@ std::optional<MessagesError> ParseMessagesRequest(std::string_view body_text, Me
   out->model = body["model"].get<std::string>();
   chat["model"] = out->model;
   // Required, as Anthropic requires it.
-  if (!body.contains("max_tokens") || !body["max_tokens"].is_number_integer() || body["max_tokens"].get<int64_t>() < 1)
-    return Bad("max_tokens", "is required, an integer >= 1");
-  chat["max_tokens"] = body["max_tokens"];
+  if (!count_only) {
+    if (!body.contains("max_tokens") || !body["max_tokens"].is_number_integer() ||
+        body["max_tokens"].get<int64_t>() < 1)
+      return Bad("max_tokens", "is required, an integer >= 1");
+    chat["max_tokens"] = body["max_tokens"];
+  }
+  // Extended thinking is accepted (Claude Code asks for it) and changes
+  // nothing: no thinking blocks come back (docs/anthropic_api.md).
+  if (auto it = body.find("thinking"); it != body.end() && !it->is_null() &&
+                                       (!it->is_object() || !(*it)["type"].is_string()))
+    return Bad("thinking", "must be an object with a type");
   for (const char* f : {"temperature", "top_p", "top_k"}) {
     if (body.contains(f) && !body[f].is_null()) chat[f] = body[f];
   }
@@ -166,6 +162,7 @@ std::optional<MessagesError> ParseMessagesRequest(std::string_view body_text, Me
   if (auto it = body.find("metadata"); it != body.end() && it->is_object() && it->contains("user_id") &&
                                        (*it)["user_id"].is_string())
     chat["user"] = (*it)["user_id"];
+  if (body.contains("stream") && !body["stream"].is_boolean()) return Bad("stream", "must be a boolean");
   out->stream = body.value("stream", false);
   chat["stream"] = out->stream;
   // message_delta carries the usage.
@@ -186,7 +183,7 @@ std::optional<MessagesError> ParseMessagesRequest(std::string_view body_text, Me
       return Bad(at + ".role", "is required");
     if (!turn.contains("content")) return Bad(at + ".content", "is required");
     const std::string role = turn["role"].get<std::string>();
-    std::optional<MessagesError> e;
+    std::optional<openai::ApiError> e;
     if (role == "user") {
       e = ReadUserTurn(turn["content"], at + ".content", &messages);
     } else if (role == "assistant") {
@@ -210,6 +207,21 @@ std::optional<MessagesError> ParseMessagesRequest(std::string_view body_text, Me
   if (auto e = ReadTools(body, &chat)) return e;
   out->chat = std::move(chat);
   return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<openai::ApiError> ParseMessagesRequest(std::string_view body_text, MessagesRequest* out,
+                                                     bool count_only) {
+  const json body = json::parse(body_text, nullptr, /*allow_exceptions=*/false);
+  if (!body.is_object()) return Bad("body", "must be a JSON object");
+  try {
+    return ParseBody(body, out, count_only);
+  } catch (const json::exception& e) {
+    // A field of the wrong JSON type deep in a block (value() of a number
+    // as a string): still the client's error.
+    return Bad("body", std::string("a field has the wrong type (") + e.what() + ")");
+  }
 }
 
 }  // namespace specline::anthropic

@@ -18,15 +18,9 @@
 
 #include <nlohmann/json.hpp>
 
-namespace specline::anthropic {
+#include "services/openai/openai_request.h"
 
-// {"type": "error", "error": {"type", "message"}} with its HTTP status.
-struct MessagesError {
-  int http_status = 400;
-  std::string type = "invalid_request_error";
-  std::string message;
-};
-std::string ErrorBody(const MessagesError& e);
+namespace specline::anthropic {
 
 struct MessagesRequest {
   nlohmann::json chat;  // the OpenAI chat body
@@ -35,7 +29,9 @@ struct MessagesRequest {
   bool prefill = false;  // the last turn is the assistant's, continued
 };
 
-// nullopt on success.
-std::optional<MessagesError> ParseMessagesRequest(std::string_view body, MessagesRequest* out);
+// nullopt on success. count_only: POST /v1/messages/count_tokens's body,
+// where max_tokens is not asked for.
+std::optional<openai::ApiError> ParseMessagesRequest(std::string_view body, MessagesRequest* out,
+                                                     bool count_only = false);
 
 }  // namespace specline::anthropic

@@ -51,7 +51,7 @@ json Timings(const v1::GenerateResponse& last) {
 
 CompletionGeneration::CompletionGeneration(std::shared_ptr<openai::HttpExchange> exchange, Options options,
                                            const std::vector<std::vector<int32_t>>& prompts)
-    : exchange_(std::move(exchange)), options_(std::move(options)), choices_(prompts.size()) {
+    : HttpGeneration(std::move(exchange), options.id), options_(std::move(options)), choices_(prompts.size()) {
   for (size_t i = 0; i < prompts.size(); ++i) {
     choices_[i].prompt_tokens = static_cast<int>(prompts[i].size());
     if (options_.tokenizer) choices_[i].prompt_text = Detokenize(*options_.tokenizer, prompts[i]);
@@ -61,24 +61,8 @@ CompletionGeneration::CompletionGeneration(std::shared_ptr<openai::HttpExchange>
 void CompletionGeneration::Event(const json& payload) { exchange_->SendChunk("data: " + Dump(payload) + "\n\n"); }
 
 void CompletionGeneration::Begin() {
-  exchange_->Hold([weak = weak_from_this()] {
-    const std::shared_ptr<CompletionGeneration> g = weak.lock();
-    if (!g || g->ended_) return;
-    spdlog::info("req={} client disconnected; cancelling", g->options_.id);
-    g->gone_ = true;
-    if (g->call) g->call->TryCancel();
-  });
+  HoldExchange();
   if (options_.stream) exchange_->StartStream("text/event-stream");
-}
-
-void CompletionGeneration::OnMessage(const v1::GenerateResponse& message) {
-  exchange_->Post([self = shared_from_this(), message] { self->HandleMessage(message); });
-}
-
-void CompletionGeneration::OnEnd(const grpc::Status& status, int64_t retry_after_seconds) {
-  exchange_->Post([self = shared_from_this(), status, retry_after_seconds] {
-    self->HandleEnd(status, retry_after_seconds);
-  });
 }
 
 // completion_probabilities for the message's tokens: each token and its
@@ -132,31 +116,14 @@ void CompletionGeneration::HandleMessage(const v1::GenerateResponse& message) {
   }
 }
 
-// The stop string that ended the choice, if one did: the generated
-// tokens' text has it where the content was cut. (One character early is
-// looked at too: SentencePiece's whole-text decoding drops a leading space
-// the streamed text keeps.)
-std::optional<std::string> CompletionGeneration::StopWord(const Choice& c) const {
-  if (c.last.finish_reason() != v1::FINISH_REASON_STOP || options_.stop.empty() || !options_.tokenizer)
-    return std::nullopt;
-  const std::string full = options_.tokenizer->Decode(c.tokens);
-  const size_t from = c.content.empty() ? 0 : c.content.size() - 1;
-  std::optional<std::string> word;
-  size_t best = std::string::npos;
-  for (const std::string& stop : options_.stop) {
-    const size_t at = full.find(stop, from);
-    if (at < best) best = at, word = stop;
-  }
-  return word;
-}
-
 // The final object: the whole content (not streamed), why it stopped, the
 // counts, timings and the settings the request ran with.
 json CompletionGeneration::Final(int index, const Choice& c) const {
   const v1::GenerateResponse& last = c.last;
-  const std::optional<std::string> stop_word = StopWord(c);
+  // The stop string that ended the output, as the gateway matched it.
+  const std::string& stop_word = last.stop_string();
   const char* stop_type = last.finish_reason() == v1::FINISH_REASON_LENGTH ? "limit"
-                          : stop_word                                       ? "word"
+                          : !stop_word.empty()                              ? "word"
                                                                             : "eos";
   json out = {{"index", index},
               {"content", c.content},
@@ -171,7 +138,7 @@ json CompletionGeneration::Final(int index, const Choice& c) const {
               {"has_new_line", c.content.find('\n') != std::string::npos},
               {"truncated", false},
               {"stop_type", stop_type},
-              {"stopping_word", stop_word.value_or("")},
+              {"stopping_word", stop_word},
               {"tokens_cached", last.usage().cached_tokens()},
               {"timings", Timings(last)}};
   if (options_.n_probs > 0) out["completion_probabilities"] = c.probs;

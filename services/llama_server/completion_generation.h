@@ -3,27 +3,23 @@
 // per message ({"content", "tokens", "stop": false, ...}) and a final one
 // with "stop": true, stop_type, timings and generation_settings (no
 // [DONE]); not streamed, one object (a list of them for a list of
-// prompts). It is the generation's sink, run on the exchange's strand as
-// the OpenAI API's is (services/openai/openai_generation.h).
+// prompts). Its messages are handled on the exchange's strand
+// (services/openai/http_generation.h).
 #pragma once
 
-#include <atomic>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include <grpcpp/client_context.h>
 #include <nlohmann/json.hpp>
 
 #include "model/tokenizer/tokenizer.h"
-#include "services/generation_sink.h"
-#include "services/openai/http_exchange.h"
+#include "services/openai/http_generation.h"
 
 namespace specline::llama_server {
 
-class CompletionGeneration final : public GenerationSink,
-                                   public std::enable_shared_from_this<CompletionGeneration> {
+class CompletionGeneration final : public openai::HttpGeneration {
  public:
   struct Options {
     std::string id;     // the request id, for the logs
@@ -33,23 +29,16 @@ class CompletionGeneration final : public GenerationSink,
     bool return_tokens = false;
     int n_probs = 0;
     nlohmann::json settings;  // generation_settings
-    std::vector<std::string> stop;  // the request's stop strings
     const Tokenizer* tokenizer = nullptr;
   };
   // One per prompt: its token ids (tokens_evaluated, and "prompt").
   CompletionGeneration(std::shared_ptr<openai::HttpExchange> exchange, Options options,
                        const std::vector<std::vector<int32_t>>& prompts);
 
-  std::shared_ptr<grpc::ClientContext> call;  // set by StartChoices
-
+  // Holds the exchange and, streamed, sends the header.
   void Begin();
-  void HandleMessage(const v1::GenerateResponse& message);
-  void HandleEnd(const grpc::Status& status, int64_t retry_after_seconds);
-
-  // GenerationSink (gRPC's threads).
-  void OnMessage(const v1::GenerateResponse& message) override;
-  void OnEnd(const grpc::Status& status, int64_t retry_after_seconds) override;
-  bool ClientGone() const override { return gone_; }
+  void HandleMessage(const v1::GenerateResponse& message) override;
+  void HandleEnd(const grpc::Status& status, int64_t retry_after_seconds) override;
 
  private:
   struct Choice {
@@ -63,14 +52,10 @@ class CompletionGeneration final : public GenerationSink,
   };
   nlohmann::json Probs(const v1::GenerateResponse& message) const;
   nlohmann::json Final(int index, const Choice& c) const;
-  std::optional<std::string> StopWord(const Choice& c) const;
   void Event(const nlohmann::json& payload);
 
-  std::shared_ptr<openai::HttpExchange> exchange_;
   const Options options_;
   std::vector<Choice> choices_;
-  bool ended_ = false;
-  std::atomic<bool> gone_{false};
 };
 
 }  // namespace specline::llama_server

@@ -7,7 +7,6 @@
 #include "services/llama_server/completion_generation.h"
 #include "services/llama_server/completion_request.h"
 #include "services/llama_server/infill_prompt.h"
-#include "services/llama_server/server_errors.h"
 #include "services/llama_server/server_props.h"
 #include "services/llama_server/token_pieces.h"
 #include "services/openai/openai_response.h"
@@ -36,23 +35,17 @@ void NameGrammarField(const v1::GenerateRequest& r, ApiError* e) {
 LlamaServerEndpoints::LlamaServerEndpoints(const openai::RequestPipeline& pipeline)
     : pipeline_(pipeline), service_(pipeline.service()) {}
 
-void LlamaServerEndpoints::Send(HttpExchange& x, const ApiError& e) const {
-  x.SendJson(static_cast<http::status>(e.http_status), NativeErrorBody(e), e.retry_after_seconds);
-}
+// Errors go out in llama-server's shape: the route table sets it on the
+// exchange (api_routes.cc), and the shared pipeline writes them.
+void LlamaServerEndpoints::Send(HttpExchange& x, const ApiError& e) const { pipeline_.SendError(x, e); }
 
 void LlamaServerEndpoints::Refuse(HttpExchange& x, const ApiError& e) const {
-  service_.metrics(Api::kOpenAi).CountFailure("INVALID_ARGUMENT");
-  Send(x, e);
+  pipeline_.Refuse(x, e, "INVALID_ARGUMENT");
 }
 
 bool LlamaServerEndpoints::Allow(HttpExchange& x, http::verb verb) const {
   if (x.verb() == verb) return true;
-  ApiError e;
-  e.http_status = 405;
-  const auto method = x.request().method_string();
-  e.message = absl::StrCat("method ", std::string(method.data(), method.size()), " is not allowed here; use ",
-                           std::string(http::to_string(verb)));
-  Send(x, e);
+  pipeline_.MethodNotAllowed(x, std::string(http::to_string(verb)).c_str());
   return false;
 }
 
@@ -198,7 +191,6 @@ void LlamaServerEndpoints::Generate(HttpExchange& x, const json& body, const std
   o.return_tokens = r.return_tokens;
   o.n_probs = r.n_probs;
   o.settings = r.settings;
-  o.stop.assign(r.request.stop().begin(), r.request.stop().end());
   o.tokenizer = service_.served_model().tokenizer;
   std::vector<v1::GenerateRequest> choices;
   for (size_t i = 0; i < prompts.size(); ++i) {

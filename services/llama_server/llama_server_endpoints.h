@@ -28,9 +28,9 @@ class LlamaServerEndpoints {
   bool ReadBody(openai::HttpExchange& x, nlohmann::json* body, std::string* principal) const;
   // The tokenizer, or false after a 400 (a model served without one).
   bool NeedTokenizer(openai::HttpExchange& x) const;
-  // An error in llama-server's shape (server_errors.h); Refuse counts it
-  // as a refused request first. (Authentication's 401 is the shared
-  // pipeline's, in OpenAI's shape.)
+  // An error in llama-server's shape (server_errors.h, set on the exchange
+  // by the route table, so the shared pipeline's 401 is in it too); Refuse
+  // counts it as a refused request first.
   void Send(openai::HttpExchange& x, const openai::ApiError& e) const;
   void Refuse(openai::HttpExchange& x, const openai::ApiError& e) const;
   // Whether the request's method is `verb`; a 405 naming it otherwise.

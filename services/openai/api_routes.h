@@ -8,6 +8,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "services/anthropic/messages_endpoints.h"
 #include "services/llama_server/llama_server_endpoints.h"
 #include "services/openai/http_exchange.h"
 #include "services/openai/openai_endpoints.h"
@@ -27,6 +28,7 @@ class ApiRoutes {
 
   RequestPipeline pipeline_;
   OpenAiEndpoints openai_;
+  anthropic::MessagesEndpoints anthropic_;
   llama_server::LlamaServerEndpoints llama_;
   RouterEndpoints router_;
   std::unordered_map<std::string, Handler> exact_;  // path -> handler

@@ -19,6 +19,10 @@ namespace specline::openai {
 namespace http = boost::beast::http;
 using HttpRequest = http::request<http::string_body>;
 
+struct ApiError;
+// An error's body in an API's shape (OpenAI's ErrorBody, Anthropic's).
+using ErrorWriter = std::string (*)(const ApiError&);
+
 class HttpExchange : public std::enable_shared_from_this<HttpExchange> {
  public:
   virtual ~HttpExchange() = default;
@@ -49,6 +53,14 @@ class HttpExchange : public std::enable_shared_from_this<HttpExchange> {
 
   // Runs `fn` on the strand; the connection lives until it has run.
   virtual void Post(std::function<void()> fn) = 0;
+
+  // The shape this exchange's errors are written in: OpenAI's unless the
+  // route's API has its own (RequestPipeline::SendError reads it).
+  void set_error_writer(ErrorWriter writer) { error_writer_ = writer; }
+  ErrorWriter error_writer() const { return error_writer_; }
+
+ private:
+  ErrorWriter error_writer_ = nullptr;
 };
 
 }  // namespace specline::openai

@@ -125,9 +125,9 @@ void OpenAiEndpoints::Generate(HttpExchange& x, Endpoint endpoint) const {
   }
   const std::string& served = service_.model_name();
   const ServedModel& model = service_.served_model();
-  auto g = std::make_shared<OpenAiGeneration>(x.shared_from_this());
-  g->who = {endpoint, IdPrefix(endpoint) + RandomHex(12), UnixSeconds(), served,
-            SystemFingerprint(served, model.vocab_size, model.context_length)};
+  auto g = std::make_shared<OpenAiGeneration>(
+      x.shared_from_this(), ResponseIdentity{endpoint, IdPrefix(endpoint) + RandomHex(12), UnixSeconds(), served,
+                                             SystemFingerprint(served, model.vocab_size, model.context_length)});
   parsed.request.set_request_id(g->who.id);
   g->stream = parsed.stream;
   g->include_usage = parsed.include_usage;

@@ -10,13 +10,7 @@ void OpenAiGeneration::Chunk(const std::string& payload) {
 }
 
 void OpenAiGeneration::Begin() {
-  exchange_->Hold([weak = weak_from_this()] {
-    const std::shared_ptr<OpenAiGeneration> g = weak.lock();
-    if (!g || g->ended_) return;
-    spdlog::info("req={} client disconnected; cancelling", g->who.id);
-    g->gone_ = true;
-    if (g->call) g->call->TryCancel();
-  });
+  HoldExchange();
   if (!stream) return;
   exchange_->StartStream("text/event-stream");
   if (responses) {
@@ -29,16 +23,6 @@ void OpenAiGeneration::Begin() {
     if (who.endpoint == Endpoint::kChatCompletions) Chunk(RoleChunk(who, static_cast<int>(i)));
     if (!echo.empty()) Chunk(TextChunk(who, static_cast<int>(i), echo[i / n]));
   }
-}
-
-void OpenAiGeneration::OnMessage(const v1::GenerateResponse& message) {
-  exchange_->Post([self = shared_from_this(), message] { self->HandleMessage(message); });
-}
-
-void OpenAiGeneration::OnEnd(const grpc::Status& status, int64_t retry_after_seconds) {
-  exchange_->Post([self = shared_from_this(), status, retry_after_seconds] {
-    self->HandleEnd(status, retry_after_seconds);
-  });
 }
 
 void OpenAiGeneration::HandleMessage(const v1::GenerateResponse& message) {

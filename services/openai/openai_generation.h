@@ -6,16 +6,12 @@
 // generation never touches the connection from another thread.
 #pragma once
 
-#include <atomic>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include <grpcpp/client_context.h>
-
-#include "services/generation_sink.h"
-#include "services/openai/http_exchange.h"
+#include "services/openai/http_generation.h"
 #include "services/openai/logprobs_json.h"
 #include "services/openai/openai_response.h"
 #include "services/openai/responses_api.h"
@@ -23,13 +19,13 @@
 
 namespace specline::openai {
 
-class OpenAiGeneration final : public GenerationSink,
-                               public std::enable_shared_from_this<OpenAiGeneration> {
+class OpenAiGeneration final : public HttpGeneration {
  public:
-  explicit OpenAiGeneration(std::shared_ptr<HttpExchange> exchange) : exchange_(std::move(exchange)) {}
+  OpenAiGeneration(std::shared_ptr<HttpExchange> exchange, ResponseIdentity identity)
+      : HttpGeneration(std::move(exchange), identity.id), who(std::move(identity)) {}
 
   // What the answer looks like, set before the generation starts.
-  ResponseIdentity who;
+  const ResponseIdentity who;
   bool stream = false;
   bool include_usage = false;
   int n = 1;                          // samples per prompt: choice i is prompt i / n's
@@ -38,28 +34,19 @@ class OpenAiGeneration final : public GenerationSink,
   std::optional<ResponsesRender> responses;  // POST /v1/responses
   std::vector<LogprobsJson> logprobs;        // one per choice when the request asked for them
   std::vector<std::unique_ptr<ToolCallResponder>> tools;  // one per choice when parsed for calls
-  std::shared_ptr<grpc::ClientContext> call;  // set by StartChoices
 
   // The generation started: holds the exchange (the client leaving cancels
   // the call) and, streamed, sends the header and the opening chunks.
   void Begin();
   // On the strand (Begin's caller, or posted from the sink's calls).
-  void HandleMessage(const v1::GenerateResponse& message);
-  void HandleEnd(const grpc::Status& status, int64_t retry_after_seconds);
-
-  // GenerationSink (gRPC's threads).
-  void OnMessage(const v1::GenerateResponse& message) override;
-  void OnEnd(const grpc::Status& status, int64_t retry_after_seconds) override;
-  bool ClientGone() const override { return gone_; }
+  void HandleMessage(const v1::GenerateResponse& message) override;
+  void HandleEnd(const grpc::Status& status, int64_t retry_after_seconds) override;
 
  private:
   void Chunk(const std::string& payload);  // one SSE "data:" event
   void SendWhole();
 
-  std::shared_ptr<HttpExchange> exchange_;
   v1::Usage usage_;  // summed over the choices
-  bool ended_ = false;
-  std::atomic<bool> gone_{false};
 };
 
 }  // namespace specline::openai

@@ -11,7 +11,8 @@ namespace specline::openai {
 
 void RequestPipeline::SendError(HttpExchange& x, const ApiError& e) const {
   if (e.http_status >= 500) spdlog::warn("http {}: {}", e.http_status, e.message);
-  x.SendJson(static_cast<http::status>(e.http_status), ErrorBody(e), e.retry_after_seconds);
+  const ErrorWriter write = x.error_writer() ? x.error_writer() : &ErrorBody;
+  x.SendJson(static_cast<http::status>(e.http_status), write(e), e.retry_after_seconds);
 }
 
 void RequestPipeline::Refuse(HttpExchange& x, const ApiError& e, const char* grpc_status_name) const {
@@ -31,24 +32,38 @@ void RequestPipeline::MethodNotAllowed(HttpExchange& x, const char* allowed) con
 std::optional<std::string> RequestPipeline::Authenticate(HttpExchange& x) const {
   const Principals* principals = service_.principals();
   if (!principals) return std::string();
-  const HttpRequest& request = x.request();
-  auto it = request.find(http::field::authorization);
+  // Bearer auth, or the same token as Anthropic's clients send it
+  // (x-api-key), which llama-server and vLLM accept too.
+  std::string credential = x.header(http::field::authorization);
+  if (credential.empty()) {
+    if (std::string key = x.header("x-api-key"); !key.empty()) credential = "Bearer " + key;
+  }
   std::optional<std::string> who;
-  if (it != request.end())
-    who = principals->Authenticate(std::string_view(it->value().data(), it->value().size()));
+  if (!credential.empty()) who = principals->Authenticate(credential);
   if (who) return who;
   ApiError e;
   e.http_status = 401;
   e.type = "authentication_error";
   e.code = "invalid_api_key";
-  e.message = it == request.end() ? "missing 'Authorization: Bearer <token>' header"
-                                  : "invalid bearer token";
+  e.message = credential.empty() ? "missing 'Authorization: Bearer <token>' (or 'x-api-key') header"
+                                 : "invalid API key";
   Refuse(x, e, "UNAUTHENTICATED");
   return std::nullopt;
 }
 
 bool RequestPipeline::ReadJsonPost(HttpExchange& x, Endpoint endpoint, ParsedRequest* parsed,
                                    std::string* principal) const {
+  if (!ReadPost(x, principal)) return false;
+  const std::string& body = x.request().body();
+  if (auto e = endpoint == Endpoint::kResponses ? ParseResponsesRequest(body, parsed)
+                                                : ParseRequest(endpoint, body, parsed)) {
+    Refuse(x, *e, "INVALID_ARGUMENT");
+    return false;
+  }
+  return true;
+}
+
+bool RequestPipeline::ReadPost(HttpExchange& x, std::string* principal) const {
   if (x.verb() != http::verb::post) {
     MethodNotAllowed(x, "POST");
     return false;
@@ -62,12 +77,6 @@ bool RequestPipeline::ReadJsonPost(HttpExchange& x, Endpoint endpoint, ParsedReq
     e.http_status = 415;
     e.message = "Content-Type must be application/json, got '" + type + "'";
     SendError(x, e);
-    return false;
-  }
-  const std::string& body = x.request().body();
-  if (auto e = endpoint == Endpoint::kResponses ? ParseResponsesRequest(body, parsed)
-                                                : ParseRequest(endpoint, body, parsed)) {
-    Refuse(x, *e, "INVALID_ARGUMENT");
     return false;
   }
   return true;

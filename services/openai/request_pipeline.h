@@ -1,6 +1,6 @@
 // The steps an API request goes through on its way to a generation (or a
 // render), shared by every endpoint family (api_routes.h): bearer
-// authentication, the JSON body parsed as its endpoint's, the model name,
+// authentication (or x-api-key), the JSON body parsed as its endpoint's, the model name,
 // the tools against the served model's template, the prompts of a list.
 // Each step answers its own error on the exchange (OpenAI's shape) and
 // counts it, then returns false / nullopt: the caller just returns.
@@ -25,8 +25,9 @@ class RequestPipeline {
   // Bearer auth as the gRPC API does it: the principal ("" when the server
   // has no --auth-token-file), or nullopt after answering 401.
   std::optional<std::string> Authenticate(HttpExchange& x) const;
-  // A POST of a JSON body, authenticated (the principal in `principal`)
-  // and parsed as `endpoint`'s.
+  // A POST with a JSON body, authenticated (the principal in `principal`).
+  bool ReadPost(HttpExchange& x, std::string* principal) const;
+  // ReadPost, and the body parsed as `endpoint`'s.
   bool ReadJsonPost(HttpExchange& x, Endpoint endpoint, ParsedRequest* parsed,
                     std::string* principal) const;
   // The request's model against the served one (404 otherwise, unless
