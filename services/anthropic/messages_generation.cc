@@ -1,7 +1,5 @@
 #include "services/anthropic/messages_generation.h"
 
-#include <spdlog/spdlog.h>
-
 #include "services/anthropic/anthropic_errors.h"
 #include "services/openai/openai_response.h"
 
@@ -53,13 +51,8 @@ void MessagesGeneration::HandleMessage(const v1::GenerateResponse& message) {
 void MessagesGeneration::HandleEnd(const grpc::Status& status, int64_t retry_after_seconds) {
   if (ended_) return;
   ended_ = true;
-  openai::ApiError error;
-  if (!status.ok()) {
-    error = openai::ErrorFromStatus(openai::Endpoint::kChatCompletions, status.error_code(),
-                                    status.error_message(), status.error_details());
-    error.retry_after_seconds = retry_after_seconds;
-    if (error.http_status >= 500) spdlog::warn("http {}: {}", error.http_status, error.message);
-  }
+  const openai::ApiError error =
+      status.ok() ? openai::ApiError() : EndError(openai::Endpoint::kChatCompletions, status, retry_after_seconds);
   if (stream_) {
     std::string out;
     if (!status.ok()) {

@@ -2,8 +2,6 @@
 
 #include <cmath>
 
-#include <spdlog/spdlog.h>
-
 #include "services/llama_server/server_errors.h"
 #include "services/llama_server/token_pieces.h"
 #include "services/openai/openai_response.h"
@@ -148,13 +146,8 @@ json CompletionGeneration::Final(int index, const Choice& c) const {
 void CompletionGeneration::HandleEnd(const grpc::Status& status, int64_t retry_after_seconds) {
   if (ended_) return;
   ended_ = true;
-  openai::ApiError error;
-  if (!status.ok()) {
-    error = openai::ErrorFromStatus(openai::Endpoint::kCompletions, status.error_code(),
-                                    status.error_message(), status.error_details());
-    error.retry_after_seconds = retry_after_seconds;
-    if (error.http_status >= 500) spdlog::warn("http {}: {}", error.http_status, error.message);
-  }
+  const openai::ApiError error =
+      status.ok() ? openai::ApiError() : EndError(openai::Endpoint::kCompletions, status, retry_after_seconds);
   if (options_.stream) {
     if (!status.ok()) exchange_->SendChunk("data: " + NativeErrorBody(error) + "\n\n");
     exchange_->EndStream();

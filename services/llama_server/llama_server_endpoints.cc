@@ -223,15 +223,7 @@ void LlamaServerEndpoints::Generate(HttpExchange& x, const json& body, const std
     return Send(x, e);
   }
   g->Begin();
-  if (!r.n_predict_zero) return;
-  for (size_t i = 0; i < choices.size(); ++i) {
-    v1::GenerateResponse done;
-    done.set_index(static_cast<uint32_t>(i));
-    done.set_finish_reason(v1::FINISH_REASON_LENGTH);
-    done.mutable_usage()->set_prompt_tokens(prompt_tokens[i]);
-    g->HandleMessage(done);
-  }
-  g->HandleEnd(grpc::Status::OK, 0);
+  if (r.n_predict_zero) g->FinishUngenerated(prompt_tokens);
 }
 
 }  // namespace specline::llama_server

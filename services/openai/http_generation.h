@@ -10,11 +10,13 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <grpcpp/client_context.h>
 
 #include "services/generation_sink.h"
 #include "services/openai/http_exchange.h"
+#include "services/openai/openai_request.h"
 
 namespace specline::openai {
 
@@ -35,10 +37,18 @@ class HttpGeneration : public GenerationSink, public std::enable_shared_from_thi
   void OnEnd(const grpc::Status& status, int64_t retry_after_seconds) final;
   bool ClientGone() const final { return gone_; }
 
+ // Nothing to generate (max_tokens / n_predict 0): each choice ends at
+  // once with its prompt's token count, as a generation's last message
+  // would, and the answer is written. On the strand, after Begin.
+  void FinishUngenerated(const std::vector<int>& prompt_tokens);
+
  protected:
   // Holds the exchange until the answer's last bytes; if the client leaves
   // before the generation ended, the call is cancelled.
   void HoldExchange();
+  // The error a failed generation ended with, named in `endpoint`'s fields,
+  // with the seconds after which to retry; a server error is logged.
+  static ApiError EndError(Endpoint endpoint, const grpc::Status& status, int64_t retry_after_seconds);
 
   std::shared_ptr<HttpExchange> exchange_;
   const std::string id_;

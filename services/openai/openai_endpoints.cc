@@ -181,16 +181,7 @@ void OpenAiEndpoints::Generate(HttpExchange& x, Endpoint endpoint) const {
     return pipeline_.SendError(x, e);
   }
   g->Begin();
-  if (parsed.max_tokens_zero) {
-    for (size_t i = 0; i < g->choices.size(); ++i) {
-      v1::GenerateResponse done;
-      done.set_index(static_cast<uint32_t>(i));
-      done.set_finish_reason(v1::FINISH_REASON_LENGTH);
-      done.mutable_usage()->set_prompt_tokens(prompt_tokens[i]);
-      g->HandleMessage(done);
-    }
-    g->HandleEnd(grpc::Status::OK, 0);
-  }
+  if (parsed.max_tokens_zero) g->FinishUngenerated(prompt_tokens);
 }
 
 std::string OpenAiEndpoints::PromptText(const v1::GenerateRequest& r) const {

@@ -1,7 +1,6 @@
 #include "services/openai/openai_generation.h"
 
 #include <nlohmann/json.hpp>
-#include <spdlog/spdlog.h>
 
 namespace specline::openai {
 
@@ -74,16 +73,13 @@ void OpenAiGeneration::HandleMessage(const v1::GenerateResponse& message) {
 void OpenAiGeneration::HandleEnd(const grpc::Status& status, int64_t retry_after_seconds) {
   if (ended_) return;
   ended_ = true;
-  const auto error = [&] {
-    return ErrorFromStatus(who.endpoint, status.error_code(), status.error_message(),
-                           status.error_details());
-  };
+  const ApiError error = status.ok() ? ApiError() : EndError(who.endpoint, status, retry_after_seconds);
   if (stream) {
     if (responses) {
       exchange_->SendChunk(status.ok() ? responses->Closing(choices[0].finish, usage_)
-                                       : responses->Failed(error()));
+                                       : responses->Failed(error));
     } else {
-      if (!status.ok()) Chunk(ErrorBody(error()));
+      if (!status.ok()) Chunk(ErrorBody(error));
       else if (include_usage) Chunk(UsageChunk(who, usage_));
       exchange_->SendChunk("data: [DONE]\n\n");
     }
@@ -93,11 +89,8 @@ void OpenAiGeneration::HandleEnd(const grpc::Status& status, int64_t retry_after
   if (!status.ok()) {
     // Not streamed: the status line is still ours to choose, so a limit
     // that said when to retry answers 429 with Retry-After.
-    ApiError e = error();
-    e.retry_after_seconds = retry_after_seconds;
-    if (e.http_status >= 500) spdlog::warn("http {}: {}", e.http_status, e.message);
-    return exchange_->SendJson(static_cast<http::status>(e.http_status), ErrorBody(e),
-                               e.retry_after_seconds);
+    return exchange_->SendJson(static_cast<http::status>(error.http_status), ErrorBody(error),
+                               error.retry_after_seconds);
   }
   SendWhole();
 }
