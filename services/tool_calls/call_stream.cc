@@ -46,8 +46,7 @@ std::optional<ToolCall> ParserBase::WholeCall(std::string_view text, CallReader 
 
 void ParserBase::StartCall(CallReader reader) {
   if (call_) return;
-  call_.emplace();
-  call_->reader = std::move(reader);
+  call_.emplace(std::move(reader));
 }
 
 void ParserBase::Announce(ParsedText* out, OpenCall& call) {

@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -72,6 +73,7 @@ class ParserBase : public ToolCallParser {
 
  private:
   struct OpenCall {
+    explicit OpenCall(CallReader r) : reader(std::move(r)) {}
     CallReader reader;
     bool announced = false;
     int index = 0;
